@@ -1,0 +1,29 @@
+# Set-up and the two commands of the README. `make demo` runs the main job, `make test` the tests.
+# Both create .venv on first use. Where pip can see a local CPU wheel of torch 2.13.0 (as on the
+# project's CI machines), it is installed first so pip does not pull a multi-GB CUDA build; anywhere
+# else pip picks the torch that suits the machine (nothing pins users to the CPU build).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint clean
+
+$(BIN)/sweeps: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	-$(BIN)/pip install --quiet --no-index --no-deps torch==2.13.0 2>/dev/null
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/sweeps
+
+demo: $(BIN)/sweeps
+	$(BIN)/sweeps demo
+
+test: $(BIN)/sweeps
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(BIN)/sweeps
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

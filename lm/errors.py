@@ -1,0 +1,14 @@
+"""The project's one root exception.
+
+Everything a user can get wrong (a path, a value, a file) raises ``SweepsError`` with a one-line
+message naming what is wrong and how to fix it; the CLI prints that line and exits with
+``exit_code`` (2, a usage error) without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SweepsError(Exception):
+    """A user-facing error: one line, what is wrong and how to fix it."""
+
+    exit_code = 2
