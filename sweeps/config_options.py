@@ -1,0 +1,94 @@
+"""CLI options generated from a config dataclass: one ``--kebab-name`` per field.
+
+Study specs and CLI flags use the same names as ``TrainConfig``'s fields; generating the options
+from the dataclass keeps the three in step (a new field is a new flag, with no second list to edit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import tomllib
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from lm.errors import SweepsError
+
+
+def _cli_type(hint: Any) -> Any:
+    """The type Typer should parse for a dataclass field's type hint."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _cli_type(args[0])
+    if origin is typing.Literal:
+        return str
+    if origin in (tuple, list):
+        return list[str]
+    return hint
+
+
+def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
+    """Decorate ``fn(overrides: dict, **other)`` so each field of ``config_cls`` is an option.
+
+    Options left out on the command line are absent from ``overrides`` (so a ``--config`` file or
+    the dataclass default applies).
+    """
+    hints = typing.get_type_hints(config_cls)
+    fields = [f for f in dataclasses.fields(config_cls) if f.init]
+
+    def decorate(fn: Callable) -> Callable:
+        # The command's own hints, resolved in its module (it may use postponed annotations).
+        own_hints = typing.get_type_hints(fn, include_extras=True)
+        own = [p.replace(annotation=own_hints.get(p.name, p.annotation))
+               for p in inspect.signature(fn).parameters.values() if p.name != "overrides"]
+        generated = []
+        for field in fields:
+            cli_type = _cli_type(hints[field.name])
+            flag = "--" + field.name.replace("_", "-")
+            decls = [f"{flag}/--no-{flag[2:]}"] if cli_type is bool else [flag]
+            help_text = field.metadata.get("help", "")
+            option = typer.Option(*decls, help=help_text, rich_help_panel=panel, show_default=False)
+            annotation = Annotated[Optional[cli_type], option]  # noqa: UP045 (Typer needs Optional)
+            generated.append(inspect.Parameter(
+                field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+
+        def wrapper(**kwargs: Any) -> Any:
+            overrides = {}
+            for field in fields:
+                value = kwargs.pop(field.name, None)
+                if value is not None:
+                    overrides[field.name] = tuple(value) if isinstance(value, list) else value
+            return fn(overrides=overrides, **kwargs)
+
+        own_names = {p.name for p in own}
+        clash = own_names & {f.name for f in fields}
+        if clash:
+            raise TypeError(f"options clash with config fields: {sorted(clash)}")
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + generated
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+    return decorate
+
+
+def read_toml(path: Path, *, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; one-line errors for a missing or malformed file."""
+    if not path.exists():
+        raise SweepsError(f"{what} {path} does not exist; give the path of a TOML file")
+    if path.is_dir():
+        raise SweepsError(f"{what} {path} is a directory; give the path of a TOML file")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepsError(f"{what} {path} is not valid TOML: {exc}; fix the syntax there") from None
+    except UnicodeDecodeError:
+        raise SweepsError(f"{what} {path} is not UTF-8 text; save it as UTF-8 TOML") from None

@@ -1,0 +1,186 @@
+"""A study spec's search space in Optuna's terms, and a trial's parameters as a ``TrainConfig``.
+
+Parameters are suggested in ``spec.space`` order, which puts every field a condition reads before
+the parameter it guards; a conditional parameter is suggested only when its condition holds for
+the values known at that point (``[fixed]``, ``TrainConfig`` defaults, earlier parameters), so
+Optuna never records a value that the trial does not use. An ablation's trials are all enqueued:
+its "space" is one categorical per varied field (plus ``seed``), so Optuna can store and show them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial
+
+from lm.config import TrainConfig
+from lm.errors import SweepsError
+from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, validate_tokenizer, iter_grid
+
+ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
+
+
+def distribution(param: ParamSpec) -> BaseDistribution:
+    """The Optuna distribution of one ``[space.<field>]``."""
+    if param.type == "categorical":
+        return CategoricalDistribution(list(param.choices or ()))
+    if param.type == "int":
+        return IntDistribution(int(param.low), int(param.high), log=param.log,
+                               step=int(param.step or 1))
+    return FloatDistribution(float(param.low), float(param.high), log=param.log,
+                             step=None if param.step is None else float(param.step))
+
+
+def distributions(spec: StudySpec) -> dict[str, BaseDistribution]:
+    """Every parameter's distribution (conditional ones included), for ``enqueue_trial``,
+    ``add_trial`` and tables of the space."""
+    if spec.ablation is not None:
+        return {name: CategoricalDistribution(list(spec.ablation.choices(name)))
+                for name in spec.ablation.param_names}
+    return {p.name: distribution(p) for p in spec.space}
+
+
+def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
+    """Ask ``trial`` for this spec's parameters; returns only those the trial uses.
+
+    Enqueued and re-queued trials get their stored values back from Optuna (``suggest_*``
+    returns a fixed or already-set parameter), so the same call serves every kind of trial.
+    """
+    if spec.ablation is not None:
+        return {name: trial.suggest_categorical(name, list(spec.ablation.choices(name)))
+                for name in spec.ablation.param_names}
+    env = spec.base_values()
+    params: dict[str, Any] = {}
+    for p in spec.space:
+        if p.when is not None and not p.when.holds(env):
+            continue
+        if p.type == "categorical":
+            value = trial.suggest_categorical(p.name, list(p.choices or ()))
+        elif p.type == "int":
+            value = trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1),
+                                      log=p.log)
+        else:
+            value = trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step,
+                                        log=p.log)
+        env[p.name] = params[p.name] = value
+    return params
+
+
+def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
+    """``TrainConfig`` of one trial: defaults, ``[fixed]`` (or the ablation baseline), the
+    corpus, then ``params``. Raises ``SweepsError`` for a combination the config rejects."""
+    known = set(spec.param_names)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise SweepsError(f"study {spec.name!r}: parameter {unknown[0]!r} is not in its space "
+                          f"({', '.join(sorted(known)) or 'empty'}); was the spec changed "
+                          "after the study started?")
+    values = {**spec.base_values(), **params}
+    try:
+        cfg = TrainConfig.from_dict(values)
+        validate_tokenizer(cfg)
+    except SweepsError as exc:
+        shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        raise SweepsError(f"study {spec.name!r}, params {shown or '(none)'}: {exc}") from None
+    return cfg
+
+
+def grid_points(spec: StudySpec, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every point of the space (conditions respected, no repeats), or the ablation's list.
+
+    For grid/bruteforce samplers and feasibility tables. A float range without ``step`` has no
+    grid (SweepsError). ``limit``: more points than this is a SweepsError, not a long wait.
+    """
+    if spec.ablation is not None:
+        points = spec.ablation.expand()
+    else:
+        for p in spec.space:
+            if not p.finite:
+                raise SweepsError(f"space.{p.name}: a float range has no grid; give step or use "
+                                  "choices")
+        cap = MAX_GRID_POINTS if limit is None else limit
+        points = list(itertools.islice(iter_grid(spec.space, spec.base_values()), cap + 1))
+        if len(points) > cap:
+            raise SweepsError(f"study {spec.name!r}: the space has more than {cap} grid points; "
+                              "coarsen it (step, fewer choices) or use a sampler")
+    if limit is not None and len(points) > limit:
+        raise SweepsError(f"study {spec.name!r}: {len(points)} points is more than {limit}")
+    return points
+
+
+def grid_search_space(spec: StudySpec) -> dict[str, list[Any]]:
+    """Each parameter's values, the input of ``optuna.samplers.GridSampler``."""
+    space = {p.name: p.values() for p in spec.space}
+    size = math.prod(len(v) for v in space.values())
+    if size > MAX_GRID_POINTS:
+        raise SweepsError(f"study {spec.name!r}: the grid has {size} points (more than "
+                          f"{MAX_GRID_POINTS}); coarsen it or use another sampler")
+    return space
+
+
+def make_sampler(spec: StudySpec,
+                 constraints_func: ConstraintsFunc | None = None) -> optuna.samplers.BaseSampler:
+    """The spec's sampler. ``constraints_func`` (trial -> values, > 0 = infeasible) goes to the
+    samplers that learn from it (TPE, NSGA-II), so OOM regions stop being proposed."""
+    s = spec.study.sampler
+    seed = spec.study.seed
+    with warnings.catch_warnings():
+        # multivariate/group/constant_liar/constraints_func are "experimental" in Optuna and warn
+        # on every construction; they are deliberate here.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if s.name == "tpe":
+            conditional = any(p.when is not None for p in spec.space)
+            return optuna.samplers.TPESampler(
+                seed=seed,
+                n_startup_trials=10 if s.n_startup_trials is None else s.n_startup_trials,
+                multivariate=s.multivariate,
+                # Conditional spaces need group=True for the multivariate model to apply.
+                group=s.multivariate and conditional,
+                # Parallel workers: count running trials as bad so they spread out.
+                constant_liar=True,
+                constraints_func=constraints_func,
+            )
+        if s.name == "nsga2":
+            # Optuna's default population (50) makes a 12-trial study pure random search.
+            population = s.population_size or max(4, min(50, spec.study.n_trials // 4))
+            return optuna.samplers.NSGAIISampler(
+                seed=seed, population_size=population, constraints_func=constraints_func)
+        if s.name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if s.name == "qmc":
+            return optuna.samplers.QMCSampler(
+                qmc_type=s.qmc_type, scramble=s.scramble, seed=seed,
+                warn_independent_sampling=False, warn_asynchronous_seeding=False)
+        if s.name == "grid":
+            return optuna.samplers.GridSampler(grid_search_space(spec), seed=seed)
+        if s.name == "bruteforce":
+            # Strict exhaustive search: with several workers the loose criterion can stop early.
+            return optuna.samplers.BruteForceSampler(seed=seed, avoid_premature_stop=True)
+    raise SweepsError(f"unknown sampler {s.name!r}")  # unreachable: the spec checked it
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """The spec's Optuna pruner; steps are evaluation indices. Multi-objective: none (Optuna's
+    pruners compare a single value; the runner's own rules still stop bad trials)."""
+    p = spec.study.pruner
+    if spec.study.multi_objective or p.name == "none":
+        return optuna.pruners.NopPruner()
+    if p.name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=p.n_startup_trials,
+                                           n_warmup_steps=p.n_warmup_evals)
+    if p.name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=p.min_resource,
+                                              max_resource=p.max_resource,
+                                              reduction_factor=p.reduction_factor)
+    raise SweepsError(f"unknown pruner {p.name!r}")  # unreachable: the spec checked it
