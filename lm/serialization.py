@@ -36,7 +36,7 @@ def clean_text(text: str) -> str:
 
 
 def serialize_pair(question: str, answer: str) -> str:
-    """One pair in corpus-file form: the ``<Q>`` mark, the question, the ``<A>`` mark, the answer."""
+    """One pair in corpus-file form: ``<Q>`` mark, question, ``<A>`` mark, answer."""
     return (
         MARKER_CHARS[QUESTION] + clean_text(question) + MARKER_CHARS[ANSWER] + clean_text(answer)
     )
