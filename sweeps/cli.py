@@ -272,7 +272,8 @@ def main() -> None:
     except SweepsError as exc:
         if _state["debug"]:
             raise
-        err_console.print(f"error: {exc}", markup=False, highlight=False)
+        # Plain write: one line whatever the terminal width (rich would wrap it).
+        sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

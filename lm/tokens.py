@@ -1,0 +1,270 @@
+"""The token cache: a corpus encoded once per tokenizer, shared by every trial as memmaps.
+
+Tokenizing on the fly in the data loader repeats the same work in every trial and every epoch;
+here each (corpus sha, kind, vocab size, lowercase) is encoded once into
+``corpus_dir/cache/<kind>-<vocab_size>[-lower]/``:
+
+- ``train.bin``, ``val.bin``: the ids, ``uint16`` (``uint32`` when ``vocab_size > 65536``);
+- ``train_nbytes.bin``, ``val_nbytes.bin``: per token, the UTF-8 bytes of user text it stands for
+  (0 for a marker, the replaced word's bytes for an ``<unk>``), what bits per byte divides by;
+  ``uint16``, or ``uint32`` when some token stands for more than 65,535 bytes;
+- ``tokenizer.json``: the tokenizer that made the ids, so a cache is self-contained;
+- ``meta.json``: counts, bytes, ``<unk>`` statistics, the train split's unigram counts.
+
+Concurrency: a caller that misses takes an ``flock`` beside the cache dir, looks again (another
+process may have built it meanwhile), builds into a temporary dir in the same parent and renames
+it into place. Readers never lock: a dir is either absent or complete. So two processes asking at
+once get one build and one hit, and nobody reads a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lm.errors import SweepsError
+from lm.tokenizers import (
+    Tokenizer,
+    corpus_sha256,
+    file_lock,
+    iter_marked_chunks,
+    load_tokenizer,
+    train_tokenizer,
+    validate_tokenizer_args,
+    write_json_atomic,
+)
+
+Progress = Callable[[int, int], None]
+
+FORMAT = "lm.tokens/1"
+FILES: dict[str, str] = {
+    "train": "train.bin",
+    "val": "val.bin",
+    "train_nbytes": "train_nbytes.bin",
+    "val_nbytes": "val_nbytes.bin",
+    "tokenizer": "tokenizer.json",
+}
+_UINT16_MAX = np.iinfo(np.uint16).max
+
+
+@dataclass
+class TokenCache:
+    """One encoded corpus: read-only memmaps of ids and per-token bytes, plus ``meta.json``."""
+
+    path: Path
+    meta: dict[str, Any]
+    tokenizer: Tokenizer
+    train: np.ndarray
+    val: np.ndarray
+    train_nbytes: np.ndarray
+    val_nbytes: np.ndarray
+    hit: bool
+
+
+def cache_dir(corpus_dir: Path, kind: str, vocab_size: int, lowercase: bool = False) -> Path:
+    """Where the cache of this tokenizer lives inside a corpus dir."""
+    return Path(corpus_dir) / "cache" / f"{kind}-{vocab_size}{'-lower' if lowercase else ''}"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """uint16 holds ids ``< 65536``; larger vocabularies need uint32."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def load_tokens(
+    corpus_dir: Path,
+    kind: str,
+    vocab_size: int,
+    *,
+    lowercase: bool = False,
+    progress: Progress | None = None,
+) -> TokenCache:
+    """The token cache of this corpus and tokenizer: opened on a hit, built (once) on a miss.
+
+    Arguments and the corpus dir are checked before anything is written; a cache whose corpus
+    sha differs from the manifest's (the corpus was re-prepared) is rebuilt.
+    """
+    validate_tokenizer_args(kind, vocab_size, lowercase)
+    vocab_size = int(vocab_size)  # a numpy integer from a sampler would not go into JSON
+    corpus_dir = Path(corpus_dir)
+    sha = corpus_sha256(corpus_dir)
+    path = cache_dir(corpus_dir, kind, vocab_size, lowercase)
+    want = {"corpus_sha256": sha, "kind": kind, "vocab_size": vocab_size, "lowercase": lowercase}
+    cache = _open(path, want)
+    if cache is not None:
+        return cache
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.parent / f".{path.name}.lock"):
+            cache = _open(path, want)  # built by another process while we waited for the lock
+            if cache is not None:
+                return cache
+            _build(corpus_dir, path, want, progress)
+            cache = _open(path, want)
+    except OSError as exc:  # read-only corpus dir, disk full, ...
+        raise SweepsError(
+            f"{exc.filename or path}: {exc.strerror or exc} while building the token cache; "
+            f"check that {corpus_dir} is readable, writable and has room"
+        ) from None
+    if cache is None:  # pragma: no cover - a build that does not open is a bug, say so
+        raise SweepsError(f"{path}: the token cache just built does not open; delete it, retry")
+    cache.hit = False
+    return cache
+
+
+# --- opening --------------------------------------------------------------------------------------
+
+
+def _open(path: Path, want: dict[str, Any]) -> TokenCache | None:
+    """The cache at ``path`` if it is complete and made from ``want``; None otherwise."""
+    try:
+        meta = _read_meta(path)
+        if meta is None or meta.get("format") != FORMAT:
+            return None
+        if any(meta.get(k) != v for k, v in want.items()):
+            return None  # stale: another corpus sha (re-prepared corpus) or another tokenizer
+        dtype, nb_dtype = np.dtype(meta["dtype"]), np.dtype(meta["nbytes_dtype"])
+        arrays = {}
+        for split in ("train", "val"):
+            n, files = int(meta[f"{split}_tokens"]), meta["files"]
+            arrays[split] = _memmap(path / files[split], dtype, n)
+            arrays[f"{split}_nbytes"] = _memmap(path / files[f"{split}_nbytes"], nb_dtype, n)
+        tokenizer = load_tokenizer(path / meta["files"]["tokenizer"])
+    except (OSError, KeyError, TypeError, ValueError, SweepsError, _Truncated):
+        return None  # missing, half-replaced by a concurrent rebuild, or damaged: rebuild
+    if tokenizer.vocab_size != want["vocab_size"]:
+        return None
+    return TokenCache(path=path, meta=meta, tokenizer=tokenizer, hit=True, **arrays)
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    return meta if isinstance(meta, dict) else None
+
+
+class _Truncated(Exception):
+    """A cache file whose size disagrees with meta.json."""
+
+
+def _memmap(file: Path, dtype: np.dtype, n: int) -> np.ndarray:
+    if file.stat().st_size != n * dtype.itemsize:
+        raise _Truncated(file)
+    if n == 0:
+        return np.zeros(0, dtype=dtype)  # mmap cannot map an empty file
+    return np.memmap(file, dtype=dtype, mode="r", shape=(n,))
+
+
+# --- building -------------------------------------------------------------------------------------
+
+
+class _NBytesOverflow(Exception):
+    """A token stands for more than 65,535 bytes (a huge unknown word): use uint32 nbytes."""
+
+
+def _build(corpus_dir: Path, path: Path, want: dict[str, Any], progress: Progress | None) -> None:
+    kind, vocab_size, lowercase = want["kind"], want["vocab_size"], want["lowercase"]
+    started = time.perf_counter()
+    tokenizer = train_tokenizer(corpus_dir, kind, vocab_size, lowercase=lowercase)
+    tokenizer_seconds = time.perf_counter() - started
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared corpus's cache from other users
+    try:
+        started = time.perf_counter()
+        try:
+            stats = _encode_splits(tokenizer, corpus_dir, tmp, np.dtype(np.uint16), progress)
+        except _NBytesOverflow:  # rare: start again with room for it
+            stats = _encode_splits(tokenizer, corpus_dir, tmp, np.dtype(np.uint32), progress)
+        encode_seconds = time.perf_counter() - started
+        tokens = stats["train_tokens"] + stats["val_tokens"]
+        meta = {
+            "format": FORMAT,
+            **want,
+            "dtype": ids_dtype(vocab_size).name,
+            **stats,
+            "bytes_per_token": (stats["train_bytes"] + stats["val_bytes"]) / tokens
+            if tokens
+            else 0.0,
+            # Share of validation targets that are <unk> (markers included in the count).
+            "unk_rate": stats["unk_val"] / stats["val_tokens"] if stats["val_tokens"] else 0.0,
+            "special_ids": dict(tokenizer.special_ids),
+            "pad_id": tokenizer.pad_id,
+            "unk_id": tokenizer.unk_id,
+            "encode_seconds": round(encode_seconds, 4),
+            "tokenizer_seconds": round(tokenizer_seconds, 4),
+            "files": dict(FILES),
+        }
+        # unigram_counts last: it is long, and the rest of meta.json stays readable above it.
+        meta["unigram_counts"] = meta.pop("unigram_counts")
+        tokenizer.save(tmp / FILES["tokenizer"])
+        write_json_atomic(tmp / "meta.json", meta)
+        _publish(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _encode_splits(
+    tokenizer: Tokenizer,
+    corpus_dir: Path,
+    out: Path,
+    nb_dtype: np.dtype,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """Stream train.txt and val.txt through the tokenizer into ``out``; counts and sizes."""
+    dtype = ids_dtype(tokenizer.vocab_size)
+    sources = {split: corpus_dir / f"{split}.txt" for split in ("train", "val")}
+    total = sum(src.stat().st_size for src in sources.values())
+    done = 0
+    stats: dict[str, Any] = {"nbytes_dtype": nb_dtype.name}
+    unigram = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for split, src in sources.items():
+        n_tokens = n_bytes = n_unk = 0
+        ids_file, nb_file = out / FILES[split], out / FILES[f"{split}_nbytes"]
+        with open(ids_file, "wb") as f_ids, open(nb_file, "wb") as f_nb:
+            for chunk, read in iter_marked_chunks(src):
+                ids, nbytes = tokenizer.encode_marked(chunk)
+                if len(ids) and int(ids.max()) >= tokenizer.vocab_size:  # pragma: no cover
+                    raise SweepsError(
+                        f"{src}: the {tokenizer.kind} tokenizer made an id out of "
+                        "range; this is a bug, please report it"
+                    )
+                if nb_dtype == np.uint16 and len(nbytes) and int(nbytes.max()) > _UINT16_MAX:
+                    raise _NBytesOverflow
+                ids.astype(dtype).tofile(f_ids)
+                nbytes.astype(nb_dtype).tofile(f_nb)
+                n_tokens += len(ids)
+                n_bytes += int(nbytes.sum(dtype=np.int64))
+                if tokenizer.unk_id is not None:
+                    n_unk += int(np.count_nonzero(ids == tokenizer.unk_id))
+                if split == "train":
+                    unigram += np.bincount(ids, minlength=tokenizer.vocab_size)
+                done += read
+                if progress is not None:
+                    progress(done, total)
+        stats[f"{split}_tokens"], stats[f"{split}_bytes"] = n_tokens, n_bytes
+        stats[f"unk_{split}"] = n_unk
+    stats["unigram_counts"] = unigram.tolist()
+    return stats
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Rename the finished ``tmp`` dir to ``path``, moving a stale one aside first.
+
+    A directory cannot be renamed over a non-empty one, so a stale cache goes to a temporary
+    name first; a reader that looks in between finds nothing and waits on the lock.
+    """
+    old = None
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.replace(path, old / "stale")
+    os.replace(tmp, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)  # open memmaps of it stay valid until closed
