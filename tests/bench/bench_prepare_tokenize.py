@@ -15,7 +15,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 PHASE = r"""
@@ -77,7 +76,8 @@ def main() -> None:
         encode_s = first["encode_seconds"] or first["seconds"]
         print(f"tokenize {kind:>4}-{vocab:<5}: encode {text_mb / encode_s:6.1f} MB/s "
               f"({encode_s:.1f} s encode, {first['seconds']:.1f} s with training), "
-              f"{first['bytes_per_token']:.2f} bytes/token, peak RSS {first['peak_rss'] / 1e6:.0f} MB; "
+              f"{first['bytes_per_token']:.2f} bytes/token, "
+              f"peak RSS {first['peak_rss'] / 1e6:.0f} MB; "
               f"cache hit {second['seconds']:.3f} s = {second['seconds'] / first['seconds']:.4f} "
               f"of the first (hit={second['hit']})")
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
