@@ -1,0 +1,304 @@
+"""Model and training configuration: plain validated dataclasses, no torch.
+
+The orchestrator (``sweeps``) imports this module to build, validate and size trials without
+paying for a torch import; the same field names are used by study specs and, kebab-cased, by CLI
+flags (``--d-ff``), so one name means one thing everywhere. Every check raises ``SweepsError``
+naming the field and the offending value (``d_ff must be >= 1, got d_ff=0``).
+
+``param_breakdown`` lives here, not in ``model.py``, because it is pure arithmetic that the
+orchestrator needs (to predict memory and to show what a trial will train) without building a
+model; ``tests/lm/test_model.py`` checks it against the real module's parameter count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lm.errors import SweepsError
+
+TOKENIZERS = ("word", "bpe", "byte")
+ATTENTIONS = ("sdpa", "naive")
+PRECISIONS = ("fp32", "bf16", "fp16")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def _help(text: str) -> Any:
+    """Field metadata read by the CLI (``sweeps.config_options``) for each generated flag."""
+    return {"help": text}
+
+
+# --- checks shared by both dataclasses ---------------------------------------------------------
+
+
+def _int(obj: object, name: str, minimum: int | None = None) -> None:
+    value = getattr(obj, name)
+    # bool is an int subclass: ``d_ff = true`` in a TOML file is a mistake, not 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SweepsError(f"{name} must be an integer, got {name}={value!r}")
+    if minimum is not None and value < minimum:
+        raise SweepsError(f"{name} must be >= {minimum}, got {name}={value}")
+
+
+def _number(
+    obj: object,
+    name: str,
+    *,
+    positive: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    below: float | None = None,
+) -> None:
+    value = getattr(obj, name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise SweepsError(f"{name} must be a number, got {name}={value!r}")
+    if positive and value <= 0:
+        raise SweepsError(f"{name} must be > 0, got {name}={value}")
+    if minimum is not None and value < minimum:
+        raise SweepsError(f"{name} must be >= {minimum}, got {name}={value}")
+    if maximum is not None and value > maximum:
+        raise SweepsError(f"{name} must be <= {maximum}, got {name}={value}")
+    if below is not None and value >= below:
+        raise SweepsError(f"{name} must be < {below}, got {name}={value}")
+    # Store floats as floats so to_dict() -> JSON -> from_dict() is the identity.
+    object.__setattr__(obj, name, float(value))
+
+
+def _choice(obj: object, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    if value not in choices:
+        raise SweepsError(f"{name} must be one of {', '.join(choices)}, got {name}={value!r}")
+
+
+def _bool(obj: object, name: str) -> None:
+    value = getattr(obj, name)
+    if not isinstance(value, bool):
+        raise SweepsError(f"{name} must be true or false, got {name}={value!r}")
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A GPT decoder's shape: everything ``lm.model.GPT`` needs and nothing about training."""
+
+    vocab_size: int
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    d_ff: int = 512
+    seq_len: int = 128
+    dropout: float = 0.0
+    attention: Literal["sdpa", "naive"] = "sdpa"
+    checkpointing: bool = False
+    tie_weights: bool = True
+
+    def __post_init__(self) -> None:
+        _validate_model_fields(self)
+
+
+def _validate_model_fields(obj: object) -> None:
+    """The model checks, shared by ``ModelConfig`` and ``TrainConfig`` (same names, same words)."""
+    _int(obj, "vocab_size", 2)
+    _int(obj, "d_model", 1)
+    _int(obj, "n_layers", 1)
+    _int(obj, "n_heads", 1)
+    # d_ff = 1 is legal (the one-neuron ablation); 0 is a mistake.
+    _int(obj, "d_ff", 1)
+    # One position shift needs at least two positions in a window.
+    _int(obj, "seq_len", 2)
+    d_model, n_heads = obj.d_model, obj.n_heads  # type: ignore[attr-defined]
+    if d_model % n_heads:
+        raise SweepsError(
+            f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads} "
+            f"(d_model % n_heads = {d_model % n_heads})"
+        )
+    _number(obj, "dropout", minimum=0.0, below=1.0)
+    _choice(obj, "attention", ATTENTIONS)
+    _bool(obj, "checkpointing")
+    _bool(obj, "tie_weights")
+
+
+def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters of ``lm.model.GPT(cfg)`` by part, from arithmetic alone (no torch).
+
+    Per block: LayerNorm (2d) + attention (qkv d x 3d + 3d, out d x d + d) + LayerNorm (2d) + FFN
+    (d x f + f, f x d + d); then a final LayerNorm (2d); the output head shares the token
+    embedding when ``tie_weights``, else it is a bias-free V x d matrix.
+    """
+    d, f, v, n = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layers
+    embedding = v * d
+    position = cfg.seq_len * d
+    attention_per_layer = (d * 3 * d + 3 * d) + (d * d + d)
+    ffn_per_layer = (d * f + f) + (f * d + d)
+    norms = n * 2 * (2 * d) + 2 * d
+    lm_head = 0 if cfg.tie_weights else v * d
+    total = embedding + position + n * (attention_per_layer + ffn_per_layer) + norms + lm_head
+    return {
+        "embedding": embedding,
+        "position": position,
+        "attention_per_layer": attention_per_layer,
+        "ffn_per_layer": ffn_per_layer,
+        "norms": norms,
+        "lm_head": lm_head,
+        "total": total,
+    }
+
+
+# --- one training run --------------------------------------------------------------------------
+
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+#: Fields that decide what the weights mean: a checkpoint only fits a config that agrees on these.
+_IDENTITY_FIELDS = ("corpus", "tokenizer", "lowercase", *_MODEL_FIELDS)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run: data, model and optimisation, every field a study/CLI knob."""
+
+    corpus: str = field(metadata=_help("Corpus directory written by `sweeps prepare`."))
+    tokenizer: Literal["word", "bpe", "byte"] = field(
+        default="bpe", metadata=_help("Tokenizer kind: word, bpe or byte.")
+    )
+    vocab_size: int = field(default=4096, metadata=_help("Ids the model sees, specials included."))
+    lowercase: bool = field(default=False, metadata=_help("Lowercase words (word tokenizer)."))
+    d_model: int = field(default=128, metadata=_help("Model width."))
+    n_layers: int = field(default=2, metadata=_help("Transformer blocks."))
+    n_heads: int = field(default=4, metadata=_help("Attention heads (must divide d_model)."))
+    d_ff: int = field(default=512, metadata=_help("Feed-forward width (1 is a legal ablation)."))
+    seq_len: int = field(default=128, metadata=_help("Context length in tokens."))
+    dropout: float = field(default=0.0, metadata=_help("Dropout probability."))
+    attention: Literal["sdpa", "naive"] = field(
+        default="sdpa", metadata=_help("sdpa (fused) or naive (materializes T x T scores).")
+    )
+    checkpointing: bool = field(default=False, metadata=_help("Activation checkpointing."))
+    tie_weights: bool = field(default=True, metadata=_help("Share embedding and output weights."))
+    batch_size: int = field(default=16, metadata=_help("Micro-batch size in sequences."))
+    grad_accum: int = field(default=1, metadata=_help("Micro-batches per optimizer step."))
+    lr: float = field(default=1e-3, metadata=_help("Peak learning rate (AdamW)."))
+    weight_decay: float = field(default=0.1, metadata=_help("AdamW decay of matrix weights."))
+    warmup_tokens: int = field(default=50_000, metadata=_help("Linear warm-up length in tokens."))
+    max_tokens: int = field(default=1_000_000, metadata=_help("Training budget in tokens."))
+    max_wall_s: float | None = field(
+        default=None, metadata=_help("Optional wall-clock limit in seconds (outcome timeout).")
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = field(
+        default="fp32", metadata=_help("fp32, bf16 (autocast) or fp16 (CUDA, gradient scaler).")
+    )
+    grad_clip: float = field(default=1.0, metadata=_help("Gradient norm clip (0 turns it off)."))
+    seed: int = field(default=0, metadata=_help("Seed of init, batches and samples."))
+    eval_every_tokens: int = field(
+        default=250_000, metadata=_help("Evaluate every this many training tokens.")
+    )
+    eval_tokens: int = field(
+        default=32_768, metadata=_help("Size of the fixed validation subset in tokens.")
+    )
+    device: str = field(default="auto", metadata=_help("auto, cpu, cuda or cuda:N."))
+    cpu_memory_limit_bytes: int | None = field(
+        default=None,
+        metadata=_help("CPU runs: bytes the run may allocate beyond its start-up footprint."),
+    )
+    sample_prompts: tuple[str, ...] = field(
+        default=("<Q>How do I", "<Q>What is"),
+        metadata=_help("Prompts sampled at each evaluation (<Q>, <A>, <D> are markers)."),
+    )
+    sample_tokens: int = field(default=32, metadata=_help("Tokens generated per sample prompt."))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise SweepsError(f"corpus must be a directory path, got corpus={self.corpus!r}")
+        _choice(self, "tokenizer", TOKENIZERS)
+        _bool(self, "lowercase")
+        _validate_model_fields(self)
+        # The tokenizer's own rules (byte has exactly 260 ids, lowercase is word-only, ...);
+        # lm.tokenizers needs numpy but no torch.
+        from lm.tokenizers import validate_tokenizer_args
+
+        validate_tokenizer_args(self.tokenizer, self.vocab_size, self.lowercase)
+        _int(self, "batch_size", 1)
+        _int(self, "grad_accum", 1)
+        _number(self, "lr", positive=True)
+        _number(self, "weight_decay", minimum=0.0)
+        _int(self, "warmup_tokens", 0)
+        _int(self, "max_tokens", 1)
+        if self.max_wall_s is not None:
+            _number(self, "max_wall_s", positive=True)
+        _choice(self, "precision", PRECISIONS)
+        _number(self, "grad_clip", minimum=0.0)
+        _int(self, "seed", 0)
+        _int(self, "eval_every_tokens", 1)
+        _int(self, "eval_tokens", 2)
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise SweepsError(
+                f"device must be auto, cpu, cuda or cuda:N, got device={self.device!r}"
+            )
+        if self.precision == "fp16" and self.device == "cpu":
+            raise SweepsError(
+                "precision fp16 needs a CUDA device (its gradient scaler is CUDA-only), got "
+                "precision='fp16', device='cpu'; use precision bf16 or fp32 on the CPU"
+            )
+        if self.cpu_memory_limit_bytes is not None:
+            _int(self, "cpu_memory_limit_bytes", 1)
+        prompts = self.sample_prompts
+        if isinstance(prompts, list):
+            prompts = tuple(prompts)
+            object.__setattr__(self, "sample_prompts", prompts)
+        if not isinstance(prompts, tuple) or not all(isinstance(p, str) for p in prompts):
+            raise SweepsError(
+                f"sample_prompts must be a list of strings, got sample_prompts={prompts!r}"
+            )
+        _int(self, "sample_tokens", 0)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """A config from JSON/TOML/CLI values; an unknown key is named (a typo is not ignored)."""
+        if not isinstance(values, dict):
+            raise SweepsError(f"a training config must be a table of fields, got {values!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            hint = _closest(unknown[0], known)
+            raise SweepsError(
+                f"unknown config field {unknown[0]!r}"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+                + f"; known fields: {', '.join(sorted(known))}"
+            )
+        if "corpus" not in values:
+            raise SweepsError("corpus is missing; give the corpus directory from `sweeps prepare`")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (``from_dict(to_dict())`` gives the same config)."""
+        out = dataclasses.asdict(self)
+        out["sample_prompts"] = list(self.sample_prompts)
+        return out
+
+    def model_config(self, vocab_size: int | None = None) -> ModelConfig:
+        """The model part; ``vocab_size`` overrides when the tokenizer's real size differs."""
+        values = {name: getattr(self, name) for name in _MODEL_FIELDS}
+        if vocab_size is not None:
+            values["vocab_size"] = vocab_size
+        return ModelConfig(**values)
+
+    def fingerprint(self) -> str:
+        """Hash of the fields that decide what the weights mean (data, tokenizer, model shape)."""
+        identity = {name: getattr(self, name) for name in _IDENTITY_FIELDS}
+        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Training tokens (targets) per optimizer step."""
+        return self.batch_size * self.grad_accum * self.seq_len
+
+
+def _closest(name: str, known: set[str]) -> str | None:
+    import difflib
+
+    matches = difflib.get_close_matches(name, sorted(known), n=1)
+    return matches[0] if matches else None

@@ -1,0 +1,129 @@
+"""A small GPT decoder: token + learned position embeddings, pre-LayerNorm blocks, tied head.
+
+Shapes use B (batch), T (positions), C (d_model), H (heads), D (C // H), F (d_ff), V (vocab).
+The parameter count is ``lm.config.param_breakdown(cfg)`` (pure arithmetic, checked against this
+module by the tests), so the orchestrator can size a model without building it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from lm.config import ModelConfig, param_breakdown
+
+__all__ = ["GPT", "ModelConfig", "param_breakdown"]
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.attention = cfg.attention
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+        self.attn_drop = nn.Dropout(cfg.dropout)
+        # The naive path's causal mask, built once; not a parameter and not saved (a checkpoint
+        # holds weights only, and sdpa never needs it).
+        mask = torch.tril(torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool))
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        # (B, T, C) -> (B, H, T, D)
+        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            # The memory ablation: the full (B, H, T, T) score matrix is materialized.
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, H, T, T)
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            att = self.attn_drop(F.softmax(att, dim=-1))
+            y = att @ v  # (B, H, T, D)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
+        return self.resid_drop(self.proj(y))
+
+
+class FeedForward(nn.Module):
+    """C -> F -> C with GELU; F is independent of C (``d_ff = 1`` is a legal, useless model)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.down(F.gelu(self.up(x))))  # (B, T, C) -> (B, T, F) -> (B, T, C)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.wte.weight
+        self.apply(self._init_weights)
+        # GPT-2's scaled init of the residual projections keeps the residual stream's variance
+        # from growing with depth.
+        for name, p in self.named_parameters():
+            if name.endswith(("proj.weight", "down.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        """Distinct parameters (a tied head is counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> logits (B, T, V); position t sees positions <= t only."""
+        T = idx.size(1)
+        if self.wpe.num_embeddings < T:
+            raise ValueError(f"sequence of {T} tokens is longer than seq_len={self.cfg.seq_len}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        for block in self.blocks:
+            if self.cfg.checkpointing and self.training and torch.is_grad_enabled():
+                # Recompute the block's activations in backward instead of storing them.
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
