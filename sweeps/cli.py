@@ -107,12 +107,17 @@ def prepare(
 def tokenize(
     corpus_dir: Annotated[Path, typer.Argument(help="A directory written by `sweeps prepare`.")],
     tokenizer: Annotated[str, typer.Option(help="word, bpe or byte.")] = "bpe",
-    vocab_size: Annotated[int, typer.Option(help="Ids the model sees, specials included.")] = 4096,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(help="Ids the model sees, specials included [default: 4096; byte: 260]."),
+    ] = None,
     lowercase: Annotated[bool, typer.Option(help="Lowercase words (word tokenizer).")] = False,
 ) -> None:
     """Train the tokenizer if needed and encode the corpus once into the token cache."""
     from lm.tokens import load_tokens
 
+    if vocab_size is None:
+        vocab_size = _default_vocab_size(tokenizer)
     started = time.perf_counter()
     with progress_bar("tokenizing") as progress:
         cache = load_tokens(corpus_dir, tokenizer, vocab_size, lowercase=lowercase,
@@ -132,9 +137,18 @@ def tokenize(
 # --- one training run -----------------------------------------------------------------------
 
 
+def _default_vocab_size(tokenizer: str) -> int:
+    """The byte tokenizer has exactly one size; the others default to 4096."""
+    from lm.tokenizers import min_vocab_size
+
+    return min_vocab_size("byte") if tokenizer == "byte" else 4096
+
+
 def _train_config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:
     values: dict[str, Any] = read_toml(config_file, what="--config") if config_file else {}
     values.update(overrides)
+    if "vocab_size" not in values:
+        values["vocab_size"] = _default_vocab_size(values.get("tokenizer", "bpe"))
     if "corpus" not in values:
         raise SweepsError("no corpus given; pass --corpus DIR (from `sweeps prepare`)")
     return TrainConfig.from_dict(values)

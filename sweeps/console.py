@@ -58,7 +58,7 @@ def print_summary(title: str, rows: list[tuple[str, object]]) -> None:
 
 def _format(value: object) -> str:
     if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
+        return f"{value:,.4g}" if abs(value) < 1e3 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)

@@ -1,0 +1,148 @@
+"""The CLI as a user runs it: real processes, exit codes, one-line errors, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def sweeps(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def assert_user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 2, one line on stderr naming the problem, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "demo"
+    proc = sweeps("prepare", "--synthetic", "--size", "400KB", "--seed", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    for word in ("questions", "answered questions", "pairs", "train / val bytes"):
+        assert word in proc.stdout
+    return out
+
+
+def test_help_lists_the_commands() -> None:
+    proc = sweeps("--help")
+    assert proc.returncode == 0
+    for command in ("prepare", "tokenize", "train", "generate", "demo"):
+        assert command in proc.stdout
+
+
+def test_prepare_refuses_to_overwrite_without_force(corpus: Path) -> None:
+    before = (corpus / "manifest.json").read_text()
+    assert_user_error(sweeps("prepare", "--synthetic", "--size", "100KB", "--out", str(corpus)),
+                      "already exists", "--force")
+    assert (corpus / "manifest.json").read_text() == before
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "no such file"),
+    ("dir", "directory"),
+    ("just some text\n", "not an XML file"),
+    ('<?xml version="1.0"?>\n<!DOCTYPE posts [<!ENTITY a "aaaaaaaaaa">'
+     '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<posts><row Id="1" Body="&b;"/></posts>',
+     "entit"),
+    ('<?xml version="1.0"?>\n<users><row Id="1"/></users>', "users"),
+    ('<?xml version="1.0"?>\n<posts><row Id="1" PostTypeId="1" Title="t" Body="b"/>', "truncated"),
+    ('<?xml version="1.0"?>\n<posts><row Id="1" PostTypeId="1" Title="t" Body="b"/></posts>',
+     "pairs"),
+])
+def test_prepare_bad_input_is_one_line_and_leaves_nothing(
+    tmp_path: Path, content: str | None, needle: str
+) -> None:
+    source = tmp_path / "Posts.xml"
+    if content == "dir":
+        source.mkdir()
+    elif content is not None:
+        source.write_text(content)
+    out = tmp_path / "out"
+    assert_user_error(sweeps("prepare", str(source), "--out", str(out)), needle)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["Posts.xml"] if content else [])
+
+
+def test_tokenize_summary_then_cache_hit(corpus: Path) -> None:
+    first = sweeps("tokenize", str(corpus), "--tokenizer", "word", "--vocab-size", "300")
+    assert first.returncode == 0, first.stderr
+    assert "built" in first.stdout and "<unk> rate" in first.stdout
+    second = sweeps("tokenize", str(corpus), "--tokenizer", "word", "--vocab-size", "300")
+    assert second.returncode == 0 and "hit" in second.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--tokenizer", "sentencepiece"], "sentencepiece"),
+    (["--tokenizer", "word", "--vocab-size", "3"], "vocab_size"),
+    (["--tokenizer", "bpe", "--vocab-size", "100"], "vocab_size"),
+])
+def test_tokenize_bad_arguments(corpus: Path, args: list[str], needle: str) -> None:
+    cache = corpus / "cache"
+    before = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
+    assert_user_error(sweeps("tokenize", str(corpus), *args), needle)
+    after = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
+    assert after == before
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--d-ff", "0"], "d_ff=0"),
+    (["--d-model", "100", "--n-heads", "3"], "n_heads=3"),
+    (["--seq-len", "1"], "seq_len=1"),
+    (["--batch-size", "0"], "batch_size=0"),
+    (["--grad-accum", "0"], "grad_accum=0"),
+    (["--lr", "0"], "lr=0"),
+    (["--precision", "fp8"], "fp8"),
+    (["--attention", "flash"], "flash"),
+    (["--precision", "fp16", "--device", "cpu"], "fp16"),
+])
+def test_train_bad_config_writes_nothing(
+    corpus: Path, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    out = tmp_path / "run"
+    assert_user_error(sweeps("train", "--corpus", str(corpus), "--out", str(out), *args), needle)
+    assert not out.exists()
+
+
+def test_train_missing_corpus_and_bad_toml(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert_user_error(sweeps("train", "--corpus", str(tmp_path / "nope"), "--out", str(out)),
+                      "nope")
+    bad = tmp_path / "run.toml"
+    bad.write_text("d_model = [\n")
+    assert_user_error(sweeps("train", "--config", str(bad), "--out", str(out)), "run.toml")
+    typo = tmp_path / "typo.toml"
+    typo.write_text(f'corpus = "{tmp_path}"\nd_modle = 64\n')
+    assert_user_error(sweeps("train", "--config", str(typo), "--out", str(out)), "d_modle")
+    assert not out.exists()
+
+
+def test_train_json_then_generate(corpus: Path, tmp_path: Path) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'corpus = "{corpus}"\ntokenizer = "bpe"\nvocab_size = 300\nd_model = 32\n'
+        "n_layers = 1\nn_heads = 2\nd_ff = 64\nseq_len = 32\nbatch_size = 8\n"
+        "max_tokens = 4096\neval_every_tokens = 4096\neval_tokens = 512\n")
+    out = tmp_path / "run"
+    # Flags override the file.
+    proc = sweeps("train", "--config", str(config), "--d-ff", "32", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["outcome"] == "complete"
+    assert json.loads((out / "config.json").read_text())["d_ff"] == 32
+    assert summary["final_metrics"]["val_bpb"] > 0
+    gen = sweeps("generate", str(out), "--prompt", "<Q>How do I", "--max-new-tokens", "8")
+    assert gen.returncode == 0, gen.stderr
+    assert gen.stdout.startswith("<Q>How do I")
+    assert_user_error(sweeps("generate", str(tmp_path / "missing")), "missing")
