@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, validate_tokenizer, iter_grid
+from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, iter_grid, validate_tokenizer
 
 ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
 
@@ -136,9 +136,12 @@ def make_sampler(spec: StudySpec,
     s = spec.study.sampler
     seed = spec.study.seed
     with warnings.catch_warnings():
-        # multivariate/group/constant_liar/constraints_func are "experimental" in Optuna and warn
-        # on every construction; they are deliberate here.
+        # multivariate/group/constant_liar are "experimental" in Optuna and warn on every
+        # construction; they are deliberate here. Optuna 5 deprecates constraints_func in favour
+        # of ``Trial.set_constraint`` (which TPE and NSGA-II read without any hook); the hook
+        # still works and keeps Optuna 4 supported.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message=".*constraints_func", category=FutureWarning)
         if s.name == "tpe":
             conditional = any(p.when is not None for p in spec.space)
             return optuna.samplers.TPESampler(
@@ -159,15 +162,48 @@ def make_sampler(spec: StudySpec,
         if s.name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if s.name == "qmc":
+            require_scipy("qmc")
             return optuna.samplers.QMCSampler(
                 qmc_type=s.qmc_type, scramble=s.scramble, seed=seed,
                 warn_independent_sampling=False, warn_asynchronous_seeding=False)
         if s.name == "grid":
-            return optuna.samplers.GridSampler(grid_search_space(spec), seed=seed)
+            return _GridSampler(grid_search_space(spec), seed=seed)
         if s.name == "bruteforce":
             # Strict exhaustive search: with several workers the loose criterion can stop early.
-            return optuna.samplers.BruteForceSampler(seed=seed, avoid_premature_stop=True)
+            return _BruteForceSampler(seed=seed, avoid_premature_stop=True)
     raise SweepsError(f"unknown sampler {s.name!r}")  # unreachable: the spec checked it
+
+
+class _StopOutsideOptimize:
+    """Grid and brute-force samplers call ``study.stop()`` once the grid is done, which raises
+    ``RuntimeError`` outside ``study.optimize``, i.e. in the runner's ask/tell loop (the trial's
+    state is stored first, but ``tell`` would still raise). The runner stops at ``n_trials`` (the
+    grid size by default), so the stop request can be dropped there."""
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: Any,
+                    values: Sequence[float] | None) -> None:
+        try:
+            super().after_trial(study, trial, state, values)  # type: ignore[misc]
+        except RuntimeError as exc:
+            if "Study.stop" not in str(exc):
+                raise
+
+
+class _GridSampler(_StopOutsideOptimize, optuna.samplers.GridSampler):
+    pass
+
+
+class _BruteForceSampler(_StopOutsideOptimize, optuna.samplers.BruteForceSampler):
+    pass
+
+
+def require_scipy(sampler: str) -> None:
+    """Optuna's QMC sampler imports scipy, which the project does not depend on."""
+    import importlib.util
+
+    if importlib.util.find_spec("scipy") is None:
+        raise SweepsError(f"sampler {sampler!r} needs scipy, which is not installed; "
+                          "`pip install scipy`, or use sampler = \"random\" or \"tpe\"")
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:

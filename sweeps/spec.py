@@ -49,9 +49,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import importlib.util
 import itertools
 import math
 import operator
+import os
 import re
 import tomllib
 import typing
@@ -421,10 +423,12 @@ class StudySpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as TOML-shaped data (corpus paths absolute): ``from_dict`` reads it back, so
-        a worker on another machine can rebuild the spec from the study's stored copy."""
+        a worker on another machine can rebuild the spec from the study's stored copy. Without
+        ``study.storage``: a URL may hold a password, and a joining worker has its own URL."""
         import copy
 
         out = copy.deepcopy(self.raw)
+        out.get("study", {}).pop("storage", None)
         corpus = dict(out.get("corpus", {}))
         if "dir" in corpus:
             corpus["dir"] = str(self.corpus.dir)
@@ -749,6 +753,9 @@ class _Parser:
         storage = None
         if t.get("storage") is not None:
             storage = self.str_(t["storage"], "study.storage")
+            if "://" not in storage:
+                raise self.error("study.storage", f"{storage!r} is not a database URL; use e.g. "
+                                 "sqlite:///sweeps.db or postgresql://user@host/dbname")
         objectives = self.parse_objectives(t.get("objectives", ["val_bpb"]))
         multi = len(objectives) > 1
         seed = None if t.get("seed") is None else self.int_(t["seed"], "study.seed", 0)
@@ -831,6 +838,9 @@ class _Parser:
         if "name" not in t:
             raise self.error(name_key, f"missing; use one of: {', '.join(SAMPLERS)}")
         name = self.choice(t["name"], name_key, SAMPLERS)
+        if name == "qmc" and importlib.util.find_spec("scipy") is None:
+            raise self.error(name_key, "sampler 'qmc' needs scipy, which is not installed; "
+                             "`pip install scipy`, or use sampler = \"random\" or \"tpe\"")
         if ablation is not None and name != "random":
             raise self.error(key, f"an ablation enqueues every trial, so sampler {name!r} would "
                              "never be used; remove study.sampler")
@@ -902,9 +912,9 @@ class _Parser:
             raise self.error("corpus.out", "missing; say where to write the prepared corpus, "
                              "e.g. out = \"corpora/history\"")
         out = self.path(t["out"], "corpus.out")
-        if self.check_paths and not out.parent.is_dir():
-            raise self.error("corpus.out", f"the parent directory of {out} does not exist; "
-                             "create it or choose another out")
+        if self.check_paths and out.exists() and not out.is_dir():
+            raise self.error("corpus.out", f"{out} is a file; give a directory for the prepared "
+                             "corpus")
         val_fraction = 0.05
         if "val_fraction" in t:
             val_fraction = self.number(t["val_fraction"], "corpus.val_fraction")
@@ -946,7 +956,8 @@ class _Parser:
     def path(self, value: Any, key: str) -> Path:
         text = self.str_(value, key)
         path = Path(text).expanduser()
-        return path if path.is_absolute() else (self.base_dir / path)
+        # Absolute and normalised: trial children and remote workers may run elsewhere.
+        return Path(os.path.abspath(path if path.is_absolute() else self.base_dir / path))
 
     def size(self, value: Any, key: str) -> int:
         number = _parse_bytes(value)
@@ -1106,7 +1117,10 @@ class _Parser:
                 return
             except SweepsError as exc:
                 first_error = first_error or exc
-        raise self.error("fixed", f"no valid config: {first_error}")
+        # TrainConfig's messages start with the field they are about: name it when it is fixed.
+        field_name = re.match(r"\w*", str(first_error)).group(0)  # type: ignore[union-attr]
+        key = f"fixed.{field_name}" if field_name in fixed else "fixed"
+        raise self.error(key, f"no valid config: {first_error}")
 
     def check_bounds(self, params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None:
         """Every bound of every parameter must make a valid TrainConfig with *some* values of
@@ -1260,6 +1274,11 @@ class _Parser:
             if not isinstance(values, list) or not values:
                 raise self.error(f"ablation.vary.{k}", f"must be a non-empty list, got "
                                  f"{values!r}")
+            for i, v in enumerate(values):
+                # Each value becomes an Optuna categorical choice: scalars only.
+                if not (v is None or isinstance(v, (str, int, float, bool))):
+                    raise self.error(f"ablation.vary.{k}[{i}]", f"must be a string, number or "
+                                     f"boolean, got {v!r}")
             vary.append((k, tuple(_normalise(v) for v in values)))
         seeds = None
         if "seeds" in t:

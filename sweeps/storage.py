@@ -1,0 +1,577 @@
+"""One database per study: Optuna's RDB storage plus the project's own ``sweeps_*`` tables.
+
+- URL: ``--storage``, else ``$SWEEPS_STORAGE``, else the spec's ``[study] storage``, else
+  ``sqlite:///sweeps.db``. Passwords are masked (``***``) in every message (``mask_url``).
+- SQLite: WAL journal (readers never block the writer) and a 60 s busy timeout on every
+  connection, so several local workers queue for the write lock instead of failing with
+  "database is locked". Optuna builds its engine and creates its tables inside
+  ``RDBStorage.__init__``, before a caller could attach a connect event to that engine; a
+  ``creator`` in ``engine_kwargs`` is the one hook that covers the very first connection too.
+- PostgreSQL: ``postgresql://`` is rewritten to psycopg 3 (``postgresql+psycopg://``), with
+  ``pool_pre_ping`` (a worker survives a server restart or an idle-connection cull).
+- A URL that is invalid or unreachable is a one-line ``SweepsError`` raised *before* Optuna
+  touches the database, so a typo creates nothing (for SQLite: a missing directory is an error,
+  never created).
+- Heartbeats: a trial whose worker stops beating for ``grace_period`` is failed by the next
+  worker that starts a trial, and ``RequeueCallback`` queues its parameters again (at most
+  ``max_retries`` times). ``stale_local_trials`` + ``fail_and_requeue`` do the same at once for
+  trials of this host whose worker process is gone (a resume after ``kill -9``).
+- The project's tables (SQLAlchemy Core): ``sweeps_evals`` (one row per evaluation),
+  ``sweeps_samples`` (generated text), ``sweeps_trial_hosts`` (which process runs a trial).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from lm.errors import SweepsError
+
+DEFAULT_URL = "sqlite:///sweeps.db"
+ENV_VAR = "SWEEPS_STORAGE"
+#: Seconds a SQLite connection waits for the write lock before "database is locked".
+SQLITE_TIMEOUT_S = 60.0
+#: Seconds to wait for a database server before calling it unreachable.
+CONNECT_TIMEOUT_S = 10
+
+# Optuna >= 4.9 renamed the retry callback; keep working on older 4.x.
+_RetryBase: type = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
+    optuna.storages.RetryFailedTrialCallback
+
+StudyRef = str | optuna.Study
+EngineLike = sa.Engine | RDBStorage
+
+
+# --- URLs ---------------------------------------------------------------------------------------
+
+
+def resolve_storage_url(cli: str | None, spec_url: str | None) -> str:
+    """The storage URL by precedence: ``--storage``, ``$SWEEPS_STORAGE``, the spec, default."""
+    for candidate in (cli, os.environ.get(ENV_VAR), spec_url):
+        if candidate is not None and candidate.strip():
+            return candidate.strip()
+    return DEFAULT_URL
+
+
+def mask_url(url: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db`` (also a
+    ``password=`` query parameter). Works on strings that are not valid URLs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc_end = len(rest)
+    for stop in "/?#":
+        i = rest.find(stop)
+        if i != -1:
+            netloc_end = min(netloc_end, i)
+    netloc, tail = rest[:netloc_end], rest[netloc_end:]
+    at = netloc.rfind("@")
+    if at != -1:
+        userinfo, host = netloc[:at], netloc[at + 1:]
+        user, colon, _password = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else netloc
+    if "?" in tail:
+        path, _, query = tail.partition("?")
+        parts = [(p.split("=", 1)[0] + "=***") if p.lower().startswith("password=") else p
+                 for p in query.split("&")]
+        tail = f"{path}?{'&'.join(parts)}"
+    return f"{scheme}://{netloc}{tail}"
+
+
+def normalize_url(url: str) -> str:
+    """Validate the URL's form; ``postgres(ql)://`` gets the psycopg 3 driver."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise SweepsError(f"storage URL {mask_url(url)!r} is not a database URL; use e.g. "
+                          f"{DEFAULT_URL} or postgresql://user@host/dbname") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        return parsed.render_as_string(hide_password=False)
+    return url
+
+
+# --- opening ------------------------------------------------------------------------------------
+
+
+def open_storage(
+    url: str,
+    *,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    failed_trial_callback: Callable[[optuna.Study, FrozenTrial], None] | None = None,
+    max_retries: int | None = 2,
+) -> RDBStorage:
+    """Optuna's storage at ``url`` with the project's tables ensured; ``SweepsError`` (masked
+    URL, a hint) when the URL is invalid or the database cannot be reached, with nothing created.
+
+    ``heartbeat_interval`` (s) turns heartbeats on; a RUNNING trial silent for ``grace_period``
+    (s, default Optuna's 2 x interval) is failed and handed to ``failed_trial_callback``, by
+    default ``RequeueCallback(max_retries)``.
+    """
+    shown, url = url, normalize_url(url)
+    engine_kwargs = _engine_kwargs(url, shown)
+    if heartbeat_interval is not None and failed_trial_callback is None:
+        failed_trial_callback = RequeueCallback(max_retries)
+    heartbeat: dict[str, Any] = {}
+    if heartbeat_interval is not None:
+        heartbeat = {"heartbeat_interval": heartbeat_interval, "grace_period": grace_period}
+        if failed_trial_callback is not None:
+            heartbeat[_CALLBACK_ARG] = failed_trial_callback
+    # Several workers starting at once on a new database race to create the same tables (and
+    # Optuna's version row): the loser sees "already exists" and simply tries again.
+    for attempt in range(4):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+            ensure_tables(storage.engine)
+            return storage
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
+            if attempt < 3 and _is_create_race(exc):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise _storage_error(shown, exc) from None
+        except (sa.exc.SQLAlchemyError, sqlite3.Error, RuntimeError, ValueError) as exc:
+            raise _storage_error(shown, exc) from None
+    raise AssertionError("unreachable")
+
+
+def open_engine(url: str) -> sa.Engine:
+    """A plain SQLAlchemy engine on the storage (same checks and settings as ``open_storage``),
+    for readers that need the project's tables but not Optuna."""
+    shown, url = url, normalize_url(url)
+    engine = sa.create_engine(url, **_engine_kwargs(url, shown))
+    try:
+        ensure_tables(engine)
+    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+        engine.dispose()
+        raise _storage_error(shown, exc) from None
+    return engine
+
+
+def _engine_kwargs(url: str, shown: str) -> dict[str, Any]:
+    """Check the database is there (creating nothing) and return the engine settings; errors
+    show ``shown`` (the URL as the user wrote it), masked."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_kwargs(shown, parsed)
+    connect_args: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    probe = None
+    try:
+        probe = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args=connect_args)
+        with probe.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except ImportError as exc:
+        raise SweepsError(f"storage {mask_url(shown)}: the database driver is not installed "
+                          f"({exc.name or exc}); for PostgreSQL install psycopg[binary] and use "
+                          "postgresql://") from None
+    except (sa.exc.SQLAlchemyError, OSError) as exc:
+        raise _storage_error(shown, exc) from None
+    finally:
+        if probe is not None:
+            probe.dispose()
+    return {"pool_pre_ping": True, "connect_args": connect_args}
+
+
+def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:") \
+            or parsed.query.get("uri") == "true":
+        return {}  # in-memory or URI form: nothing to check, no file to configure
+    path = Path(database).expanduser()
+    if path.is_dir():
+        raise SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
+                          "e.g. sqlite:///sweeps.db")
+    if not path.parent.is_dir():
+        raise SweepsError(f"storage {mask_url(url)}: directory {path.parent} does not exist; "
+                          "create it first or point the URL at an existing directory")
+
+    def connect() -> sqlite3.Connection:
+        # check_same_thread=False: Optuna's heartbeat thread and the pool share connections.
+        conn = sqlite3.connect(str(path), timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(SQLITE_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        # WAL + NORMAL is durable across a process crash (only an OS crash can lose the last
+        # commits) and avoids an fsync per trial update.
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    return {"creator": connect, "pool_pre_ping": True}
+
+
+def _is_create_race(exc: Exception) -> bool:
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "already exists" in text or "duplicate" in text or "unique constraint" in text
+
+
+def _storage_error(url: str, exc: BaseException) -> SweepsError:
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = detail[0].strip() if detail else type(exc).__name__
+    masked = mask_url(url)
+    if "password" in first.lower():
+        first = "authentication failed"
+    if "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
+        hint = f"upgrade it with `optuna storage upgrade --storage {masked}`"
+    elif url.startswith("sqlite"):
+        hint = "check the file is a SQLite database written by sweeps/Optuna"
+    else:
+        hint = ("check host, port, user and database name (create the database first, e.g. "
+                "`createdb sweeps`), or use sqlite:///sweeps.db")
+    return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
+
+
+def _callback_arg() -> str:
+    import inspect
+
+    names = inspect.signature(RDBStorage.__init__).parameters
+    return "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in names \
+        else "failed_trial_callback"
+
+
+_CALLBACK_ARG = _callback_arg()
+
+
+# --- the project's tables -----------------------------------------------------------------------
+
+metadata = sa.MetaData()
+
+evals_table = sa.Table(
+    "sweeps_evals", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study_name", sa.String(512), nullable=False),
+    sa.Column("trial_number", sa.Integer, nullable=False),
+    sa.Column("trial_id", sa.Integer, nullable=False),
+    sa.Column("step", sa.BigInteger),
+    sa.Column("tokens", sa.BigInteger),
+    sa.Column("val_loss", sa.Float),
+    sa.Column("val_bpb", sa.Float),
+    sa.Column("unigram_gap", sa.Float),
+    sa.Column("peak_mem_bytes", sa.BigInteger),
+    sa.Column("tokens_per_s", sa.Float),
+    sa.Column("elapsed_s", sa.Float),
+    # The whole evaluation as JSON text: every metric, including ones without a column.
+    sa.Column("metrics", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.Float, nullable=False),
+    sa.Index("ix_sweeps_evals_study_trial", "study_name", "trial_number"),
+)
+
+samples_table = sa.Table(
+    "sweeps_samples", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study_name", sa.String(512), nullable=False),
+    sa.Column("trial_number", sa.Integer, nullable=False),
+    sa.Column("trial_id", sa.Integer),
+    sa.Column("step", sa.BigInteger),
+    sa.Column("tokens", sa.BigInteger),
+    sa.Column("prompt", sa.Text, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.Float, nullable=False),
+    sa.Index("ix_sweeps_samples_study_trial", "study_name", "trial_number"),
+)
+
+hosts_table = sa.Table(
+    "sweeps_trial_hosts", metadata,
+    sa.Column("trial_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("study_name", sa.String(512), nullable=False),
+    sa.Column("trial_number", sa.Integer, nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),  # unix seconds
+    sa.Index("ix_sweeps_trial_hosts_study", "study_name"),
+)
+
+#: Evaluation keys copied into their own columns (the rest stay in the JSON only).
+EVAL_COLUMNS = ("step", "tokens", "val_loss", "val_bpb", "unigram_gap", "peak_mem_bytes",
+                "tokens_per_s", "elapsed_s")
+_INT_COLUMNS = ("step", "tokens", "peak_mem_bytes")
+
+
+def ensure_tables(engine: EngineLike) -> None:
+    """Create the ``sweeps_*`` tables where missing (idempotent; safe against a racing worker)."""
+    engine = _engine(engine)
+    for attempt in range(4):
+        try:
+            metadata.create_all(engine, checkfirst=True)
+            return
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
+            if attempt == 3 or not _is_create_race(exc):
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
+def record_eval(engine: EngineLike, study: str, trial_number: int, trial_id: int,
+                metrics: Mapping[str, Any]) -> None:
+    """Store one evaluation (a ``metrics.jsonl`` line) of one trial."""
+    row: dict[str, Any] = {
+        "study_name": study, "trial_number": trial_number, "trial_id": trial_id,
+        "metrics": json.dumps(dict(metrics), sort_keys=True, default=str),
+        "recorded_at": time.time(),
+    }
+    for key in EVAL_COLUMNS:
+        row[key] = _column_value(metrics.get(key), integer=key in _INT_COLUMNS)
+    with _engine(engine).begin() as conn:
+        conn.execute(evals_table.insert(), [row])
+
+
+def record_samples(engine: EngineLike, study: str, trial_number: int, trial_id: int | None,
+                   samples: Mapping[str, str] | Iterable[Mapping[str, str]], *,
+                   tokens: int | None = None, step: int | None = None) -> None:
+    """Store generated samples: ``{prompt: text}`` or ``[{"prompt": ..., "text": ...}]``."""
+    items = ([{"prompt": p, "text": t} for p, t in samples.items()]
+             if isinstance(samples, Mapping) else [dict(s) for s in samples])
+    if not items:
+        return
+    now = time.time()
+    rows = [{"study_name": study, "trial_number": trial_number, "trial_id": trial_id,
+             "step": step, "tokens": tokens, "prompt": str(s["prompt"]), "text": str(s["text"]),
+             "recorded_at": now} for s in items]
+    with _engine(engine).begin() as conn:
+        conn.execute(samples_table.insert(), rows)
+
+
+def record_host(engine: EngineLike, study: str, trial_number: int, trial_id: int, *,
+                host: str | None = None, pid: int | None = None,
+                started_at: float | None = None) -> None:
+    """Record which process owns a trial (default: this host, this process, now): the process
+    that talks to Optuna for it, i.e. the worker, not the training child."""
+    row = {"trial_id": trial_id, "study_name": study, "trial_number": trial_number,
+           "host": host or socket.gethostname(), "pid": os.getpid() if pid is None else pid,
+           "started_at": time.time() if started_at is None else started_at}
+    with _engine(engine).begin() as conn:
+        # Delete + insert instead of a dialect-specific upsert: one row per trial id.
+        conn.execute(hosts_table.delete().where(hosts_table.c.trial_id == trial_id))
+        conn.execute(hosts_table.insert(), [row])
+
+
+def read_evals(engine: EngineLike, study: str,
+               trial_number: int | None = None) -> list[dict[str, Any]]:
+    """Evaluations of a study (or one trial) in recording order; ``metrics`` decoded."""
+    t = evals_table
+    query = sa.select(t).where(t.c.study_name == study)
+    if trial_number is not None:
+        query = query.where(t.c.trial_number == trial_number)
+    rows = _rows(engine, query.order_by(t.c.trial_number, t.c.id))
+    for row in rows:
+        row["metrics"] = json.loads(row["metrics"])
+    return rows
+
+
+def read_samples(engine: EngineLike, study: str,
+                 trial_number: int | None = None) -> list[dict[str, Any]]:
+    """Generated samples of a study (or one trial) in recording order."""
+    t = samples_table
+    query = sa.select(t).where(t.c.study_name == study)
+    if trial_number is not None:
+        query = query.where(t.c.trial_number == trial_number)
+    return _rows(engine, query.order_by(t.c.trial_number, t.c.id))
+
+
+def read_hosts(engine: EngineLike, study: str | None = None) -> list[dict[str, Any]]:
+    """Host/pid rows of a study's trials (every study's when ``study`` is None)."""
+    t = hosts_table
+    query = sa.select(t)
+    if study is not None:
+        query = query.where(t.c.study_name == study)
+    return _rows(engine, query.order_by(t.c.study_name, t.c.trial_number))
+
+
+def delete_study_records(engine: EngineLike, study: str) -> None:
+    """Remove a study's rows from the project's tables (``optuna.delete_study`` does Optuna's)."""
+    with _engine(engine).begin() as conn:
+        for table in (evals_table, samples_table, hosts_table):
+            conn.execute(table.delete().where(table.c.study_name == study))
+
+
+def _rows(engine: EngineLike, query: sa.Select) -> list[dict[str, Any]]:
+    with _engine(engine).connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _engine(engine: EngineLike) -> sa.Engine:
+    return engine.engine if isinstance(engine, RDBStorage) else engine
+
+
+def _column_value(value: Any, *, integer: bool) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if integer:
+        return int(value) if math.isfinite(value) else None
+    # NaN is not portable as a column value (SQLite stores NULL); it stays in the JSON.
+    return None if math.isnan(value) else float(value)
+
+
+# --- stale trials and retries -------------------------------------------------------------------
+
+
+class RequeueCallback(_RetryBase):
+    """Optuna's heartbeat retry callback, minus the failed run's user attributes.
+
+    Optuna's version copies ``user_attrs`` (here: outcome, reason, run dir of the dead run) into
+    the new trial, which would then look finished before it starts. This one queues the same
+    parameters with ``retries`` (how many times they have been re-queued) and ``retry_of`` (the
+    first trial number) as user attributes; Optuna's ``retry_history``/``retried_trial_number``
+    read it as usual.
+    """
+
+    def __init__(self, max_retry: int | None = 2) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            super().__init__(max_retry=max_retry)
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        requeue(study, trial, max_retries=self._max_retry)
+
+
+def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None) -> bool:
+    """Queue ``trial``'s parameters again as a WAITING trial; False when it already was
+    re-queued ``max_retries`` times."""
+    history = [*trial.system_attrs.get("retry_history", []), trial.number]
+    if max_retries is not None and len(history) > max_retries:
+        return False
+    system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.WAITING,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs={"retries": len(history), "retry_of": history[0]},
+        system_attrs=system_attrs,
+    ))
+    return True
+
+
+@contextlib.contextmanager
+def heartbeat(storage: RDBStorage, trial_id: int) -> Iterator[None]:
+    """Record ``trial_id``'s heartbeat every ``heartbeat_interval`` seconds while inside.
+
+    ``Study.optimize`` does this itself; an ask/tell loop (the runner's) must, or its long trials
+    look dead after ``grace_period``. A no-op when the storage has no heartbeat.
+    """
+    interval = storage.get_heartbeat_interval()
+    if interval is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            # A database blip: the next beat tries again, well within the grace period.
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"sweeps-heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail trials whose heartbeat is older than the grace period and run the storage's callback
+    (re-queue); ``Study.optimize`` calls this before each trial, an ask/tell loop must."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def pid_alive(pid: int, started_at: float | None = None) -> bool:
+    """Whether process ``pid`` on this host still exists and is the one that was recorded (on
+    Linux a pid reused by a process started after ``started_at`` counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True  # no /proc: trust the signal check
+    state, start_ticks = stat
+    if state in ("Z", "X"):
+        return False  # a zombie is a finished process whose parent has not reaped it
+    if started_at is not None:
+        boot = _boot_time()
+        if boot is not None:
+            process_start = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+            if process_start > started_at + 2.0:
+                return False  # the recorded process is gone; its pid now names another one
+    return True
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
+    fields = text[text.rfind(")") + 2:].split()
+    return fields[0], int(fields[19])
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def stale_local_trials(storage: RDBStorage, study: StudyRef,
+                       host: str | None = None) -> list[FrozenTrial]:
+    """RUNNING trials of ``study`` owned (per ``sweeps_trial_hosts``) by a process of ``host``
+    (default: this machine) that no longer exists: safe to fail at once, without waiting for the
+    heartbeat grace period. Trials of other hosts are left to their heartbeats."""
+    host = host or socket.gethostname()
+    study_name = study if isinstance(study, str) else study.study_name
+    study_id = storage.get_study_id_from_name(study_name)
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    if not running:
+        return []
+    by_id = {t._trial_id: t for t in running}
+    t = hosts_table
+    owners = _rows(storage, sa.select(t).where(
+        t.c.study_name == study_name, t.c.host == host, t.c.trial_id.in_(list(by_id))))
+    return [by_id[o["trial_id"]] for o in owners
+            if not pid_alive(o["pid"], o["started_at"])]
+
+
+def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *,
+                     max_retries: int | None = 2, reason: str | None = None) -> bool:
+    """Fail a RUNNING trial whose worker is gone and queue its parameters again (if it was
+    re-queued fewer than ``max_retries`` times). Returns whether a new trial was queued; False
+    also when another process finished or failed the trial first."""
+    study_obj = study if isinstance(study, optuna.Study) else optuna.load_study(
+        study_name=study, storage=storage)
+    trial_id = trial._trial_id
+    why = reason or "its worker process ended without finishing it"
+    try:
+        storage.set_trial_user_attr(trial_id, "outcome", "crashed")
+        storage.set_trial_user_attr(trial_id, "reason", why)
+        if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            return False
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return requeue(study_obj, storage.get_trial(trial_id), max_retries=max_retries)
