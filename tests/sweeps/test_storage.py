@@ -309,7 +309,7 @@ def test_heartbeat_fails_and_requeues_a_silent_trial(tmp_path: Path) -> None:
         time.sleep(3.0)  # longer than the grace period, but beating
         st.fail_stale_trials(study)
         assert study.get_trials()[0].state == TrialState.RUNNING
-    time.sleep(2.5)  # silent for longer than the grace period
+    time.sleep(4.0)  # silent for twice the grace period (margin for a loaded machine)
     st.fail_stale_trials(study)
     trials = study.get_trials()
     assert trials[0].state == TrialState.FAIL
