@@ -10,7 +10,8 @@
 - Collapse statistics over the predicted next-token distributions p_i of a validation set, with
   mean m = mean_i p_i: KL(m || unigram) (near 0: the model predicts corpus frequencies), mean_i
   KL(p_i || m) (near 0: every prediction is the same, whatever the context), and the overlap of
-  the top-20 tokens of m and of the corpus.
+  the top-20 tokens of m and of the corpus. ``top_tokens`` lists those tokens with both
+  probabilities, so a report can draw the two distributions side by side.
 
 Everything here is a pure function of tensors/arrays (or a small accumulator), testable by hand.
 """
@@ -129,6 +130,10 @@ class CollapseStats:
         self.sum_neg_entropy += float((p * logp).sum().double())
         self.n += p.shape[0]
 
+    def mean(self) -> torch.Tensor:
+        """The mean predicted distribution m (V,), float64 (zeros before any update)."""
+        return self.sum_probs / max(self.n, 1)
+
     def result(self, unigram: torch.Tensor, k: int = 20) -> dict[str, float]:
         """kl_mean_to_unigram, mean_kl_to_mean, top20_overlap (nats; share)."""
         if self.n == 0:
@@ -151,3 +156,20 @@ def collapse_stats(probs: torch.Tensor, unigram: torch.Tensor, k: int = 20) -> d
     acc = CollapseStats(probs.shape[-1])
     acc.update(torch.log(probs.double().clamp_min(1e-300)))
     return acc.result(unigram, k)
+
+
+def top_tokens(
+    mean: torch.Tensor, unigram: torch.Tensor, strings: Sequence[str], k: int = 20
+) -> dict[str, list]:
+    """The union of the k likeliest tokens of the corpus ``unigram`` and of the model's ``mean``
+    prediction, most frequent in the corpus first: ``{"tokens": [display strings], "corpus":
+    [p], "model": [p]}`` (probabilities to 6 significant digits: this goes in every evaluation)."""
+    m, u = mean.double().reshape(-1), unigram.double().reshape(-1)
+    k = min(k, u.numel())
+    ids = set(torch.topk(u, k).indices.tolist()) | set(torch.topk(m, k).indices.tolist())
+    order = sorted(ids, key=lambda i: (-float(u[i]), -float(m[i]), i))
+    return {
+        "tokens": [strings[i] if i < len(strings) else f"<{i}>" for i in order],
+        "corpus": [float(f"{float(u[i]):.6g}") for i in order],
+        "model": [float(f"{float(m[i]):.6g}") for i in order],
+    }

@@ -69,6 +69,7 @@ METRIC_KEYS = (
     "kl_mean_to_unigram",
     "mean_kl_to_mean",
     "top20_overlap",
+    "top_tokens",
     "unk_rate_targets",
     "unk_rate_samples",
     "samples",
@@ -468,8 +469,10 @@ def evaluate(
     autocast: Callable[[], AbstractContextManager],
     unk_id: int | None,
     unigram: torch.Tensor,
-) -> dict[str, float]:
-    """Loss, bits per byte, accuracy and collapse statistics on fixed windows (eval mode)."""
+    token_strings: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Loss, bits per byte, accuracy and collapse statistics on fixed windows (eval mode); with
+    ``token_strings``, also ``top_tokens`` (the collapse chart's corpus-vs-model frequencies)."""
     model.eval()
     nll_sum, bits, n_bytes, correct, n, unk = 0.0, 0.0, 0, 0, 0, 0
     collapse = metrics.CollapseStats(model.cfg.vocab_size)
@@ -491,13 +494,16 @@ def evaluate(
             unk += int((y == unk_id).sum())
         collapse.update(logits)
     model.train()
-    return {
+    out: dict[str, Any] = {
         "val_loss": nll_sum / n,
         "val_bpb": bits / n_bytes if n_bytes else float("nan"),
         "accuracy": correct / n,
         **collapse.result(unigram),
         "unk_rate_targets": unk / n,
     }
+    if token_strings is not None:
+        out["top_tokens"] = metrics.top_tokens(collapse.mean(), unigram, token_strings)
+    return out
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -671,6 +677,7 @@ class _RunState:
         self.unigram_entropy = metrics.unigram_entropy(counts)
         unk_id = setup.cache.tokenizer.unk_id
         self.unk_id = None if unk_id is None else int(unk_id)
+        self.token_strings = setup.cache.tokenizer.token_strings()
         self.unigram_bpb = metrics.unigram_bpb(
             counts, setup.windows[:, 1:], setup.window_nbytes, self.unk_id
         )
@@ -766,6 +773,7 @@ class _RunState:
             autocast=autocast,
             unk_id=self.unk_id,
             unigram=self.unigram,
+            token_strings=self.token_strings,
         )
         samples, generated, unk = [], 0, 0
         tokenizer = setup.cache.tokenizer
@@ -800,6 +808,7 @@ class _RunState:
             "kl_mean_to_unigram": vals["kl_mean_to_unigram"],
             "mean_kl_to_mean": vals["mean_kl_to_mean"],
             "top20_overlap": vals["top20_overlap"],
+            "top_tokens": vals["top_tokens"],
             "unk_rate_targets": vals["unk_rate_targets"],
             "unk_rate_samples": unk / generated if generated else 0.0,
             "samples": samples,

@@ -17,6 +17,7 @@ import typer
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
+from sweeps import cli_report
 from sweeps.config_options import read_toml, with_config_options
 from sweeps.console import console, err_console, human_bytes, print_summary, progress_bar
 
@@ -27,6 +28,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(cli_report.app)
 
 _state = {"debug": False}
 

@@ -1,0 +1,71 @@
+"""The report's charts: one module per chart, each a ``data(...)`` function (tested on data) and a
+``chart(results) -> Chart`` that draws it. Charts read only ``sweeps.results`` frames.
+
+Thousands of trials: every chart stays readable and the file small. Scatter charts keep one
+marker per trial (SVG handles a few thousand); the memory map aggregates trials per cell; the
+learning curves draw the best few trials and a quantile band of the rest; the samples table
+shows a selection. Text that reaches plotly (token strings, reasons) is HTML-escaped first:
+plotly renders a small set of tags inside labels, and ``<Q>`` must show as ``<Q>``.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+
+#: One colour per outcome, the same in every chart.
+OUTCOME_COLORS: dict[str, str] = {
+    "complete": "#2ca02c",
+    "pruned": "#7f7f7f",
+    "unigram_collapse": "#9467bd",
+    "diverged": "#8c564b",
+    "timeout": "#bcbd22",
+    "oom": "#d62728",
+    "predicted_oom": "#ff9896",
+    "crashed": "#222222",
+    "interrupted": "#e377c2",
+    "running": "#1f77b4",
+    "waiting": "#aec7e8",
+}
+TOKENIZER_COLORS = {"bpe": "#1f77b4", "word": "#ff7f0e", "byte": "#2ca02c"}
+MIB = 2**20
+
+
+@dataclass
+class Chart:
+    """One report section: a figure, or a note saying why there is none, or ready HTML."""
+
+    key: str
+    title: str
+    about: str  # one or two sentences: what to look for
+    figure: go.Figure | None = None
+    note: str | None = None
+    html: str | None = None  # a non-plotly section (the samples table), already escaped
+
+
+def outcome_color(outcome: str) -> str:
+    return OUTCOME_COLORS.get(outcome, "#17becf")
+
+
+def outcome_order(outcomes: Any) -> list[str]:
+    """Outcomes present, in the fixed legend order (unknown ones last, sorted)."""
+    present = {str(o) for o in outcomes}
+    known = [o for o in OUTCOME_COLORS if o in present]
+    return known + sorted(present - set(known))
+
+
+def esc(text: Any) -> str:
+    """Text for a plotly label or hover: escaped, so ``<Q>`` or ``<script>`` shows as typed."""
+    return html.escape("" if text is None else str(text), quote=False)
+
+
+def style(fig: go.Figure, *, height: int = 420, **layout: Any) -> go.Figure:
+    """The report's common look (white template, compact margins, legend on the right)."""
+    settings: dict[str, Any] = {"template": "plotly_white", "height": height,
+                                "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+                                "legend": {"itemsizing": "constant"}}
+    fig.update_layout(**{**settings, **layout})
+    return fig

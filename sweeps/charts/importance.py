@@ -1,0 +1,88 @@
+"""Parameter importances (Optuna's ``get_param_importances``) for val_bpb.
+
+The complete trials are replayed into an in-memory single-objective study (val_bpb, whatever the
+study's objectives), so a multi-objective study has importances too and the database is read
+once. Optuna's default evaluator (fANOVA) needs scikit-learn; without it PED-ANOVA is used, which
+needs nothing more (the chart says which).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import warnings
+
+import optuna
+import pandas as pd
+import plotly.graph_objects as go
+from optuna.distributions import BaseDistribution
+
+from sweeps.charts import Chart, esc, style
+from sweeps.results import StudyResults
+
+MIN_TRIALS = 2
+
+
+def evaluator() -> tuple[optuna.importance.BaseImportanceEvaluator, str]:
+    if importlib.util.find_spec("sklearn") is not None:
+        return optuna.importance.FanovaImportanceEvaluator(seed=0), "fANOVA"
+    return optuna.importance.PedAnovaImportanceEvaluator(), "PED-ANOVA"
+
+
+def data(trials: pd.DataFrame,
+         distributions: dict[str, BaseDistribution]) -> tuple[dict[str, float] | None, str]:
+    """(importances by parameter, most important first; or None) and a note: the evaluator used,
+    or why there are no importances (fewer than 2 complete trials, nothing varied...)."""
+    done = trials[(trials["outcome"] == "complete") & trials["val_bpb"].notna()]
+    if len(done) < MIN_TRIALS:
+        return None, (f"Parameter importances need at least {MIN_TRIALS} complete trials with a "
+                      f"val_bpb; this study has {len(done)}.")
+    if not distributions:
+        return None, "The study has no sampled parameters, so there is nothing to rank."
+    frozen = []
+    for row in done.itertuples(index=False):
+        values = row._asdict()
+        params = {}
+        for name in distributions:
+            value = values.get(f"param_{name}")
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                params[name] = value.item() if hasattr(value, "item") else value
+        try:
+            frozen.append(optuna.trial.create_trial(
+                params=params, distributions={n: distributions[n] for n in params},
+                value=float(values["val_bpb"])))
+        except ValueError:
+            continue  # a value outside the recorded distribution (the space changed): skip
+    if len(frozen) < MIN_TRIALS:
+        return None, "Too few complete trials fit the recorded search space to rank parameters."
+    method, name = evaluator()
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line
+    try:
+        study = optuna.create_study(direction="minimize")
+        study.add_trials(frozen)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importances = optuna.importance.get_param_importances(study, evaluator=method)
+    except (ValueError, RuntimeError) as exc:
+        return None, f"Optuna could not rank the parameters: {exc}"
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    if not importances:
+        return None, "No parameter was varied across the complete trials."
+    return dict(importances), f"{name} over {len(frozen)} complete trials (target: val_bpb)"
+
+
+def chart(results: StudyResults) -> Chart:
+    title = "Parameter importances"
+    about = "How much of the variation in val_bpb each sampled parameter explains (Optuna)."
+    importances, note = data(results.trials, results.distributions)
+    if importances is None:
+        return Chart("importance", title, about, note=note)
+    names = list(importances)[::-1]  # most important on top
+    fig = go.Figure(go.Bar(x=[importances[n] for n in names], y=[esc(n) for n in names],
+                           orientation="h", marker={"color": "#1f77b4"},
+                           hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text=f"importance ({esc(note)})")
+    return Chart("importance", title, about,
+                 figure=style(fig, height=max(260, 60 + 40 * len(names))))

@@ -1,0 +1,117 @@
+"""What vocabulary size is worth: val_bpb beside per-token loss against vocab size, by tokenizer,
+with bytes per token and the ``<unk>`` rate.
+
+Per-token loss falls as tokens carry less (a byte, or an ``<unk>`` standing for any rare word is
+easy to predict); bits per byte charges every byte of text, so only it compares tokenizers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sweeps.charts import TOKENIZER_COLORS, Chart, esc, style
+from sweeps.results import StudyResults
+
+#: Per tokenizer, exact vocab sizes up to this many distinct values; log-spaced bins beyond.
+MAX_EXACT = 40
+BINS = 24
+#: Above this many trials, individual points are left out (the best-per-size lines remain).
+MAX_POINTS = 600
+
+
+def size_bins(sizes: pd.Series) -> pd.Series:
+    """A bin label per row: the size itself when there are few distinct sizes, else the index of
+    a log-spaced bin."""
+    sizes = sizes.astype(float)
+    if sizes.nunique() <= MAX_EXACT:
+        return sizes
+    edges = np.geomspace(sizes.min(), sizes.max() * (1 + 1e-9), BINS + 1)
+    return pd.Series(np.digitize(sizes, edges), index=sizes.index).astype(float)
+
+
+def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(points, best, tokens):
+
+    - points: trials with val_bpb and a vocab size: number, outcome, tokenizer, vocab_size,
+      val_bpb, val_loss;
+    - best: per tokenizer and vocab size (or size bin), the trial with the lowest val_bpb among
+      complete trials (all trials when none completed), sorted by size;
+    - tokens: per tokenizer and vocab size (or bin), mean bytes_per_token and unk_rate.
+    """
+    cols = ["number", "outcome", "tokenizer", "vocab_size", "val_bpb", "val_loss",
+            "bytes_per_token", "unk_rate"]
+    frame = trials[cols].copy()
+    frame["vocab_size"] = pd.to_numeric(frame["vocab_size"], errors="coerce").astype(float)
+    frame = frame[frame["tokenizer"].notna() & np.isfinite(frame["vocab_size"])]
+    points = frame[np.isfinite(frame["val_bpb"])].reset_index(drop=True)
+    pool = points[points["outcome"] == "complete"]
+    pool = pool if len(pool) else points
+    best_rows = []
+    for _, part in pool.groupby("tokenizer", sort=True):
+        part = part.assign(bin=size_bins(part["vocab_size"]))
+        best_rows.append(part.loc[part.groupby("bin")["val_bpb"].idxmin()])
+    best = (pd.concat(best_rows) if best_rows else pool.assign(bin=[]))
+    best = best.drop(columns="bin").sort_values(["tokenizer", "vocab_size"]).reset_index(drop=True)
+    tok_rows = []
+    measured = frame[np.isfinite(frame["bytes_per_token"].astype(float))]
+    for tokenizer, part in measured.groupby("tokenizer", sort=True):
+        part = part.assign(bin=size_bins(part["vocab_size"]))
+        agg = part.groupby("bin").agg(vocab_size=("vocab_size", "median"),
+                                      bytes_per_token=("bytes_per_token", "mean"),
+                                      unk_rate=("unk_rate", "mean"))
+        tok_rows.append(agg.assign(tokenizer=tokenizer))
+    tokens = (pd.concat(tok_rows).reset_index(drop=True) if tok_rows else
+              pd.DataFrame(columns=["vocab_size", "bytes_per_token", "unk_rate", "tokenizer"]))
+    tokens = tokens.sort_values(["tokenizer", "vocab_size"]).reset_index(drop=True)
+    return points[cols[:6]], best[cols[:6]], tokens
+
+
+def chart(results: StudyResults) -> Chart:
+    title = "Vocabulary: what a bigger vocabulary buys"
+    about = ("Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
+             "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
+             "token and the share of targets that are <unk>. Lines join the best trial per size.")
+    points, best, tokens = data(results.trials)
+    if points.empty and tokens.empty:
+        return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")
+    fig = make_subplots(rows=2, cols=2, vertical_spacing=0.16, horizontal_spacing=0.08,
+                        shared_xaxes="all",
+                        subplot_titles=["val_bpb (bits per byte)", "val loss (nats per token)",
+                                        "bytes per token", esc("<unk> rate")])
+    for tokenizer in sorted(set(points["tokenizer"]) | set(tokens["tokenizer"])):
+        color = TOKENIZER_COLORS.get(str(tokenizer), "#17becf")
+        first = True
+        for col, metric in ((1, "val_bpb"), (2, "val_loss")):
+            if len(points) <= MAX_POINTS:
+                part = points[points["tokenizer"] == tokenizer]
+                fig.add_trace(go.Scatter(
+                    x=part["vocab_size"].to_numpy(), y=part[metric].to_numpy(), mode="markers",
+                    marker={"color": color, "size": 6, "opacity": 0.35}, name=str(tokenizer),
+                    legendgroup=str(tokenizer), showlegend=False,
+                    customdata=part["number"].to_numpy(),
+                    hovertemplate="trial %{customdata}<br>V=%{x:,}<br>%{y:.4f}<extra></extra>"),
+                    row=1, col=col)
+            line = best[best["tokenizer"] == tokenizer]
+            fig.add_trace(go.Scatter(
+                x=line["vocab_size"].to_numpy(), y=line[metric].to_numpy(), mode="lines+markers",
+                line={"color": color}, marker={"size": 7}, name=str(tokenizer),
+                legendgroup=str(tokenizer), showlegend=first,
+                customdata=line["number"].to_numpy(),
+                hovertemplate=f"best: trial %{{customdata}}<br>V=%{{x:,}}<br>{metric} "
+                              "%{y:.4f}<extra></extra>"), row=1, col=col)
+            first = False
+        part = tokens[tokens["tokenizer"] == tokenizer]
+        for col, metric in ((1, "bytes_per_token"), (2, "unk_rate")):
+            fig.add_trace(go.Scatter(
+                x=part["vocab_size"].to_numpy(), y=part[metric].astype(float).to_numpy(),
+                mode="lines+markers", line={"color": color, "dash": "dot"}, name=str(tokenizer),
+                legendgroup=str(tokenizer), showlegend=False,
+                hovertemplate=f"V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}<extra></extra>"),
+                row=2, col=col)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text="vocab size", row=2)
+    fig.update_yaxes(tickformat=".0%", row=2, col=2)
+    return Chart("vocab", title, about, figure=style(fig, height=640))

@@ -1,0 +1,112 @@
+"""``sweeps report`` and ``sweeps export``: a study, from the database alone, as one HTML file of
+trade-off charts, or as a table (CSV, Parquet, JSON) with one row per trial.
+
+Merged into the top-level app by ``sweeps/cli.py`` (``app.add_typer(cli_report.app)``). pandas
+and plotly are imported inside the commands, so ``sweeps --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lm.errors import SweepsError
+from sweeps.console import human_bytes, print_summary
+
+app = typer.Typer()
+
+FORMATS = ("csv", "parquet", "json")
+
+StorageOption = Annotated[
+    str | None,
+    typer.Option("--storage", help="Database URL [default: $SWEEPS_STORAGE, else "
+                                   "sqlite:///sweeps.db]."),
+]
+StudyArgument = Annotated[str, typer.Argument(help="The study's name.")]
+
+
+@app.command()
+def report(
+    study: StudyArgument,
+    out: Annotated[Path | None, typer.Option("--out", help="The HTML file to write "
+                                                          "[default: STUDY.html].")] = None,
+    storage: StorageOption = None,
+    png: Annotated[Path | None, typer.Option(
+        "--png", help="Also write each chart as DIR/<chart>.png (needs `pip install kaleido`).",
+    )] = None,
+) -> None:
+    """Write the study's trade-off report: one self-contained HTML file that works offline."""
+    from sweeps import report as report_mod
+    from sweeps.storage import resolve_storage_url
+
+    if png is not None and importlib.util.find_spec("kaleido") is None:
+        raise SweepsError("--png needs the kaleido package, which is not installed; "
+                          "run `pip install kaleido` or leave out --png")
+    out = out or Path(f"{study}.html")
+    if out.is_dir():
+        raise SweepsError(f"--out {out} is a directory; give a file name such as {study}.html")
+    started = time.perf_counter()
+    charts, data = report_mod.write(resolve_storage_url(storage, None), study, out)
+    pngs = report_mod.write_pngs(charts, png) if png is not None else []
+    counts = data.trials["outcome"].value_counts()
+    rows: list[tuple[str, object]] = [
+        ("study", data.name),
+        ("storage", data.storage),
+        ("trials", ", ".join(f"{o} {n}" for o, n in counts.items()) or "none"),
+        ("charts", ", ".join(c.key for c in charts if c.figure is not None or c.html)),
+    ]
+    notes = [c.key for c in charts if c.note]
+    if notes:
+        rows.append(("notes instead of charts", ", ".join(notes)))
+    if pngs:
+        rows.append(("images", f"{len(pngs)} in {png}"))
+    rows += [("size", human_bytes(out.stat().st_size)),
+             ("time", f"{time.perf_counter() - started:.2f} s")]
+    print_summary(f"report {out}", rows)
+
+
+@app.command()
+def export(
+    study: StudyArgument,
+    format: Annotated[str, typer.Option("--format", help="csv, parquet or json.")] = "csv",
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="The file to write [default: stdout; parquet: STUDY.parquet].")] = None,
+    storage: StorageOption = None,
+) -> None:
+    """Export the study's trials, one row per trial (the table the report's charts read)."""
+    if format not in FORMATS:
+        raise SweepsError(f"--format {format!r} is not supported; use one of {', '.join(FORMATS)}")
+    if format == "parquet" and not any(importlib.util.find_spec(m) for m in
+                                       ("pyarrow", "fastparquet")):
+        raise SweepsError("--format parquet needs the pyarrow package, which is not installed; "
+                          "run `pip install pyarrow` or use --format csv")
+    from sweeps.results import study_frame
+    from sweeps.storage import resolve_storage_url
+
+    frame = study_frame(resolve_storage_url(storage, None), study)
+    if format == "parquet" and out is None:
+        out = Path(f"{study}.parquet")
+    if out is not None and out.is_dir():
+        raise SweepsError(f"--out {out} is a directory; give a file name")
+    if format == "csv":
+        text = frame.to_csv(index=False)
+    elif format == "json":
+        # ISO dates; NaN/NA as null: strict JSON, one object per trial.
+        text = frame.to_json(orient="records", date_format="iso", double_precision=15) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    if format == "parquet":
+        frame.to_parquet(tmp, index=False)
+    else:
+        tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    typer.echo(f"wrote {len(frame)} trials x {frame.shape[1]} columns to {out} "
+               f"({human_bytes(out.stat().st_size)})", err=True)

@@ -1,0 +1,244 @@
+"""The trade-off report: every chart of ``sweeps.charts`` in one self-contained HTML file.
+
+plotly.js is inlined once in the head (each chart carries only its data), so the file opens
+offline and a 2,000-trial study stays a few MB, most of it plotly.js itself. The header
+summarises the study (storage with credentials masked, trials by outcome, the best trial and its
+config). A small script records page errors (``window.onerror``, rejected promises,
+``console.error``) and, once the page has loaded, how many charts rendered, into
+``#report-status``: what the browser test reads, and what a user sees if something broke.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import plotly.io as pio
+import plotly.offline
+
+from lm.errors import SweepsError
+from sweeps import results as results_mod
+from sweeps.charts import (
+    Chart,
+    collapse,
+    curves,
+    importance,
+    memory_map,
+    memory_pred,
+    outcome_color,
+    outcome_order,
+    parallel,
+    pareto,
+    samples,
+    vocab,
+)
+from sweeps.results import StudyResults
+
+#: The report's sections, in order.
+CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
+    pareto.chart, vocab.chart, memory_map.chart, memory_pred.chart, curves.chart,
+    parallel.chart, importance.chart, collapse.chart, samples.chart,
+)
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+# Runs first in <head>: errors of anything after it (plotly.js, the charts) are recorded.
+_ERROR_CAPTURE = """<script>
+window.__reportErrors = [];
+window.addEventListener("error", function (e) {
+  window.__reportErrors.push("error: " + (e.message || e.type));
+});
+window.addEventListener("unhandledrejection", function (e) {
+  window.__reportErrors.push("unhandled rejection: " + String(e.reason));
+});
+(function () {
+  var original = console.error;
+  console.error = function () {
+    window.__reportErrors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    return original.apply(console, arguments);
+  };
+})();
+</script>"""
+
+# Runs at the end of <body>: after load (and a moment for plotly's async layout), count charts.
+_STATUS = """<script>
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var charts = document.querySelectorAll(".chart");
+    var rendered = 0;
+    charts.forEach(function (c) { if (c.querySelector(".main-svg")) { rendered += 1; } });
+    var status = document.getElementById("report-status");
+    status.setAttribute("data-charts", String(charts.length));
+    status.setAttribute("data-rendered", String(rendered));
+    status.setAttribute("data-errors", String(window.__reportErrors.length));
+    status.setAttribute("data-state", "done");
+    document.getElementById("report-errors").textContent = window.__reportErrors.join("\\n");
+    if (window.__reportErrors.length || rendered < charts.length) {
+      status.textContent = "Some charts failed to render: " + (charts.length - rendered) +
+        " of " + charts.length + "; errors: " + window.__reportErrors.length;
+      status.className = "broken";
+    }
+  }, 500);
+});
+</script>"""
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
+       max-width: 1400px; padding: 0 24px 48px; color: #222; }
+header { border-bottom: 1px solid #ddd; padding: 16px 0; }
+h1 { margin: 0 0 8px; font-size: 24px; } h2 { margin: 32px 0 4px; font-size: 19px; }
+.meta { color: #555; font-size: 14px; } .meta code { background: #f4f4f4; padding: 1px 4px; }
+.outcomes { margin: 10px 0; } .chip { display: inline-block; color: #fff; border-radius: 10px;
+  padding: 1px 9px; margin: 2px 4px 2px 0; font-size: 13px; white-space: nowrap; }
+.best { display: flex; gap: 32px; flex-wrap: wrap; font-size: 14px; }
+table { border-collapse: collapse; font-size: 13px; }
+td, th { border: 1px solid #e2e2e2; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f6f6f6; }
+table.samples td.text { font-family: ui-monospace, Menlo, Consolas, monospace;
+  white-space: pre-wrap; max-width: 520px; }
+nav { font-size: 14px; margin-top: 10px; } nav a { margin-right: 12px; }
+.about { color: #555; font-size: 14px; margin: 0 0 8px; max-width: 1000px; }
+.note { background: #fafafa; border-left: 4px solid #ccc; padding: 10px 14px; color: #444; }
+#report-status.broken { background: #fde8e8; border: 1px solid #d62728; padding: 8px; }
+#report-errors:empty { display: none; }
+"""
+
+
+def build(storage: results_mod.StorageLike, study_name: str) -> tuple[str, list[Chart],
+                                                                       StudyResults]:
+    """(HTML, charts, data) of a study's report."""
+    data = results_mod.load(storage, study_name)
+    charts = [make(data) for make in CHARTS]
+    return render(data, charts), charts, data
+
+
+def write(storage: results_mod.StorageLike, study_name: str, out: Path) -> tuple[list[Chart],
+                                                                                 StudyResults]:
+    """Write the report to ``out`` (atomically: a temporary name, then a rename)."""
+    text, charts, data = build(storage, study_name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return charts, data
+
+
+def write_pngs(charts: list[Chart], directory: Path) -> list[Path]:
+    """Each chart's figure as ``<key>.png`` (needs the optional ``kaleido`` package)."""
+    if importlib.util.find_spec("kaleido") is None:
+        raise SweepsError("--png needs the kaleido package, which is not installed; "
+                          "run `pip install kaleido` or leave out --png")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for chart in charts:
+        if chart.figure is None:
+            continue
+        path = directory / f"{chart.key}.png"
+        try:
+            chart.figure.write_image(path, format="png", width=1200)
+        except Exception as exc:  # kaleido's failures (no Chrome, ...) vary by version
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SweepsError(f"--png: kaleido could not draw {chart.key}: {first}") from None
+        written.append(path)
+    return written
+
+
+# --- HTML -------------------------------------------------------------------------------------
+
+
+def render(data: StudyResults, charts: list[Chart]) -> str:
+    e = html.escape
+    nav = " ".join(f'<a href="#{c.key}">{e(c.title.split(":")[0])}</a>' for c in charts)
+    sections = "\n".join(_section(c) for c in charts)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>sweeps report: {e(data.name)}</title>
+{_ERROR_CAPTURE}
+<style>{_CSS}</style>
+<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>
+</head><body>
+{summary(data)}
+<nav>{nav}</nav>
+<div id="report-status" data-state="loading"></div><pre id="report-errors"></pre>
+{sections}
+{_STATUS}
+</body></html>
+"""
+
+
+def _section(chart: Chart) -> str:
+    e = html.escape
+    if chart.figure is not None:
+        body = ('<div class="chart" data-chart="' + chart.key + '">'
+                + pio.to_html(chart.figure, include_plotlyjs=False, full_html=False,
+                              div_id=f"chart-{chart.key}", config=PLOTLY_CONFIG)
+                + "</div>")
+    elif chart.html is not None:
+        body = chart.html
+    else:
+        body = f'<p class="note">{e(chart.note or "Nothing to show.")}</p>'
+    return (f'<section id="{chart.key}"><h2>{e(chart.title)}</h2>'
+            f'<p class="about">{e(chart.about)}</p>{body}</section>')
+
+
+def best_trial(trials: pd.DataFrame) -> pd.Series | None:
+    """The complete trial with the lowest val_bpb."""
+    done = trials[(trials["outcome"] == "complete") & trials["val_bpb"].notna()]
+    return None if done.empty else done.loc[done["val_bpb"].idxmin()]
+
+
+def summary(data: StudyResults) -> str:
+    e = html.escape
+    trials = data.trials
+    counts = trials["outcome"].value_counts()
+    chips = "".join(
+        f'<span class="chip" style="background:{outcome_color(o)}">{e(o)}: {counts[o]:,}</span>'
+        for o in outcome_order(counts.index))
+    objectives = ", ".join(f"{e(name)} ({e(d)})"
+                           for name, d in zip(data.objectives, data.directions, strict=False))
+    extras = []
+    budget = data.user_attrs.get("memory_budget_bytes")
+    if isinstance(budget, (int, float)) and budget > 0:
+        extras.append(f"memory budget {budget / 2**30:.2f} GiB")
+    factor = data.user_attrs.get("calibration_factor")
+    if isinstance(factor, (int, float)):
+        extras.append(f"memory calibration x{factor:.2f}")
+    generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    best = best_trial(trials)
+    best_html = "<p>No trial has completed yet.</p>"
+    if best is not None:
+        front = pareto.data(trials, "peak_mem_bytes")
+        rows = [("trial", f"{int(best['number'])}"), ("val_bpb", f"{best['val_bpb']:.4f}"),
+                ("val loss", _fmt(best["val_loss"], "{:.4f} nats/token")),
+                ("peak memory", _fmt(best["peak_mem_bytes"], "{:,.0f} bytes")),
+                ("wall time", _fmt(best["wall_s"], "{:.1f} s")),
+                ("parameters", _fmt(best["params_total"], "{:,.0f}")),
+                ("Pareto-optimal trials (val_bpb, memory)", f"{int(front['on_front'].sum())}")]
+        config = json.loads(best["config_json"]) if isinstance(best["config_json"], str) else {}
+        config_rows = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>"
+                              for k, v in config.items())
+        best_html = (
+            '<div class="best"><div><h3>Best trial (lowest val_bpb, complete)</h3><table>'
+            + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+            + "</table></div>"
+            + (f"<div><h3>Its config</h3><table>{config_rows}</table></div>" if config_rows
+               else "")
+            + "</div>")
+    return f"""<header>
+<h1>Study <code>{e(data.name)}</code></h1>
+<div class="meta">storage <code>{e(data.storage)}</code> · objectives {objectives or "none"} ·
+{len(trials):,} trials{"".join(" · " + e(x) for x in extras)} · generated {generated}</div>
+<div class="outcomes">{chips}</div>
+{best_html}
+</header>"""
+
+
+def _fmt(value: object, pattern: str) -> str:
+    if value is None or pd.isna(value):
+        return "-"
+    return pattern.format(float(value))

@@ -1,0 +1,341 @@
+"""Fabricate a study exactly as the runner records it (contract: "Trial record"), for report tests.
+
+Trials get plausible values (val_bpb falls with vocabulary and width; a word vocabulary pays for
+its ``<unk>``s; logits and attention grow with B x T x V and T^2) and every outcome appears.
+
+``bulk=False`` writes through the public APIs (``study.add_trials``, ``storage.record_eval``,
+``record_samples``): the real path, ~50 ms a trial. ``bulk=True`` inserts the same rows with one
+executemany per table through Optuna's own ORM tables (``optuna.storages._rdb.models``), so a
+2,000-trial study takes seconds; ``test_results`` checks both paths give the same frame.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import sqlalchemy as sa
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+    distribution_to_json,
+)
+from optuna.trial import TrialState
+
+from sweeps import storage as st
+
+OUTCOMES = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
+            "timeout", "crashed", "interrupted")
+STATES = {"complete": TrialState.COMPLETE, "crashed": TrialState.FAIL,
+          "interrupted": TrialState.FAIL}
+BUDGET = 2 * 2**30
+EVAL_EVERY = 50_000
+MAX_TOKENS = 250_000
+PROMPTS = ("<Q>How to raise", "<Q>")
+DISTRIBUTIONS = {
+    "tokenizer": CategoricalDistribution(["word", "bpe", "byte"]),
+    "vocab_size": IntDistribution(260, 8192, log=True),
+    "d_ff": CategoricalDistribution([1, 64, 256, 1024]),
+    "seq_len": CategoricalDistribution([64, 128, 256, 512]),
+    "batch_size": CategoricalDistribution([4, 8, 16, 32, 64]),
+    "attention": CategoricalDistribution(["sdpa", "naive"]),
+    "lr": FloatDistribution(1e-4, 1e-1, log=True),
+}
+WORDS = ("the", "a", "students", "teacher", "raise", "history", "war", "empire", "proof",
+         "answer", "question", "why", "how", "class", "king", "<unk>")
+
+
+def config_for(params: dict[str, Any], corpus: str = "/data/corpus") -> dict[str, Any]:
+    """The full TrainConfig dict (as lm.config.TrainConfig.to_dict writes it)."""
+    return {
+        "corpus": corpus, "tokenizer": params["tokenizer"], "vocab_size": params["vocab_size"],
+        "lowercase": False, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": params["d_ff"],
+        "seq_len": params["seq_len"], "dropout": 0.0, "attention": params["attention"],
+        "checkpointing": False, "tie_weights": True, "batch_size": params["batch_size"],
+        "grad_accum": 1, "lr": params["lr"], "weight_decay": 0.1, "warmup_tokens": 10_000,
+        "max_tokens": MAX_TOKENS, "max_wall_s": None, "precision": "fp32", "grad_clip": 1.0,
+        "seed": 0, "eval_every_tokens": EVAL_EVERY, "eval_tokens": 16_384, "device": "cpu",
+        "cpu_memory_limit_bytes": None, "sample_prompts": list(PROMPTS), "sample_tokens": 16,
+    }
+
+
+def _params(rng: np.random.Generator) -> dict[str, Any]:
+    tokenizer = str(rng.choice(["word", "bpe", "byte"], p=[0.4, 0.45, 0.15]))
+    vocab = 260 if tokenizer == "byte" else int(math.exp(rng.uniform(math.log(300),
+                                                                     math.log(8192))))
+    return {
+        "tokenizer": tokenizer, "vocab_size": vocab,
+        "d_ff": int(rng.choice([1, 64, 256, 1024])),
+        "seq_len": int(rng.choice([64, 128, 256, 512])),
+        "batch_size": int(rng.choice([4, 8, 16, 32, 64])),
+        "attention": str(rng.choice(["sdpa", "naive"])),
+        "lr": float(math.exp(rng.uniform(math.log(1e-4), math.log(1e-1)))),
+    }
+
+
+def predicted_bytes(p: dict[str, Any]) -> int:
+    """A rough analytic peak: weights/Adam + logits (3 copies) + naive attention's T x T."""
+    b, t, v = p["batch_size"], p["seq_len"], p["vocab_size"]
+    weights = 16 * (v * 64 + 2 * (4 * 64 * 64 + 2 * 64 * p["d_ff"]))
+    logits = 3 * 4 * b * t * v
+    attention = (4 * 4 * b * t * t * 2) if p["attention"] == "naive" else 4 * b * t * 64 * 2
+    return int(weights + logits + attention + 3 * 4 * b * t * 64 * 2 + 150 * 2**20)
+
+
+def _quality(p: dict[str, Any], rng: np.random.Generator) -> tuple[float, float, float, float]:
+    """(final val_bpb, val_loss per token, bytes per token, unk rate)."""
+    v, kind = p["vocab_size"], p["tokenizer"]
+    if kind == "byte":
+        bpt, unk = 1.0, 0.0
+    elif kind == "bpe":
+        bpt, unk = 1.6 + 0.9 * math.log(v / 256) / math.log(32), 0.0
+    else:
+        bpt, unk = 5.4, max(0.01, 0.45 * (1 - math.log(v / 256) / math.log(64)))
+    bpb = 1.55 + 0.25 * (kind == "byte") + 0.3 * (p["d_ff"] == 1)
+    bpb += 0.15 * abs(math.log10(p["lr"] / 3e-3)) + 8 * unk * 0.35 + rng.normal(0, 0.03)
+    return bpb, bpb * bpt * math.log(2), bpt, unk
+
+
+def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
+              samples: dict[int, list[dict[str, str]]] | None = None) -> optuna.Study:
+    """A study of ``n`` finished trials (the first nine cover every outcome) written to ``url``.
+
+    ``samples`` overrides the generated samples of given trial numbers (e.g. HTML in a sample).
+    """
+    rng = np.random.default_rng(seed)
+    storage = st.open_storage(url)
+    study = optuna.create_study(study_name=name, storage=storage,
+                                directions=["minimize", "minimize"])
+    study.set_user_attr("memory_budget_bytes", BUDGET)
+    study.set_user_attr("calibration_factor", 1.1)
+    study.set_user_attr("spec", {"study": {"name": name, "objectives": [
+        {"metric": "val_bpb", "direction": "minimize"},
+        {"metric": "peak_mem", "direction": "minimize"}]}})
+    trials, evals, sample_rows = [], [], []
+    now = time.time()
+    for number in range(n):
+        p = _params(rng)
+        outcome = OUTCOMES[number] if number < len(OUTCOMES) else None
+        trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now)
+        trials.append(trial)
+        evals.append(trial_evals)
+        sample_rows.append((samples or {}).get(number, trial_samples))
+    if bulk:
+        ids = _bulk_add_trials(storage, study._study_id, trials)
+    else:
+        study.add_trials(trials)
+        ids = {t.number: t._trial_id for t in study.get_trials(deepcopy=False)}
+    engine = storage.engine
+    eval_rows, text_rows = [], []
+    for number, (trial_evals, trial_samples) in enumerate(zip(evals, sample_rows, strict=True)):
+        for metrics in trial_evals:
+            if bulk:
+                eval_rows.append(_eval_row(name, number, ids[number], metrics))
+            else:
+                st.record_eval(engine, name, number, ids[number], metrics)
+        if trial_evals and trial_samples:
+            last = trial_evals[-1]
+            if bulk:
+                text_rows += [{"study_name": name, "trial_number": number,
+                               "trial_id": ids[number], "step": last["step"],
+                               "tokens": last["tokens"], "prompt": s["prompt"],
+                               "text": s["text"], "recorded_at": now} for s in trial_samples]
+            else:
+                st.record_samples(engine, name, number, ids[number], trial_samples,
+                                  tokens=last["tokens"], step=last["step"])
+    if eval_rows or text_rows:
+        with engine.begin() as conn:
+            if eval_rows:
+                conn.execute(st.evals_table.insert(), eval_rows)
+            if text_rows:
+                conn.execute(st.samples_table.insert(), text_rows)
+    engine.dispose()  # close the pool (SQLite checkpoints its WAL); reopened on next use
+    return study
+
+
+def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
+                     trials: list[optuna.trial.FrozenTrial]) -> dict[int, int]:
+    """Insert finished trials with one executemany per Optuna table; {number: trial_id}."""
+    from optuna.storages._rdb import models as m
+
+    def utc(d: datetime.datetime | None) -> datetime.datetime | None:
+        return None if d is None else d.astimezone(datetime.UTC).replace(tzinfo=None)
+
+    with storage.engine.begin() as conn:
+        conn.execute(m.TrialModel.__table__.insert(), [
+            {"number": number, "study_id": study_id, "state": t.state,
+             "datetime_start": utc(t.datetime_start),
+             "datetime_complete": utc(t.datetime_complete)}
+            for number, t in enumerate(trials)])
+        table = m.TrialModel.__table__
+        ids = dict(conn.execute(sa.select(table.c.number, table.c.trial_id).where(
+            table.c.study_id == study_id)).all())
+        params, values, attrs, inter = [], [], [], []
+        for number, t in enumerate(trials):  # create_trial leaves number unset (-1)
+            tid = ids[number]
+            for name, value in t.params.items():
+                dist = t.distributions[name]
+                params.append({"trial_id": tid, "param_name": name,
+                               "param_value": dist.to_internal_repr(value),
+                               "distribution_json": distribution_to_json(dist)})
+            for i, value in enumerate(t.values or []):
+                stored, kind = m.TrialValueModel.value_to_stored_repr(value)
+                values.append({"trial_id": tid, "objective": i, "value": stored,
+                               "value_type": kind})
+            attrs += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                      for k, v in t.user_attrs.items()]
+            for step, value in t.intermediate_values.items():
+                stored, kind = m.TrialIntermediateValueModel.intermediate_value_to_stored_repr(
+                    value)
+                inter.append({"trial_id": tid, "step": step, "intermediate_value": stored,
+                              "intermediate_value_type": kind})
+        for model, rows in ((m.TrialParamModel, params), (m.TrialValueModel, values),
+                            (m.TrialUserAttributeModel, attrs),
+                            (m.TrialIntermediateValueModel, inter)):
+            if rows:
+                conn.execute(model.__table__.insert(), rows)
+    return ids
+
+
+def _eval_row(study: str, number: int, trial_id: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The row ``storage.record_eval`` writes, without its one-transaction-per-call cost."""
+    row: dict[str, Any] = {"study_name": study, "trial_number": number, "trial_id": trial_id,
+                           "metrics": json.dumps(metrics, sort_keys=True), "recorded_at": 0.0}
+    for key in st.EVAL_COLUMNS:
+        row[key] = st._column_value(metrics.get(key), integer=key in st._INT_COLUMNS)
+    return row
+
+
+def _pick_outcome(p: dict[str, Any], predicted: int, measured: int,
+                  rng: np.random.Generator) -> str:
+    if predicted > BUDGET:
+        return "predicted_oom"
+    if measured > BUDGET:
+        return "oom"
+    if p["lr"] > 0.05 and rng.random() < 0.5:
+        return "diverged"
+    if (p["tokenizer"] == "word" and p["vocab_size"] < 500) or (
+            p["d_ff"] == 1 and rng.random() < 0.3):
+        return "unigram_collapse"
+    return str(rng.choice(["complete", "pruned", "timeout", "crashed", "interrupted"],
+                          p=[0.7, 0.22, 0.04, 0.02, 0.02]))
+
+
+def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.Generator,
+           now: float) -> tuple[optuna.trial.FrozenTrial, list[dict], list[dict]]:
+    predicted_raw = predicted_bytes(p)
+    predicted = int(predicted_raw * 1.1)
+    measured = int(predicted_raw * rng.uniform(0.85, 1.25))
+    outcome = outcome or _pick_outcome(p, predicted, measured, rng)
+    bpb, _, bpt, unk = _quality(p, rng)
+    entropy = 5.5 if p["tokenizer"] != "byte" else 3.2
+    n_evals = {"complete": 5, "predicted_oom": 0, "oom": int(rng.integers(0, 2)),
+               "crashed": int(rng.integers(0, 3)), "diverged": int(rng.integers(1, 3))}.get(
+                   outcome, int(rng.integers(1, 4)))
+    tokens_per_s = 2e7 / (p["seq_len"] * (p["vocab_size"] / 1000 + 2)) * rng.uniform(0.8, 1.2)
+    collapsed = outcome == "unigram_collapse"
+    evals = []
+    for k in range(1, n_evals + 1):
+        tokens = k * EVAL_EVERY
+        frac = math.exp(-2.5 * k / 5)
+        # A collapsed model sits just under the unigram baseline, whatever it trains on.
+        val_bpb = bpb + 0.9 + 0.1 * frac if collapsed else bpb + 1.2 * frac
+        val_loss = val_bpb * bpt * math.log(2)
+        corpus_p = sorted(rng.dirichlet(np.ones(25) * 0.6), reverse=True)
+        model_p = corpus_p if collapsed else list(rng.dirichlet(np.ones(25) * 0.6))
+        evals.append({
+            "step": tokens // (p["batch_size"] * p["seq_len"]), "tokens": tokens,
+            "lr": p["lr"], "train_loss": val_loss * 0.97, "val_loss": val_loss,
+            "val_bpb": val_bpb, "accuracy": 0.2 + 0.1 * (1 - frac),
+            "unigram_entropy": entropy, "unigram_bpb": bpb + 1.0,
+            "unigram_gap": entropy - val_loss, "kl_mean_to_unigram": 0.001 if collapsed else 0.2,
+            "mean_kl_to_mean": 0.002 if collapsed else 1.1,
+            "top20_overlap": 1.0 if collapsed else 0.6,
+            "top_tokens": {"tokens": list(WORDS[:len(WORDS)]) + [f"w{i}" for i in range(9)],
+                           "corpus": [round(float(x), 6) for x in corpus_p],
+                           "model": [round(float(x), 6) for x in model_p]},
+            "unk_rate_targets": unk, "unk_rate_samples": unk,
+            "peak_mem_bytes": measured, "tokens_per_s": tokens_per_s,
+            "elapsed_s": tokens / tokens_per_s + 3.0,
+        })
+    last = evals[-1] if evals else {}
+    wall_s = (last.get("elapsed_s", 0.0) + rng.uniform(1, 4)) if outcome != "predicted_oom" else 0.0
+    reason = {
+        "complete": f"trained {MAX_TOKENS:,} tokens",
+        "pruned": f"median pruner: val_bpb {last.get('val_bpb', 0):.3f} worse than the median "
+                  f"at {last.get('tokens', 0):,} tokens",
+        "predicted_oom": f"predicted {predicted / 2**30:.2f} GiB > budget 2.00 GiB",
+        "oom": "the child exceeded its memory limit (exit 137)",
+        "unigram_collapse": "unigram_gap 0.01 < 0.05 after 2 evaluations: predicts corpus "
+                            "frequencies",
+        "diverged": "training loss is nan at step 120",
+        "timeout": "max_wall_s=60 reached",
+        "crashed": "RuntimeError: something broke",
+        "interrupted": "stopped by the user",
+    }[outcome]
+    attrs: dict[str, Any] = {
+        "outcome": outcome, "reason": reason, "run_dir": f"runs/trials/{number}",
+        "host": "worker-a" if number % 2 else "worker-b", "pid": 1000 + number,
+        "started_at": now - 3600 + number, "wall_s": wall_s, "config": config_for(p),
+        "sampled": dict(p), "predicted_mem_bytes": predicted,
+        "predicted_mem_raw_bytes": predicted_raw, "memory_budget_bytes": BUDGET,
+        "calibration_factor": 1.1,
+        "constraint": 1.0 if outcome in ("oom", "predicted_oom") else 0.0,
+    }
+    if number % 7 == 3:
+        attrs["fitted"] = {"batch_size": p["batch_size"], "grad_accum": 2}
+    if outcome != "predicted_oom":
+        params_total = p["vocab_size"] * 64 + 128 * 64 + 2 * (4 * 64 * 64 + 2 * 64 * p["d_ff"])
+        attrs.update({
+            "cold_start_s": 2.0, "peak_mem_bytes": measured,
+            "tokens_seen": last.get("tokens", 0), "tokens_per_s": tokens_per_s,
+            "params_total": params_total, "params": {"total": params_total},
+            "bytes_per_token": bpt, "unk_rate": unk, "train_s": max(wall_s - 3.0, 0.0),
+        })
+        for key in ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
+                    "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
+                    "unk_rate_targets"):
+            if key in last:
+                attrs[key] = last[key]
+        if evals:
+            attrs["best_val_bpb"] = min(e["val_bpb"] for e in evals)
+    state = STATES.get(outcome, TrialState.PRUNED)
+    values = None
+    if state == TrialState.COMPLETE:
+        values = [last["val_bpb"], float(measured)]
+    trial = optuna.trial.create_trial(
+        state=state, values=values, params=p,
+        distributions={k: DISTRIBUTIONS[k] for k in p},
+        user_attrs=attrs,
+        intermediate_values={e["tokens"]: e["val_bpb"] for e in evals} if state ==
+        TrialState.PRUNED else None,
+    )
+    texts = [{"prompt": prompt, "text": " ".join(rng.choice(WORDS, size=8))}
+             for prompt in PROMPTS]
+    return trial, evals, texts
+
+
+def shared_big_study(base: Path, n: int = 2000, seed: int = 2) -> str:
+    """The URL of an ``n``-trial study named ``big``, fabricated once per test session under
+    ``base`` (``tmp_path_factory.getbasetemp()``) and shared by the modules that read it."""
+    path = base / f"big-{n}-{seed}.db"
+    with open(base / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one writer, the others wait and reuse it
+        if not path.exists():
+            tmp = base / f".{path.name}.tmp"
+            for stale in base.glob(f"{tmp.name}*"):
+                stale.unlink()
+            fabricate(f"sqlite:///{tmp}", "big", n, seed=seed)
+            for suffix in ("-wal", "-shm"):  # normally gone: the last connection checkpoints
+                if Path(f"{tmp}{suffix}").exists():
+                    Path(f"{tmp}{suffix}").rename(f"{path}{suffix}")
+            tmp.rename(path)
+    return f"sqlite:///{path}"

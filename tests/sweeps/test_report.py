@@ -1,0 +1,350 @@
+"""The report's charts, tested on their data; the HTML file; a 2,000-trial study in seconds."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+from sweeps import report, results
+from sweeps import storage as st
+from sweeps.charts import (
+    collapse,
+    curves,
+    importance,
+    memory_map,
+    memory_pred,
+    parallel,
+    pareto,
+    samples,
+    vocab,
+)
+from tests.sweeps import fake_study
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+NAN = float("nan")
+
+
+def trials(rows: list[dict]) -> pd.DataFrame:
+    """A study frame with every column, from a few hand-written rows."""
+    columns = results._columns({})
+    extra = [k for r in rows for k in r if k not in columns]
+    return pd.DataFrame([{c: r.get(c, NAN) for c in columns} | r for r in rows],
+                        columns=columns + list(dict.fromkeys(extra)))
+
+
+# --- Pareto -------------------------------------------------------------------------------------
+
+
+def test_front_mask_minimises_both() -> None:
+    x = np.array([1.0, 2.0, 3.0, 2.0, 4.0, 1.0])
+    y = np.array([5.0, 3.0, 1.0, 4.0, 1.0, 6.0])
+    # (2,4) is dominated by (2,3); (4,1) by (3,1); (1,6) by (1,5)
+    assert pareto.front_mask(x, y).tolist() == [True, True, True, False, False, False]
+
+
+def test_pareto_front_is_drawn_among_complete_trials_only() -> None:
+    frame = trials([
+        {"number": 0, "outcome": "complete", "val_bpb": 2.0, "peak_mem_bytes": 100},
+        {"number": 1, "outcome": "complete", "val_bpb": 1.5, "peak_mem_bytes": 300},
+        {"number": 2, "outcome": "complete", "val_bpb": 2.5, "peak_mem_bytes": 200},
+        {"number": 3, "outcome": "pruned", "val_bpb": 1.0, "peak_mem_bytes": 50},
+        {"number": 4, "outcome": "predicted_oom", "val_bpb": NAN, "peak_mem_bytes": NAN},
+    ])
+    got = pareto.data(frame, "peak_mem_bytes")
+    assert list(got["number"]) == [0, 1, 2, 3]  # no val_bpb or no memory: not drawn
+    assert dict(zip(got["number"], got["on_front"], strict=True)) == {
+        0: True, 1: True, 2: False, 3: False}  # the pruned trial cannot be picked
+
+
+# --- vocabulary ---------------------------------------------------------------------------------
+
+
+def test_vocab_best_per_size_and_token_statistics() -> None:
+    frame = trials([
+        {"number": 0, "outcome": "complete", "tokenizer": "word", "vocab_size": 300,
+         "val_bpb": 3.0, "val_loss": 2.0, "bytes_per_token": 5.0, "unk_rate": 0.4},
+        {"number": 1, "outcome": "complete", "tokenizer": "word", "vocab_size": 300,
+         "val_bpb": 2.8, "val_loss": 2.1, "bytes_per_token": 5.0, "unk_rate": 0.4},
+        {"number": 2, "outcome": "complete", "tokenizer": "bpe", "vocab_size": 1024,
+         "val_bpb": 1.8, "val_loss": 3.5, "bytes_per_token": 3.0, "unk_rate": 0.0},
+        {"number": 3, "outcome": "pruned", "tokenizer": "bpe", "vocab_size": 1024,
+         "val_bpb": 1.5, "val_loss": 3.0, "bytes_per_token": 3.0, "unk_rate": 0.0},
+        {"number": 4, "outcome": "predicted_oom", "tokenizer": "bpe", "vocab_size": 8192},
+    ])
+    points, best, tokens = vocab.data(frame)
+    assert sorted(points["number"]) == [0, 1, 2, 3]
+    # the best line uses complete trials only: trial 3 was stopped early
+    assert best[["tokenizer", "vocab_size", "number"]].values.tolist() == [
+        ["bpe", 1024.0, 2], ["word", 300.0, 1]]
+    assert tokens[["tokenizer", "vocab_size", "bytes_per_token", "unk_rate"]].values.tolist() == [
+        ["bpe", 1024.0, 3.0, 0.0], ["word", 300.0, 5.0, 0.4]]
+
+
+def test_vocab_sizes_are_binned_when_continuous() -> None:
+    few = pd.Series([300, 600, 300, 1200])
+    assert vocab.size_bins(few).tolist() == [300.0, 600.0, 300.0, 1200.0]
+    many = pd.Series(np.geomspace(260, 8192, 500).round())
+    bins = vocab.size_bins(many)
+    assert bins.nunique() <= vocab.BINS and bins.is_monotonic_increasing
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+def test_memory_map_counts_trials_per_cell_and_facets_by_attention() -> None:
+    rows = [{"number": i, "outcome": o, "reason": f"r{i}", "seq_len": t, "batch_size": b,
+             "attention": a, "d_ff": 64}
+            for i, (o, t, b, a) in enumerate([
+                ("complete", 128, 8, "sdpa"), ("complete", 128, 8, "sdpa"),
+                ("oom", 512, 64, "naive"), ("predicted_oom", 512, 64, "naive"),
+                ("predicted_oom", 512, 64, "naive"), ("complete", 128, 8, "naive")])]
+    name, cells = memory_map.data(trials(rows))
+    assert name == "attention"
+    got = {(p, t, b, o): c for p, t, b, o, c in
+           cells[["panel", "seq_len", "batch_size", "outcome", "count"]].values.tolist()}
+    assert got == {("attention=naive", 128.0, 8.0, "complete"): 1,
+                   ("attention=naive", 512.0, 64.0, "oom"): 1,
+                   ("attention=naive", 512.0, 64.0, "predicted_oom"): 2,
+                   ("attention=sdpa", 128.0, 8.0, "complete"): 2}
+    assert cells.loc[cells["outcome"] == "predicted_oom", "trials"].item() == "3, 4"
+
+
+def test_memory_map_facets_by_d_ff_groups_when_attention_is_fixed() -> None:
+    rows = [{"number": i, "outcome": "complete", "seq_len": 64, "batch_size": 4,
+             "attention": "sdpa", "d_ff": d} for i, d in enumerate([1, 16, 64, 256, 1024, 4096])]
+    name, cells = memory_map.data(trials(rows))
+    assert name == "d_ff" and cells["panel"].nunique() == memory_map.MAX_PANELS
+    assert cells["count"].sum() == 6
+    name, _ = memory_map.data(trials(rows[:1]))
+    assert name is None
+
+
+def test_predicted_against_measured() -> None:
+    frame = trials([
+        {"number": 0, "outcome": "complete", "predicted_mem_bytes": 100, "peak_mem_bytes": 110,
+         "predicted_mem_raw_bytes": 90},
+        {"number": 1, "outcome": "oom", "predicted_mem_bytes": 100, "peak_mem_bytes": 200},
+        {"number": 2, "outcome": "predicted_oom", "predicted_mem_bytes": 900},
+    ])
+    points, summary = memory_pred.data(frame)
+    assert points["number"].tolist() == [0, 1]
+    assert points["ratio"].tolist() == pytest.approx([1.1, 2.0])
+    assert summary == {"n": 2.0, "median_ratio": pytest.approx(1.55), "within_20": 0.5}
+
+
+# --- learning curves ----------------------------------------------------------------------------
+
+
+def _evals(spec: dict[int, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"trial_number": n, "tokens": (i + 1) * 1000, "val_bpb": v}
+                         for n, values in spec.items() for i, v in enumerate(values)])
+
+
+def test_curves_end_where_trials_stopped_with_their_reason() -> None:
+    frame = trials([
+        {"number": 0, "outcome": "complete", "reason": "done"},
+        {"number": 1, "outcome": "pruned", "reason": "median pruner: worse than the median"},
+        {"number": 2, "outcome": "unigram_collapse", "reason": "predicts corpus frequencies"},
+    ])
+    lines, band, stops = curves.data(_evals({0: [3, 2, 1.5], 1: [3.5, 3.2], 2: [4.0]}), frame)
+    assert len(lines) == 6 and band.empty  # few trials: every curve
+    assert stops[["trial_number", "tokens", "outcome"]].values.tolist() == [
+        [1, 2000, "pruned"], [2, 1000, "unigram_collapse"]]
+    assert stops["reason"].tolist()[0].startswith("median pruner")
+
+
+def test_many_curves_become_the_best_few_over_a_band() -> None:
+    rng = np.random.default_rng(0)
+    n = 200
+    frame = trials([{"number": i, "outcome": "complete" if i % 4 else "pruned"}
+                    for i in range(n)])
+    spec = {i: list(3 - np.arange(1, (5 if i % 4 else 2) + 1) * 0.1 * rng.uniform(0.5, 1.5))
+            for i in range(n)}
+    lines, band, stops = curves.data(_evals(spec), frame, all_below=40, best=5)
+    last = _evals(spec).groupby("trial_number").tail(1).set_index("trial_number")["val_bpb"]
+    best = last[[i for i in range(n) if i % 4]].nsmallest(5).index
+    assert set(lines["trial_number"]) == set(best)
+    assert len(band) > 0
+    assert (band["p10"] <= band["p50"]).all() and (band["p50"] <= band["p90"]).all()
+    assert len(stops) == n // 4 and set(stops["outcome"]) == {"pruned"}
+
+
+# --- parallel coordinates and importances -------------------------------------------------------
+
+
+def test_parallel_coordinates_dimensions() -> None:
+    frame = trials([
+        {"number": 0, "param_tokenizer": "bpe", "param_lr": 1e-4, "param_d_ff": 64,
+         "val_bpb": 2.0},
+        {"number": 1, "param_tokenizer": "word", "param_lr": 1e-2, "param_d_ff": 128,
+         "val_bpb": 2.5},
+        {"number": 2, "param_tokenizer": "bpe", "param_lr": 1e-3, "param_d_ff": NAN,
+         "val_bpb": 3.0},  # a conditional parameter missing: left out
+        {"number": 3, "param_tokenizer": "bpe", "param_lr": 1e-3, "param_d_ff": 64,
+         "val_bpb": NAN},  # no val_bpb: not drawn
+    ])
+    dims, color, dropped = parallel.data(frame)
+    by = {d["label"]: d for d in dims}
+    assert set(by) == {"tokenizer", "lr (log)", "d_ff", "val_bpb"} and dropped == 1
+    assert by["tokenizer"]["ticktext"] == ["bpe", "word"]
+    assert by["tokenizer"]["values"].tolist() == [0.0, 1.0]
+    assert by["lr (log)"]["values"].tolist() == pytest.approx([-4, -2])
+    assert color.tolist() == [2.0, 2.5]
+
+
+def test_importances_need_two_complete_trials() -> None:
+    dists = {"x": FloatDistribution(0, 1)}
+    one = trials([{"number": 0, "outcome": "complete", "val_bpb": 1.0, "param_x": 0.5}])
+    got, note = importance.data(one, dists)
+    assert got is None and "at least 2 complete trials" in note and "has 1" in note
+
+
+def test_importances_rank_the_parameter_that_matters() -> None:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(60):
+        x, y = float(rng.uniform(0, 1)), str(rng.choice(["a", "b"]))
+        rows.append({"number": i, "outcome": "complete", "param_x": x, "param_y": y,
+                     "val_bpb": 2 + 3 * x + 0.01 * (y == "a")})
+    rows.append({"number": 60, "outcome": "pruned", "param_x": 0.0, "param_y": "a",
+                 "val_bpb": 0.0})  # not complete: ignored
+    dists = {"x": FloatDistribution(0, 1), "y": CategoricalDistribution(["a", "b"])}
+    got, note = importance.data(trials(rows), dists)
+    assert list(got) == ["x", "y"] and got["x"] > 0.8
+    assert "60 complete trials" in note
+
+
+# --- collapse and samples -----------------------------------------------------------------------
+
+
+def test_collapse_shows_collapsed_trials_and_the_best_for_contrast() -> None:
+    top = {"tokens": ["the", " a", "<unk>"], "corpus": [0.5, 0.3, 0.2], "model": [0.5, 0.3, 0.2]}
+    good = {"tokens": ["the", " a", "<unk>"], "corpus": [0.5, 0.3, 0.2], "model": [0.1, 0.1, 0.8]}
+    frame = trials([
+        {"number": 0, "outcome": "complete", "val_bpb": 1.5},
+        {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0},
+        {"number": 2, "outcome": "complete", "val_bpb": 1.2},
+    ])
+    evals = pd.DataFrame([
+        {"trial_number": 0, "tokens": 1, "top_tokens": good},
+        {"trial_number": 1, "tokens": 1, "top_tokens": {"tokens": []}},
+        {"trial_number": 1, "tokens": 2, "top_tokens": top},
+        {"trial_number": 2, "tokens": 1, "top_tokens": good},
+    ])
+    got = collapse.data(frame, evals)
+    assert got.groupby("trial_number").size().to_dict() == {1: 3, 2: 3}
+    assert got.loc[got["trial_number"] == 1, "model"].tolist() == [0.5, 0.3, 0.2]
+    assert "contrast" in got.loc[got["trial_number"] == 2, "label"].iloc[0]
+    assert collapse.shown_token(" a") == "\u2423a"
+    assert collapse.shown_token("<unk>") == "&lt;unk&gt;"
+    assert collapse.data(frame[frame["outcome"] == "complete"], evals).empty
+
+
+def test_samples_are_escaped_and_selected() -> None:
+    frame = trials([{"number": 0, "outcome": "complete", "val_bpb": 2.0},
+                    {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0}])
+    rows = pd.DataFrame([
+        {"trial_number": 0, "step": 1, "tokens": 100, "prompt": "<Q>", "text": "old"},
+        {"trial_number": 0, "step": 2, "tokens": 200, "prompt": "<Q>",
+         "text": "<script>alert(1)</script> & <Q>why"},
+        {"trial_number": 1, "step": 1, "tokens": 100, "prompt": "<Q>", "text": "the the"},
+    ])
+    got = samples.data(rows, frame)
+    assert got["text"].tolist() == ["<script>alert(1)</script> & <Q>why", "the the"]
+    page = samples.render(got)
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;Q&gt;why" in page
+    assert "&lt;Q&gt;</td>" in page
+    many = trials([{"number": i, "outcome": "complete" if i % 3 else "pruned",
+                    "val_bpb": 3 - i / 100} for i in range(100)])
+    texts = pd.DataFrame([{"trial_number": i, "step": 1, "tokens": 1, "prompt": "p", "text": "t"}
+                          for i in range(100)])
+    picked = samples.data(texts, many, best=10, per_outcome=3)
+    assert picked["trial_number"].tolist()[:10] == [98, 97, 95, 94, 92, 91, 89, 88, 86, 85]
+    assert picked["trial_number"].tolist()[10:] == [0, 3, 6]
+
+
+# --- the HTML file ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('report') / 'small.db'}"
+    fake_study.fabricate(url, "small", 40, seed=5, samples={
+        0: [{"prompt": "<Q>How to raise", "text": "<script>document.title='PWNED'</script><A>"}]})
+    return url
+
+
+def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    charts, data = report.write(small_url, "small", out)
+    page = out.read_text()
+    assert [c.key for c in charts] == ["pareto", "vocab", "memory_map", "memory_pred", "curves",
+                                       "parallel", "importance", "collapse", "samples"]
+    assert all(c.figure is not None for c in charts[:-1]) and charts[-1].html
+    # plotly.js inlined exactly once; nothing fetched from the network
+    header = report.plotly.offline.get_plotlyjs()[:200]
+    assert page.count(header) == 1 and page.count("* plotly.js v") == 1
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
+    assert page.count('class="chart"') == 8
+    assert page.count("Plotly.newPlot(") == 8
+    # the summary header
+    assert "Study <code>small</code>" in page and small_url in page
+    counts = data.trials["outcome"].value_counts()
+    for outcome, n in counts.items():
+        assert f"{outcome}: {n:,}</span>" in page
+    best = report.best_trial(data.trials)
+    assert f"<td>{best['val_bpb']:.4f}</td>" in page
+    assert json.dumps(json.loads(best["config_json"])["vocab_size"]) in page
+    # a sample is text, never markup
+    assert "document.title='PWNED'" not in page.replace("&#x27;", "'").split("<table")[0]
+    assert "&lt;script&gt;document.title=&#x27;PWNED&#x27;&lt;/script&gt;&lt;A&gt;" in page
+
+
+def test_credentials_are_masked_in_the_header() -> None:
+    data = results.StudyResults(
+        name="s", storage=st.mask_url("postgresql://me:s3cret@db/x"), directions=["minimize"],
+        objectives=["val_bpb"], user_attrs={}, trials=trials([]), evals=pd.DataFrame(),
+        samples=pd.DataFrame())
+    page = report.summary(data)
+    assert "s3cret" not in page and "postgresql://me:***@db/x" in page
+
+
+def test_an_empty_study_reports_notes_not_errors(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    optuna.create_study(study_name="empty", storage=st.open_storage(url))
+    text, charts, _ = report.build(url, "empty")
+    assert all(c.figure is None and c.note for c in charts)
+    assert "No trial has completed yet." in text and text.count('class="note"') == 9
+
+
+@pytest.mark.slow
+def test_two_thousand_trials_report_in_seconds_and_stay_small(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    url = fake_study.shared_big_study(tmp_path_factory.getbasetemp())
+    out = tmp_path / "big.html"
+    started = time.perf_counter()
+    charts, data = report.write(url, "big", out)
+    seconds = time.perf_counter() - started
+    size = out.stat().st_size
+    plotly_js = len(report.plotly.offline.get_plotlyjs().encode())
+    print(f"\n2,000-trial report: {seconds:.2f} s, {size / 2**20:.2f} MiB "
+          f"({(size - plotly_js) / 2**20:.2f} MiB without plotly.js)")
+    assert len(data.trials) == 2000 and all(c.figure is not None or c.html for c in charts)
+    assert seconds < 20, f"report took {seconds:.1f} s"
+    assert size - plotly_js < 2 * 2**20  # the data: well under 2 MiB
+    page = out.read_text()
+    # thinned: 15 best curves drawn, the samples table a selection
+    curve = next(c for c in charts if c.key == "curves")
+    assert sum(1 for t in curve.figure.data if t.mode == "lines+markers") == curves.BEST
+    assert page.count("<tr>") < 200
+    assert math.isfinite(seconds)
