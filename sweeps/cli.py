@@ -17,7 +17,7 @@ import typer
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps import cli_report
+from sweeps import cli_memory, cli_report
 from sweeps.config_options import read_toml, with_config_options
 from sweeps.console import console, err_console, human_bytes, print_summary, progress_bar
 
@@ -29,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(cli_report.app)
+app.add_typer(cli_memory.app)
 
 _state = {"debug": False}
 

@@ -1,0 +1,244 @@
+"""Pre-flight memory decisions for a trial: fits or not, fitted batch, budget, calibration, limit.
+
+The runner calls these before it launches a trial child (it owns what happens next):
+
+- ``plan_trial(cfg, limits, device=, budget_bytes=, calibration=, launcher=)`` -> ``TrialPlan``: the
+  prediction (``lm.memory.estimate``) times the study's calibration factor against the budget.
+  With ``limits.oom_policy == "fit"`` a trial that would not fit has its micro-batch halved and
+  ``grad_accum`` doubled (``halve_batch``: same effective batch) until it fits or the micro-batch
+  is 1; with ``"prune"`` it is simply reported as not fitting (outcome ``predicted_oom``).
+- ``resolve_budget(limits, device=, workers=)``: ``memory_budget`` as bytes. An explicit size is
+  used as given; ``None`` means no budget (nothing is pre-pruned). ``"auto"``:
+  GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's total memory, shared by the workers on it;
+  CPU: ``AUTO_CPU_FRACTION`` (80 %) of ``MemAvailable`` (``/proc/meminfo``) divided among the
+  workers (the 20 % left covers the parent, the page cache of the token files and other users).
+- ``calibration_factor(study)``: the median of measured / predicted (``peak_mem_bytes`` /
+  ``predicted_mem_raw_bytes``) over the study's finished trials (COMPLETE or PRUNED that ran,
+  i.e. not ``oom``/``predicted_oom``: an OOM's peak is where it was stopped, not what it
+  needed), once there are ``MIN_CALIBRATION_TRIALS`` (3); else 1.0. Clamped to
+  [``CALIBRATION_MIN``, ``CALIBRATION_MAX``] = [0.5, 2.0]: a factor outside that says the
+  estimator is wrong for this setup, and trusting it would prune (or launch) everything.
+- ``cpu_child_limit(budget_bytes, predicted_bytes)``: the child's ``cpu_memory_limit_bytes``.
+  ``lm.train`` applies it as RLIMIT_DATA *relative to* its data size after the warm-up step
+  (torch imported, tokens mapped), so it is the budget minus the child's baseline (the
+  smaller, forked child's: ``CPU_BASELINE_BYTES - CPU_FORK_SAVING_BYTES`` in ``lm.memory``),
+  but never less than the predicted growth plus ``CHILD_LIMIT_HEADROOM`` (40 %) and
+  ``CHILD_LIMIT_SLACK`` (64 MiB): a trial predicted to fit is not killed by a prediction error of
+  that size, and one that outgrows its budget by more ends as ``oom`` instead of taking the
+  machine down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from lm import memory
+from lm.config import TrainConfig
+from lm.errors import SweepsError
+from sweeps.console import human_bytes as _hb
+from sweeps.spec import Limits
+
+AUTO_GPU_FRACTION = 0.90
+AUTO_CPU_FRACTION = 0.80
+MIN_CALIBRATION_TRIALS = 3
+CALIBRATION_MIN = 0.5
+CALIBRATION_MAX = 2.0
+CHILD_LIMIT_HEADROOM = 0.40
+CHILD_LIMIT_SLACK = 64 * 2**20
+#: Outcomes whose measured peak is not what the trial needed (stopped at the limit / never run).
+_NOT_MEASURED = ("oom", "predicted_oom")
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """What pre-flight decided for one trial."""
+
+    cfg: TrainConfig
+    fits: bool
+    predicted_bytes: int
+    predicted_raw_bytes: int
+    budget_bytes: int | None
+    fitted: dict[str, int] | None
+    reason: str
+    calibration: float = 1.0
+
+
+def _device_kind(device: str) -> str:
+    if device == "auto":
+        return "cuda" if _cuda_available() else "cpu"
+    kind = str(device).split(":")[0]
+    if kind not in ("cpu", "cuda"):
+        raise SweepsError(f"device must be cpu, cuda or cuda:N, got device={device!r}")
+    return kind
+
+
+@lru_cache(maxsize=1)
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
+            launcher: str = "subprocess") -> tuple[int, int]:
+    """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
+    raw = memory.estimate(cfg, _device_kind(device), launcher=launcher).total
+    return round(raw * calibration), raw
+
+
+def plan_trial(
+    cfg: TrainConfig,
+    limits: Limits,
+    *,
+    device: str,
+    budget_bytes: int | None,
+    calibration: float = 1.0,
+    launcher: str = "subprocess",
+) -> TrialPlan:
+    """Predict ``cfg``'s peak, compare it with the budget, and fit it when the policy says so.
+
+    ``launcher``: ``fork`` when CPU children are forked from ``sweeps.forkserver`` (their
+    baseline is 53 MiB smaller); the default, ``subprocess``, is the conservative one.
+    """
+    predicted, raw = predict(cfg, device=device, calibration=calibration, launcher=launcher)
+    if budget_bytes is None:
+        return TrialPlan(cfg, True, predicted, raw, None, None,
+                         f"predicted {_hb(predicted)}; no memory budget", calibration)
+    if predicted <= budget_bytes:
+        return TrialPlan(cfg, True, predicted, raw, budget_bytes, None,
+                         f"predicted {_hb(predicted)} <= budget {_hb(budget_bytes)}",
+                         calibration)
+    if limits.oom_policy != "fit":
+        return TrialPlan(cfg, False, predicted, raw, budget_bytes, None,
+                         f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} "
+                         f"(batch_size={cfg.batch_size}, grad_accum={cfg.grad_accum})",
+                         calibration)
+    fitted_cfg: TrainConfig | None = cfg
+    while fitted_cfg is not None:
+        smaller = halve_batch(fitted_cfg)
+        if smaller is None:
+            break
+        fitted_cfg = smaller
+        predicted, raw = predict(fitted_cfg, device=device, calibration=calibration,
+                                 launcher=launcher)
+        if predicted <= budget_bytes:
+            fitted = {"batch_size": fitted_cfg.batch_size, "grad_accum": fitted_cfg.grad_accum}
+            return TrialPlan(
+                fitted_cfg, True, predicted, raw, budget_bytes, fitted,
+                f"fitted batch_size {cfg.batch_size} -> {fitted_cfg.batch_size}, grad_accum "
+                f"{cfg.grad_accum} -> {fitted_cfg.grad_accum} (same effective batch): predicted "
+                f"{_hb(predicted)} <= budget {_hb(budget_bytes)}",
+                calibration,
+            )
+    return TrialPlan(cfg, False, predicted, raw, budget_bytes, None,
+                     f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} even at "
+                     f"batch_size 1 (grad_accum {cfg.batch_size * cfg.grad_accum})", calibration)
+
+
+def halve_batch(cfg: TrainConfig) -> TrainConfig | None:
+    """The micro-batch halved and ``grad_accum`` doubled (same effective batch); None at 1.
+
+    An odd micro-batch is cut to its largest divisor below half of it (15 -> 5 with grad_accum
+    x 3; a prime -> 1), so the effective batch ``batch_size x grad_accum`` never changes.
+    """
+    b = cfg.batch_size
+    if b <= 1:
+        return None
+    new = next(d for d in range(b // 2, 0, -1) if b % d == 0)
+    return dataclasses.replace(cfg, batch_size=new, grad_accum=cfg.grad_accum * (b // new))
+
+
+# --- budgets -----------------------------------------------------------------------------------
+
+
+def mem_available_bytes() -> int:
+    """``MemAvailable`` from /proc/meminfo (Linux), else the physical memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        raise SweepsError("cannot read the available memory; set limits.memory_budget to a "
+                          "size such as 8GiB") from None
+
+
+def gpu_total_bytes(device: str) -> tuple[int, int]:
+    """(total memory of the CUDA device, number of CUDA devices); torch imported lazily."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SweepsError(f"memory_budget auto on device {device!r}, but CUDA is not available; "
+                          "use device cpu or give memory_budget as a size")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return int(torch.cuda.get_device_properties(index).total_memory), torch.cuda.device_count()
+
+
+def resolve_budget(limits: Limits, *, device: str, workers: int) -> int | None:
+    """``limits.memory_budget`` in bytes per trial (None: no budget); see the module docstring."""
+    budget = limits.memory_budget
+    if budget is None:
+        return None
+    if budget != "auto":
+        return int(budget)
+    workers = max(1, int(workers))
+    if _device_kind(device) == "cuda":
+        total, count = gpu_total_bytes(device if device != "auto" else "cuda")
+        per_device = math.ceil(workers / max(1, count))  # one device each, shared if fewer
+        return int(total * AUTO_GPU_FRACTION / per_device)
+    return int(mem_available_bytes() * AUTO_CPU_FRACTION / workers)
+
+
+# --- calibration -------------------------------------------------------------------------------
+
+
+def calibration_ratios(study: Any) -> list[float]:
+    """measured / raw predicted peak of each finished trial that ran (oldest first)."""
+    from optuna.trial import TrialState
+
+    ratios = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        attrs = t.user_attrs
+        if attrs.get("outcome") in _NOT_MEASURED:
+            continue
+        measured, raw = attrs.get("peak_mem_bytes"), attrs.get("predicted_mem_raw_bytes")
+        if isinstance(measured, (int, float)) and isinstance(raw, (int, float)) \
+                and measured > 0 and raw > 0:
+            ratios.append(float(measured) / float(raw))
+    return ratios
+
+
+def calibration_factor(study: Any) -> float:
+    """Median measured/predicted of the finished trials once >= 3, clamped to [0.5, 2]; else 1."""
+    ratios = calibration_ratios(study)
+    if len(ratios) < MIN_CALIBRATION_TRIALS:
+        return 1.0
+    return min(CALIBRATION_MAX, max(CALIBRATION_MIN, statistics.median(ratios)))
+
+
+# --- the child's enforced limit ----------------------------------------------------------------
+
+
+def cpu_child_limit(budget_bytes: int, predicted_bytes: int) -> int:
+    """``cpu_memory_limit_bytes`` for a CPU child: what it may allocate beyond its start-up.
+
+    max(budget - baseline, (predicted - baseline) x 1.4 + 64 MiB), at least 64 MiB.
+    """
+    # The smallest baseline (a forked child's): a larger limit, never a spurious kill.
+    baseline = memory.CPU_BASELINE_BYTES - memory.CPU_FORK_SAVING_BYTES
+    from_budget = int(budget_bytes) - baseline
+    from_prediction = int(max(0, int(predicted_bytes) - baseline) * (1 + CHILD_LIMIT_HEADROOM)) \
+        + CHILD_LIMIT_SLACK
+    return max(from_budget, from_prediction, CHILD_LIMIT_SLACK)

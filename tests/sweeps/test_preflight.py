@@ -1,0 +1,174 @@
+"""sweeps.preflight: fits or not, fitting the micro-batch, budgets, calibration, the child limit."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from lm import memory
+from lm.config import TrainConfig
+from lm.errors import SweepsError
+from sweeps import preflight
+from sweeps.spec import Limits
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def cfg_of(**kw: object) -> TrainConfig:
+    values: dict[str, object] = {
+        "corpus": "/nonexistent-corpus", "tokenizer": "word", "vocab_size": 300, "d_model": 200,
+        "n_layers": 1, "n_heads": 4, "d_ff": 800, "seq_len": 254, "batch_size": 1000,
+        "device": "cpu",
+    }
+    values.update(kw)
+    return TrainConfig.from_dict(values)
+
+
+def raw(cfg: TrainConfig) -> int:
+    return memory.estimate(cfg, "cpu").total
+
+
+def test_no_budget_or_room_to_spare_fits_unchanged() -> None:
+    cfg = cfg_of()
+    plan = preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=None)
+    assert plan.fits and plan.cfg is cfg and plan.fitted is None and plan.budget_bytes is None
+    assert plan.predicted_bytes == plan.predicted_raw_bytes == raw(cfg)
+    plan = preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=64 * 2**30)
+    assert plan.fits and plan.cfg is cfg and "<= budget" in plan.reason
+
+
+def test_prune_policy_reports_what_does_not_fit() -> None:
+    cfg = cfg_of()
+    plan = preflight.plan_trial(cfg, Limits(oom_policy="prune"), device="cpu",
+                                budget_bytes=2 * 2**30)
+    assert not plan.fits and plan.cfg is cfg and plan.fitted is None
+    assert plan.budget_bytes == 2 * 2**30 and plan.predicted_bytes > plan.budget_bytes
+    assert "predicted" in plan.reason and "budget" in plan.reason
+
+
+def test_fit_policy_halves_the_micro_batch_and_keeps_the_effective_batch() -> None:
+    cfg = cfg_of(grad_accum=2)
+    budget = 2 * 2**30
+    plan = preflight.plan_trial(cfg, Limits(oom_policy="fit"), device="cpu", budget_bytes=budget)
+    assert plan.fits and plan.predicted_bytes <= budget
+    assert plan.fitted == {"batch_size": plan.cfg.batch_size, "grad_accum": plan.cfg.grad_accum}
+    assert plan.cfg.batch_size * plan.cfg.grad_accum == 2000
+    assert plan.cfg.batch_size < 1000
+    # The largest micro-batch that fits: the next larger one (x 2) would not.
+    bigger = TrainConfig.from_dict({**plan.cfg.to_dict(), "batch_size": plan.cfg.batch_size * 2,
+                                    "grad_accum": plan.cfg.grad_accum // 2})
+    assert raw(bigger) > budget
+    assert "same effective batch" in plan.reason
+
+
+def test_fit_policy_gives_up_at_batch_size_one() -> None:
+    plan = preflight.plan_trial(cfg_of(batch_size=8), Limits(oom_policy="fit"), device="cpu",
+                                budget_bytes=100 * 2**20)  # below the process's own baseline
+    assert not plan.fits and plan.fitted is None and "even at batch_size 1" in plan.reason
+
+
+def test_calibration_scales_the_prediction() -> None:
+    cfg = cfg_of(batch_size=10)
+    plan = preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=None, calibration=1.5)
+    assert plan.predicted_raw_bytes == raw(cfg)
+    assert plan.predicted_bytes == round(1.5 * raw(cfg))
+    assert plan.calibration == 1.5
+    # A factor can turn "fits" into "does not fit".
+    budget = int(1.2 * raw(cfg))
+    assert preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=budget).fits
+    assert not preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=budget,
+                                    calibration=1.5).fits
+
+
+def test_launcher_and_device_reach_the_estimate() -> None:
+    cfg = cfg_of(batch_size=10)
+    fork = preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=None, launcher="fork")
+    assert fork.predicted_raw_bytes == memory.estimate(cfg, "cpu", launcher="fork").total
+    cuda = preflight.plan_trial(cfg, Limits(), device="cuda:0", budget_bytes=None)
+    assert cuda.predicted_raw_bytes == memory.estimate(cfg, "cuda").total
+    with pytest.raises(SweepsError, match="device"):
+        preflight.plan_trial(cfg, Limits(), device="tpu", budget_bytes=None)
+
+
+@pytest.mark.parametrize(("batch", "accum", "want"), [
+    (16, 1, (8, 2)), (16, 3, (8, 6)), (15, 1, (5, 3)), (7, 2, (1, 14)), (2, 5, (1, 10)),
+])
+def test_halve_batch(batch: int, accum: int, want: tuple[int, int]) -> None:
+    out = preflight.halve_batch(cfg_of(batch_size=batch, grad_accum=accum))
+    assert out is not None
+    assert (out.batch_size, out.grad_accum) == want
+    assert out.batch_size * out.grad_accum == batch * accum
+
+
+def test_halve_batch_stops_at_one() -> None:
+    assert preflight.halve_batch(cfg_of(batch_size=1, grad_accum=4)) is None
+
+
+def test_resolve_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert preflight.resolve_budget(Limits(memory_budget=None), device="cpu", workers=4) is None
+    assert preflight.resolve_budget(Limits(memory_budget=3 * 2**30), device="cuda",
+                                    workers=4) == 3 * 2**30
+    monkeypatch.setattr(preflight, "mem_available_bytes", lambda: 10 * 2**30)
+    auto = Limits(memory_budget="auto")
+
+    def gib(device: str, workers: int) -> float:
+        return preflight.resolve_budget(auto, device=device, workers=workers) / 2**30
+
+    assert gib("cpu", 1) == pytest.approx(8)  # 80 % of MemAvailable
+    assert gib("cpu", 4) == pytest.approx(2)  # shared by the workers
+    monkeypatch.setattr(preflight, "gpu_total_bytes", lambda device: (80 * 2**30, 2))
+    assert gib("cuda:1", 2) == pytest.approx(72)  # 90 % of the device, one worker per device
+    assert gib("cuda", 4) == pytest.approx(36)  # two workers per device
+
+
+def test_mem_available_reads_proc_meminfo() -> None:
+    n = preflight.mem_available_bytes()
+    assert 64 * 2**20 < n < 2**50
+
+
+def _study(rows: list[tuple[optuna.trial.TrialState, dict]]) -> optuna.Study:
+    study = optuna.create_study()
+    for state, attrs in rows:
+        values = [1.0] if state == optuna.trial.TrialState.COMPLETE else None
+        study.add_trial(optuna.trial.create_trial(state=state, values=values, user_attrs=attrs))
+    return study
+
+
+def test_calibration_factor_is_the_median_of_finished_trials_once_three() -> None:
+    complete, pruned = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
+    failed = optuna.trial.TrialState.FAIL
+
+    def attrs(measured: int, predicted: int, outcome: str = "complete") -> dict:
+        return {"outcome": outcome, "peak_mem_bytes": measured,
+                "predicted_mem_raw_bytes": predicted}
+
+    rows = [(complete, attrs(110, 100)), (pruned, attrs(130, 100, "pruned"))]
+    assert preflight.calibration_factor(_study(rows)) == 1.0  # only two so far
+    rows += [
+        (failed, attrs(500, 100, "crashed")),  # not finished
+        (pruned, attrs(10, 100, "oom")),  # stopped at its limit: not what it needed
+        (pruned, {"outcome": "predicted_oom", "predicted_mem_raw_bytes": 100}),
+        (complete, {"outcome": "complete"}),  # nothing measured
+    ]
+    assert preflight.calibration_factor(_study(rows)) == 1.0
+    rows.append((complete, attrs(90, 100)))
+    assert preflight.calibration_factor(_study(rows)) == pytest.approx(1.1)
+    assert preflight.calibration_ratios(_study(rows)) == pytest.approx([1.1, 1.3, 0.9])
+    # Clamped: a wild factor means the estimator is wrong here, not that memory is 10x.
+    wild = [(complete, attrs(1000, 100))] * 3
+    assert preflight.calibration_factor(_study(wild)) == preflight.CALIBRATION_MAX
+    tiny = [(complete, attrs(10, 100))] * 3
+    assert preflight.calibration_factor(_study(tiny)) == preflight.CALIBRATION_MIN
+
+
+def test_cpu_child_limit() -> None:
+    base = memory.CPU_BASELINE_BYTES - memory.CPU_FORK_SAVING_BYTES
+    gib = 2**30
+    # A roomy budget: everything beyond the child's start-up footprint.
+    assert preflight.cpu_child_limit(8 * gib, 1 * gib) == 8 * gib - base
+    # A prediction at the budget: the predicted growth plus headroom, never less.
+    limit = preflight.cpu_child_limit(2 * gib, 2 * gib)
+    assert limit >= (2 * gib - base) * 1.4
+    assert limit > 2 * gib - base
+    # Never zero or negative, even for a budget below the baseline.
+    assert preflight.cpu_child_limit(10 * 2**20, 10 * 2**20) >= 64 * 2**20
