@@ -19,7 +19,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import secrets
 import shutil
 import time
@@ -33,6 +32,7 @@ from lm.errors import SweepsError
 from lm.posts_xml import CHUNK_BYTES, Row, html_to_text, stream_posts
 from lm.serialization import DOC, MARKER_CHARS, clean_text, serialize_pair
 from lm.synthetic import write_synthetic_posts
+from lm.units import size_in_bytes
 
 __all__ = [
     "MANIFEST_NAME",
@@ -64,35 +64,15 @@ _HASH_BUCKETS = 10_000
 # --------------------------------------------------------------------------------------------
 # Small public helpers
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
-
-
 def parse_size(text: str) -> int:
     """``"5MB"`` -> 5_000_000, ``"512KiB"`` -> 524_288, ``"1000"`` -> 1000 (decimal units: KB,
     MB, GB; binary: KiB, MiB, GiB)."""
-    match = _SIZE.fullmatch(str(text))
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _SIZE_UNITS:
+    size = size_in_bytes(str(text))
+    if size is None:
         raise SweepsError(
-            f"size {text!r}: expected a number of bytes with an optional unit "
+            f"size {text!r}: expected a positive number of bytes with an optional unit "
             "(B, KB, MB, GB, KiB, MiB, GiB), e.g. 5MB"
         )
-    size = round(float(match.group(1)) * _SIZE_UNITS[unit])
-    if size <= 0:
-        raise SweepsError(f"size {text!r}: must be more than 0 bytes, e.g. 5MB")
     return size
 
 

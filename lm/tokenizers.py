@@ -21,12 +21,9 @@ just text, whichever tokenizer reads it.
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import json
 import os
 import re
-import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -38,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from lm.errors import SweepsError
+from lm.files import file_lock, write_json_atomic
 from lm.serialization import ANSWER, DOC, MARKER_CHARS, PAD, QUESTION, UNK
 
 KINDS: tuple[str, ...] = ("word", "bpe", "byte")
@@ -389,33 +387,6 @@ def load_tokenizer(path: Path) -> Tokenizer:
 
 
 # --- files, locks and corpus dirs -----------------------------------------------------------------
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary name beside ``path``, then rename: readers never see half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from other users of the corpus
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing); the OS frees it on exit."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 def corpus_sha256(corpus_dir: Path) -> str:

@@ -32,15 +32,14 @@ from typing import Any
 import numpy as np
 
 from lm.errors import SweepsError
+from lm.files import file_lock, write_json_atomic
 from lm.tokenizers import (
     Tokenizer,
     corpus_sha256,
-    file_lock,
     iter_marked_chunks,
     load_tokenizer,
     train_tokenizer,
     validate_tokenizer_args,
-    write_json_atomic,
 )
 
 Progress = Callable[[int, int], None]

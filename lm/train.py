@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from lm import metrics, outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
+from lm.files import write_json_atomic
 from lm.model import GPT
 from lm.serialization import prompt_to_marked
 
@@ -161,12 +162,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_finite(value), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # --- device, precision, memory, signals --------------------------------------------------------
@@ -668,7 +663,7 @@ class _RunState:
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (RESULT_FILE, CHECKPOINT_FILE):
             (run_dir / stale).unlink(missing_ok=True)
-        _write_json_atomic(run_dir / CONFIG_FILE, cfg.to_dict())
+        write_json_atomic(run_dir / CONFIG_FILE, _finite(cfg.to_dict()), indent=2)
         setup.cache.tokenizer.save(run_dir / TOKENIZER_FILE)
         (run_dir / METRICS_FILE).write_text("", encoding="utf-8")
 
@@ -881,7 +876,7 @@ class _RunState:
             traceback=tb,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(self.run_dir / RESULT_FILE, result.to_dict())
+        write_json_atomic(self.run_dir / RESULT_FILE, _finite(result.to_dict()), indent=2)
         return result
 
 

@@ -64,6 +64,7 @@ from typing import Any, Literal
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
+from lm.units import size_in_bytes
 
 #: Metrics a study can optimise, with the direction that is "better" unless the spec says so.
 METRICS: dict[str, str] = {
@@ -90,9 +91,6 @@ _PROBE_CORPUS = "<corpus>"
 #: How many combinations of other fields' bounds to try before calling a bound impossible.
 _PROBE_LIMIT = 512
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
 # --- the spec -----------------------------------------------------------------------------------
@@ -458,26 +456,11 @@ def load_spec(path: Path | str, *, check_paths: bool = True) -> StudySpec:
 
 def parse_bytes(value: Any, *, key: str = "memory_budget") -> int:
     """``8GiB``, ``512MB``, ``1.5G`` or an integer -> bytes (KB/MB are 1000s, KiB/MiB 1024s)."""
-    number = _parse_bytes(value)
+    number = size_in_bytes(value)
     if number is None:
         raise SweepsError(
             f"{key} must be a size such as 8GiB, 512MB or a number of bytes, got {key}={value!r}")
     return number
-
-
-def _parse_bytes(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value > 0 else None
-    if isinstance(value, str):
-        match = _SIZE.fullmatch(value)
-        if match:
-            unit = (match.group(2) or "").lower()
-            unit = unit if unit == "b" else unit.removesuffix("b")
-            if unit in _UNITS:
-                number = int(float(match.group(1)) * _UNITS[unit])
-                if number > 0:
-                    return number
-    return None
 
 
 def iter_grid(params: Iterable[ParamSpec], base: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -960,7 +943,7 @@ class _Parser:
         return Path(os.path.abspath(path if path.is_absolute() else self.base_dir / path))
 
     def size(self, value: Any, key: str) -> int:
-        number = _parse_bytes(value)
+        number = size_in_bytes(value)
         if number is None:
             raise self.error(key, f"must be a size such as 8GiB, 512MB or a number of bytes, "
                              f"got {value!r}")
