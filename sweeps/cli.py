@@ -17,7 +17,7 @@ import typer
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps import cli_memory, cli_report
+from sweeps import cli_memory, cli_report, cli_study
 from sweeps.config_options import read_toml, with_config_options
 from sweeps.console import console, err_console, human_bytes, print_summary, progress_bar
 
@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 app.add_typer(cli_report.app)
 app.add_typer(cli_memory.app)
+app.add_typer(cli_study.app)
 
 _state = {"debug": False}
 
@@ -259,27 +260,24 @@ def generate(
 # --- the main job ---------------------------------------------------------------------------
 
 
+QUICKSTART = Path(__file__).resolve().parent.parent / "studies" / "quickstart.toml"
+
+
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Where the demo writes its corpus and run.")] = Path(
-        "demo-out"),
+    out: Annotated[Path, typer.Option(help="Where the demo writes its database, runs and report.")
+                   ] = Path("demo-out"),
 ) -> None:
-    """The main job on the built-in corpus: a synthetic corpus, then one training run."""
-    from lm import corpus
-
-    corpus_dir = out / "corpus"
-    if not (corpus_dir / "manifest.json").exists():
-        with progress_bar("preparing the synthetic corpus") as progress:
-            corpus.prepare_synthetic(corpus_dir, size_bytes=corpus.parse_size("3MB"), seed=0,
-                                     progress=progress, replace=True)
-    cfg = TrainConfig.from_dict({
-        "corpus": str(corpus_dir), "tokenizer": "bpe", "vocab_size": 1024, "d_model": 128,
-        "n_layers": 2, "n_heads": 4, "d_ff": 512, "seq_len": 128, "batch_size": 16,
-        "grad_accum": 2, "lr": 3e-3, "max_tokens": 400_000, "eval_every_tokens": 100_000,
-    })
-    run_dir = out / time.strftime("run-%Y%m%d-%H%M%S")
-    result = _train_with_progress(cfg, run_dir, quiet=False)
-    _print_run_summary(result.to_dict(), run_dir)
+    """The main job: the quickstart study on a synthetic corpus, end to end, then its report."""
+    if not QUICKSTART.exists():
+        raise SweepsError(f"{QUICKSTART} is missing; run the demo from a checkout of the project")
+    out.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{out / 'sweeps.db'}"
+    cli_study.run(spec_path=QUICKSTART, storage=storage, runs_dir=out / "runs")
+    report_path = out / "quickstart.html"
+    cli_report.report(study="quickstart", out=report_path, storage=storage)
+    console.print(f"report: {report_path.resolve()}  (open it in a browser)", highlight=False)
+    console.print(f"more: sweeps trials quickstart --storage {storage}", highlight=False)
 
 
 def main() -> None:

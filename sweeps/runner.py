@@ -1,0 +1,678 @@
+"""Run one Optuna trial as an isolated training process, from its parameters to ``tell``.
+
+``run_trial`` is the whole life of a trial, in one worker:
+
+1. suggest the parameters (``space.suggest``) and build the ``TrainConfig``;
+2. plan its memory (``preflight.plan_trial``): a configuration that cannot fit the budget is
+   never launched (``predicted_oom``); with ``oom_policy = "fit"`` the plan's fitted micro-batch
+   is trained instead, and the sampled and fitted values are both recorded;
+3. write ``<study dir>/trials/<number>/config.json`` (a CPU child gets the enforced memory
+   limit ``cpu_memory_limit_bytes`` derived from the budget) and launch ``python -m lm.train
+   RUN_DIR`` in its own session and process group (or fork it from the preloaded fork server:
+   the same isolation, a faster start), with its worker's environment and CPU affinity;
+4. follow ``metrics.jsonl`` by polling (the child's log is never parsed): store each evaluation
+   and its samples in the project's tables, report the objective to Optuna (one objective) and
+   apply Optuna's pruner and the project's rules (``sweeps.pruning``, any number of
+   objectives); a prune, the wall-clock limit or a stop request stops the child's group (SIGTERM,
+   then SIGKILL after a grace period);
+5. read ``result.json`` and classify the ending; with ``oom_policy = "fit"`` a run that still
+   ran out of memory is tried once more with the micro-batch halved;
+6. record the trial's user attributes (the "Trial record" of the project's contract) and tell
+   Optuna: COMPLETE with the objective values, PRUNED (with a constraint value: 1.0 for
+   ``oom``/``predicted_oom``) or FAIL.
+
+The trial's heartbeat is recorded while it runs (``storage.heartbeat``), so a worker that dies is
+noticed by the others after the grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from lm import outcomes
+from lm.config import TrainConfig
+from lm.errors import SweepsError
+from sweeps import pruning, storage
+from sweeps.forkserver import _load_prctl, set_parent_death_signal
+from sweeps.pruning import Verdict
+from sweeps.space import suggest, trial_config
+from sweeps.spec import Limits, StudySpec
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+RESULT_FILE = "result.json"
+TOKENIZER_FILE = "tokenizer.json"
+LOG_FILE = "train.log"
+
+#: Final-evaluation keys copied into the trial's user attributes.
+FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
+                 "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
+                 "unk_rate_targets")
+#: The name of the memory constraint (``Trial.set_constraint``).
+CONSTRAINT_KEY = "memory"
+
+Event = Callable[[str, dict[str, Any]], None]
+
+# Optuna warns when a storage with heartbeats is used outside ``Study.optimize``; the runner
+# records the heartbeats itself (``storage.heartbeat``) around each ask/tell trial.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+# --- children -----------------------------------------------------------------------------------
+
+
+class Child(Protocol):
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def signal(self, sig: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Launcher(Protocol):
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
+               cpus: list[int] | None = None) -> Child: ...
+
+    def close(self) -> None: ...
+
+
+class PopenChild:
+    """``python -m lm.train RUN_DIR`` as a plain subprocess, leader of its own process group."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+class SubprocessLauncher:
+    """One fresh interpreter per trial (portable; pays the imports every time)."""
+
+    def __init__(self) -> None:
+        _load_prctl()
+
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
+               cpus: list[int] | None = None) -> PopenChild:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lm.train", str(run_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # its own group: a prune signals the whole group
+                # SIGKILL when this thread's process dies, even by kill -9 (Linux).
+                preexec_fn=set_parent_death_signal if sys.platform.startswith("linux") else None,
+            )
+        if cpus and hasattr(os, "sched_setaffinity"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(proc.pid, cpus)
+        return PopenChild(proc)
+
+    def close(self) -> None:
+        pass
+
+
+# --- the context ---------------------------------------------------------------------------------
+
+
+@dataclass
+class StopFlags:
+    """``stop``: launch nothing more, stop running children (SIGTERM, grace, SIGKILL) and mark
+    their trials interrupted; ``kill``: SIGKILL at once."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    kill: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class WorkerDevice:
+    """Where one worker's children run: ``cpu`` or ``cuda``, their extra environment
+    (``CUDA_VISIBLE_DEVICES``, ``SWEEPS_NUM_THREADS``) and CPU affinity."""
+
+    device: str = "cpu"
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: list[int] | None = None
+    label: str = "cpu"
+
+
+@dataclass
+class RunnerContext:
+    """What every trial of one study in one process shares."""
+
+    spec: StudySpec
+    study: optuna.Study
+    storage: RDBStorage
+    study_dir: Path
+    launcher: Launcher
+    budget_bytes: int | None = None
+    stop: StopFlags = field(default_factory=StopFlags)
+    poll_s: float = 0.2
+    term_grace_s: float = 10.0
+    preflight: Any = None
+    on_event: Event | None = None
+    host: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        if self.preflight is None:
+            self.preflight = load_preflight()
+
+    def event(self, kind: str, **data: Any) -> None:
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):  # a display problem never stops a trial
+                self.on_event(kind, data)
+
+
+@dataclass
+class TrialReport:
+    """How a trial ended, for the worker loop and the progress display."""
+
+    number: int
+    outcome: str
+    reason: str
+    values: list[float] | None = None
+    told: bool = True
+
+
+def load_preflight() -> Any:
+    """``sweeps.preflight`` (memory planning)."""
+    from sweeps import preflight
+
+    return preflight
+
+
+def hard_wall_s(limits: Limits) -> float | None:
+    """When the parent stops a child itself: the child enforces ``max_wall_s`` on its training
+    loop; start-up, the last evaluation and writing the result get a margin on top."""
+    if limits.max_wall_s is None:
+        return None
+    return limits.max_wall_s * 1.25 + 60.0
+
+
+# --- following a run -----------------------------------------------------------------------------
+
+
+class MetricsFollower:
+    """Complete new lines of a growing JSON-lines file, by polling."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()  # an incomplete last line waits for the next poll
+        rows = []
+        for line in lines:
+            if line.strip():
+                with contextlib.suppress(json.JSONDecodeError):
+                    rows.append(json.loads(line))
+        return rows
+
+
+def _peak_rss(pid: int) -> int | None:
+    """The child's peak resident set (VmHWM) from /proc, while it is alive."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class StartTimes:
+    """How long a child took to get going, from its own files (it records no timestamp of its
+    first step).
+
+    - ``setup_s``: launch -> ``tokenizer.json`` written (config read, imports done, token cache
+      mapped; the child builds its model next).
+    - ``cold_start_s``: launch -> first training step, plus the first evaluation: the mtime of
+      ``metrics.jsonl`` when its first row is seen, minus the child's own time in its training
+      loop up to that row (tokens / tokens_per_s). The tightest bound the files give; with a
+      small evaluation it is the start-up cost of a trial.
+    """
+
+    def __init__(self, run_dir: Path, launched_at: float) -> None:
+        self.run_dir = run_dir
+        self.launched_at = launched_at
+        self.setup_s: float | None = None
+        self.cold_start_s: float | None = None
+
+    def poll(self) -> None:
+        if self.setup_s is None:
+            with contextlib.suppress(OSError):
+                mtime = (self.run_dir / TOKENIZER_FILE).stat().st_mtime
+                self.setup_s = max(0.0, mtime - self.launched_at)
+
+    def on_rows(self, rows: list[dict[str, Any]]) -> None:
+        if self.cold_start_s is not None or not rows:
+            return
+        last = rows[-1]  # the file's mtime is that of the newest row read
+        tokens, tps = last.get("tokens"), last.get("tokens_per_s")
+        with contextlib.suppress(OSError, TypeError, ZeroDivisionError):
+            written = (self.run_dir / METRICS_FILE).stat().st_mtime
+            self.cold_start_s = max(0.0, written - self.launched_at - float(tokens) / float(tps))
+
+
+@dataclass
+class Attempt:
+    """One launch of a trial's child and what came of it."""
+
+    outcome: str
+    reason: str
+    result: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    wall_s: float
+    times: StartTimes
+    peak_rss: int | None
+    child_pid: int | None
+    returncode: int | None
+
+
+class _TrialRun:
+    """The state of one trial while its child runs."""
+
+    def __init__(self, ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> None:
+        self.ctx = ctx
+        self.device = device
+        self.trial = trial
+        self.spec = ctx.spec
+        self.reported: set[int] = set()
+        objective = self.spec.study.metrics[0]
+        # Intermediate values go to Optuna only with one objective it can compare.
+        self.report_metric = objective if (not self.spec.study.multi_objective
+                                           and objective in ("val_bpb", "val_loss")) else None
+
+    def attempt(self, cfg: TrainConfig, run_dir: Path, attempt_no: int) -> Attempt:
+        ctx, trial = self.ctx, self.trial
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a previous attempt of this trial number
+        run_dir.mkdir(parents=True)
+        (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n",
+                                           encoding="utf-8")
+        launched_at = time.time()
+        started = time.monotonic()
+        child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE, env=self.device.env,
+                                    cpus=self.device.cpus)
+        follower = MetricsFollower(run_dir / METRICS_FILE)
+        history: list[dict[str, Any]] = []
+        verdict: Verdict | None = None
+        stopped: Verdict | None = None
+        term_at: float | None = None
+        killed = False
+        times = StartTimes(run_dir, launched_at)
+        peak: int | None = None
+        wall_limit = hard_wall_s(self.spec.limits)
+        rc: int | None = None
+        ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
+        try:
+            with storage.heartbeat(ctx.storage, trial._trial_id):
+                while True:
+                    rc = child.poll()
+                    if verdict is None:
+                        rows = follower.read()
+                        times.on_rows(rows)
+                        for row in rows:
+                            history.append(row)
+                            verdict = self.on_eval(row, history, attempt_no)
+                            if verdict is not None:
+                                break
+                    if rc is not None:
+                        break
+                    now = time.monotonic()
+                    if stopped is None:
+                        if verdict is not None:
+                            stopped = verdict
+                        elif ctx.stop.stop.is_set():
+                            stopped = Verdict(outcomes.INTERRUPTED, "stopped by the user "
+                                              "(Ctrl-C or SIGTERM) before it finished")
+                        elif wall_limit is not None and now - started > wall_limit:
+                            stopped = Verdict(outcomes.TIMEOUT, f"still running {wall_limit:g} s "
+                                              "after launch (limits.max_wall_s "
+                                              f"{self.spec.limits.max_wall_s:g} plus a margin)")
+                        if stopped is not None:
+                            child.signal(signal.SIGTERM)
+                            term_at = now
+                    if not killed and (ctx.stop.kill.is_set() or (
+                            term_at is not None and now - term_at > ctx.term_grace_s)):
+                        child.signal(signal.SIGKILL)
+                        killed = True
+                    times.poll()
+                    rss = _peak_rss(child.pid)
+                    if rss is not None:
+                        peak = max(peak or 0, rss)
+                    time.sleep(ctx.poll_s)
+        finally:
+            child.close()  # kills it if we leave early (an exception)
+        wall_s = time.monotonic() - started
+        if stopped is None and getattr(child, "lost", False) and not (
+                run_dir / RESULT_FILE).exists():
+            stopped = Verdict(outcomes.CRASHED, "the fork server ended while the trial ran")
+        if stopped is None and verdict is not None and verdict.outcome != "pruned":
+            # The last evaluation broke a project rule as the child finished: the rule says how
+            # it ended (a collapsed model that completes its budget is still collapsed). An
+            # Optuna prune at that moment is moot: the trial is complete.
+            stopped = verdict
+        result = _read_result(run_dir)
+        outcome, reason = classify(rc, result, stopped, run_dir)
+        times.poll()
+        return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc)
+
+    def on_eval(self, row: dict[str, Any], history: list[dict[str, Any]],
+                attempt_no: int) -> Verdict | None:
+        ctx, trial = self.ctx, self.trial
+        metrics = {k: v for k, v in row.items() if k != "samples"}
+        if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
+            metrics["attempt"] = attempt_no
+        storage.record_eval(ctx.storage, ctx.spec.name, trial.number, trial._trial_id, metrics)
+        samples = row.get("samples") or []
+        if samples:
+            storage.record_samples(ctx.storage, ctx.spec.name, trial.number, trial._trial_id,
+                                   samples, tokens=row.get("tokens"), step=row.get("step"))
+        ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
+                  val_bpb=row.get("val_bpb"))
+        index = len(history) - 1
+        verdict = pruning.project_rules(history, ctx.spec.limits)
+        if verdict is not None:
+            return verdict
+        metric = self.report_metric
+        value = row.get(metric) if metric else None
+        if metric and isinstance(value, (int, float)) and math.isfinite(value) \
+                and index not in self.reported:
+            self.reported.add(index)
+            trial.report(float(value), step=index)
+            if trial.should_prune():
+                return Verdict("pruned", pruning.optuna_prune_reason(
+                    ctx.spec.study.pruner.name, metric, value, index, row))
+        return None
+
+
+def _read_result(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) and "outcome" in value else None
+
+
+def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Verdict | None,
+             run_dir: Path | None = None) -> tuple[str, str]:
+    """A run's outcome and reason: the parent's own decision (prune, timeout, stop) first, then
+    the child's ``result.json``, then its exit code (no result: a SIGKILL nobody here sent is
+    the kernel's OOM killer)."""
+    if stopped is not None:
+        return stopped.outcome, stopped.reason
+    if result is not None:
+        outcome = str(result["outcome"])
+        if outcome not in pruning.OUTCOMES:
+            return outcomes.CRASHED, f"the child reported an unknown outcome {outcome!r}"
+        return outcome, str(result.get("reason") or outcome)
+    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return outcomes.OOM, (f"killed by SIGKILL (exit {returncode}) without writing "
+                              f"{RESULT_FILE}: the kernel's out-of-memory killer")
+    if returncode == outcomes.BAD_INPUT_EXIT_CODE:
+        return outcomes.CRASHED, "the child rejected its input (exit 2): " + \
+            _last_log_line(run_dir)
+    known = outcomes.outcome_for_exit_code(returncode) if returncode is not None else None
+    if known is not None and known != outcomes.COMPLETE:
+        return known, f"exit code {returncode} ({known}) without {RESULT_FILE}"
+    return outcomes.CRASHED, f"exited with code {returncode} without writing {RESULT_FILE}"
+
+
+def _last_log_line(run_dir: Path | None) -> str:
+    """For a human reading the reason only (the outcome never depends on log text)."""
+    if run_dir is None:
+        return "see its log"
+    try:
+        lines = (run_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "see its log"
+    lines = [line.strip() for line in lines if line.strip()]
+    return lines[-1][:300] if lines else f"see {run_dir / LOG_FILE}"
+
+
+# --- a whole trial -------------------------------------------------------------------------------
+
+
+def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> TrialReport:
+    """Run ``trial`` (already asked, RUNNING) to its end and tell Optuna. Never raises for a
+    trial's own failure (that is an outcome); an exception here is the orchestrator's (e.g. the
+    database went away): its child is killed, and the worker marks the trial crashed if it can
+    (else the heartbeat fails and re-queues it)."""
+    spec = ctx.spec
+    attrs: dict[str, Any] = {"host": ctx.host, "pid": os.getpid(), "started_at": time.time()}
+    storage.record_host(ctx.storage, spec.name, trial.number, trial._trial_id, host=ctx.host)
+    try:
+        params = suggest(trial, spec)
+        cfg = trial_config(spec, params)
+    except SweepsError as exc:
+        return finish(ctx, trial, "crashed", f"invalid configuration: {exc}", attrs)
+    attrs["sampled"] = dict(params)
+    pre = ctx.preflight
+    calibration = float(pre.calibration_factor(ctx.study))
+    plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,
+                          calibration=calibration)
+    attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
+                 predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
+                 memory_budget_bytes=plan.budget_bytes, calibration_factor=calibration)
+    if plan.fitted:
+        attrs["fitted"] = dict(plan.fitted)
+    cfg = plan.cfg
+    if not plan.fits:
+        attrs["config"] = cfg.to_dict()
+        ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
+                  worker=device.label)
+        return finish(ctx, trial, "predicted_oom", plan.reason, attrs)
+
+    run = _TrialRun(ctx, device, trial)
+    # Absolute: the child, the fork server and a report elsewhere all read it.
+    run_dir = Path(os.path.abspath(ctx.study_dir / "trials" / str(trial.number)))
+    attrs["run_dir"] = str(run_dir)
+    ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
+              worker=device.label)
+    attempt_no = 1
+    while True:
+        cfg = _with_memory_limit(ctx, device, cfg, plan.predicted_bytes)
+        attempt = run.attempt(cfg, run_dir, attempt_no)
+        if attempt.outcome == outcomes.OOM and spec.limits.oom_policy == "fit" \
+                and attempt_no == 1 and not ctx.stop.stop.is_set():
+            halved = pre.halve_batch(cfg)
+            if halved is not None:
+                attrs["fitted"] = {"batch_size": halved.batch_size,
+                                   "grad_accum": halved.grad_accum}
+                attrs["fit_retry_reason"] = attempt.reason
+                cfg, attempt_no = halved, attempt_no + 1
+                continue
+        break
+    attrs["config"] = cfg.to_dict()
+    if attempt_no > 1:
+        attrs["attempts"] = attempt_no
+    attrs.update(_attempt_attrs(attempt))
+    values = None
+    outcome, reason = attempt.outcome, attempt.reason
+    if outcome == outcomes.COMPLETE:
+        values, missing = objective_values(spec, attempt)
+        if missing:
+            outcome, reason = outcomes.DIVERGED, f"{missing} is not finite at the end of training"
+            values = None
+    return finish(ctx, trial, outcome, reason, attrs, values)
+
+
+def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig,
+                       predicted: int) -> TrainConfig:
+    """A CPU child's enforced limit, derived from the budget (a value fixed in the spec is kept
+    when it is tighter)."""
+    if device.device != "cpu" or ctx.budget_bytes is None:
+        return cfg
+    limit = int(ctx.preflight.cpu_child_limit(ctx.budget_bytes, int(predicted)))
+    if cfg.cpu_memory_limit_bytes is not None:
+        limit = min(limit, cfg.cpu_memory_limit_bytes)
+    return replace(cfg, cpu_memory_limit_bytes=limit)
+
+
+def _attempt_attrs(a: Attempt) -> dict[str, Any]:
+    out: dict[str, Any] = {"wall_s": round(a.wall_s, 3), "child_pid": a.child_pid,
+                           "returncode": a.returncode}
+    if a.times.cold_start_s is not None:
+        out["cold_start_s"] = round(a.times.cold_start_s, 3)
+    if a.times.setup_s is not None:
+        out["setup_s"] = round(a.times.setup_s, 3)
+    r = a.result or {}
+    last = a.history[-1] if a.history else {}
+    final = r.get("final_metrics") or last
+    peak = r.get("peak_mem_bytes") or last.get("peak_mem_bytes") or a.peak_rss
+    if peak:
+        out["peak_mem_bytes"] = int(peak)
+    tokens = r.get("tokens_seen", last.get("tokens"))
+    if tokens is not None:
+        out["tokens_seen"] = int(tokens)
+    tps = r.get("tokens_per_s", last.get("tokens_per_s"))
+    if tps is not None:
+        out["tokens_per_s"] = float(tps)
+        # The child reports tokens / (time in its training loop): invert it.
+        out["train_s"] = float(tokens) / float(tps) if tps and tokens else 0.0
+    params = r.get("params") or {}
+    if params:
+        out["params"] = params
+        out["params_total"] = int(params.get("total", 0))
+    for key in ("bytes_per_token", "unk_rate", "best_val_bpb", "steps", "device"):
+        if r.get(key) is not None:
+            out[key] = r[key]
+    for key in FINAL_METRICS:
+        if final.get(key) is not None:
+            out[key] = final[key]
+    if "best_val_bpb" not in out:
+        finite = [h["val_bpb"] for h in a.history if isinstance(h.get("val_bpb"), (int, float))]
+        if finite:
+            out["best_val_bpb"] = min(finite)
+    return out
+
+
+def objective_values(spec: StudySpec, attempt: Attempt) -> tuple[list[float], str | None]:
+    """The study's objective values of a finished run, and the first one that is missing."""
+    r = attempt.result or {}
+    final = r.get("final_metrics") or (attempt.history[-1] if attempt.history else {})
+    source = {
+        "val_bpb": final.get("val_bpb"),
+        "val_loss": final.get("val_loss"),
+        "peak_mem": r.get("peak_mem_bytes") or attempt.peak_rss,
+        "wall_s": attempt.wall_s,
+        "tokens_per_s": r.get("tokens_per_s"),
+        "params": (r.get("params") or {}).get("total"),
+    }
+    values = []
+    for metric in spec.study.metrics:
+        v = source.get(metric)
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            return [], metric
+        values.append(float(v))
+    return values, None
+
+
+def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
+           attrs: dict[str, Any], values: list[float] | None = None) -> TrialReport:
+    """Record the trial's user attributes and tell Optuna its state."""
+    state = {"COMPLETE": TrialState.COMPLETE, "PRUNED": TrialState.PRUNED,
+             "FAIL": TrialState.FAIL}[pruning.state_name(outcome)]
+    attrs = {**attrs, "outcome": outcome, "reason": reason}
+    if state != TrialState.FAIL:
+        attrs["constraint"] = pruning.constraint_value(outcome)
+    told = True
+    try:
+        _write_user_attrs(ctx.storage, trial._trial_id, {k: _jsonable(v) for k, v in attrs.items()})
+        if state != TrialState.FAIL and hasattr(trial, "set_constraint"):
+            trial.set_constraint(CONSTRAINT_KEY, attrs["constraint"])
+        if state == TrialState.COMPLETE:
+            ctx.study.tell(trial, values)
+        else:
+            ctx.study.tell(trial, state=state)
+    except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError) as exc:
+        # Another worker failed it first (this worker looked dead: its heartbeat stopped).
+        told = False
+        reason = f"{reason} (not recorded: {exc})"
+    ctx.event("end", number=trial.number, outcome=outcome, reason=reason, values=values)
+    _update_study_attrs(ctx)
+    return TrialReport(trial.number, outcome, reason, values, told)
+
+
+def _write_user_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
+    """All of a trial's user attributes in one transaction (one commit instead of ~35: a
+    measurable share of a short trial's overhead on PostgreSQL). Uses the RDB storage's
+    per-attribute writer inside one session; Optuna's public one-by-one API where that is
+    missing. The trial is still RUNNING here, so Optuna's trial cache re-reads it anyway."""
+    try:
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        write_one = rdb._set_trial_attr_without_commit
+    except (ImportError, AttributeError):
+        for key, value in attrs.items():
+            rdb.set_trial_user_attr(trial_id, key, value)
+        return
+    with _create_scoped_session(rdb.scoped_session, True) as session:
+        for key, value in attrs.items():
+            write_one(session, models.TrialUserAttributeModel, trial_id, key, value)
+
+
+def _update_study_attrs(ctx: RunnerContext) -> None:
+    with contextlib.suppress(Exception):  # informational only
+        factor = float(ctx.preflight.calibration_factor(ctx.study))
+        ctx.study.set_user_attr("calibration_factor", factor)
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON-safe (non-finite floats -> None) so every attribute survives storage and reports."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def constraints_from_attrs(trial: optuna.trial.FrozenTrial) -> list[float]:
+    """``constraints_func`` for Optuna versions without ``Trial.set_constraint``."""
+    return [float(trial.user_attrs.get("constraint", 0.0))]

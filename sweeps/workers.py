@@ -1,0 +1,488 @@
+"""N workers on one study: devices, the shared trial count, recovery, clean shutdown.
+
+Each worker is a thread running the ask -> ``runner.run_trial`` -> tell loop with its own device
+(``CUDA_VISIBLE_DEVICES`` = one GPU each, round-robin when there are more workers than GPUs; on
+the CPU the cores are split into disjoint sets: the children's affinity, and
+``SWEEPS_NUM_THREADS``, capped by the orchestrator's own ``SWEEPS_NUM_THREADS`` when set).
+Workers in other processes or on other machines (``sweeps worker``) run the same loop against
+the same database.
+
+How many trials: the study ends with exactly ``n_trials`` *counted* trials, whatever dies on the
+way. A trial counts unless a later trial re-queued it (a failed run re-queued by a heartbeat,
+``fail_and_requeue`` or an interruption: its parameters run again under a new number, which
+counts instead). Counted trials are ranked by number (Optuna assigns numbers atomically, in
+creation order); the first ``n_trials`` of them form the budget. A worker asks for a trial only
+while the budget has room (fewer counted trials than ``n_trials``) or holds a WAITING trial, and
+after ``ask`` checks that the trial it got is inside the budget: if a worker elsewhere asked at
+the same moment, the one outside the budget hands its trial back (RUNNING -> WAITING, never
+run, never counted). The study is done when every trial of the budget is finished
+(COMPLETE, PRUNED or FAIL). Trials re-queued beyond ``max_retries`` stay FAIL and count.
+
+Recovery: on start, RUNNING trials whose owner (``sweeps_trial_hosts``) is a process of this
+host that no longer exists are failed and re-queued at once; trials of dead workers elsewhere are
+failed by the heartbeat after the grace period (``fail_stale_trials`` before each ask and while
+waiting). Stopping: ``StopFlags.stop`` (first Ctrl-C / SIGTERM) launches nothing more and stops
+the running children; their trials end ``interrupted`` (FAIL) and are re-queued, so a resumed
+run trains them again; ``StopFlags.kill`` (second Ctrl-C) kills the children at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from lm.errors import SweepsError
+from sweeps import storage as st
+from sweeps.runner import (
+    Launcher,
+    RunnerContext,
+    StopFlags,
+    SubprocessLauncher,
+    TrialReport,
+    WorkerDevice,
+    constraints_from_attrs,
+    finish,
+    run_trial,
+)
+from sweeps.space import make_pruner, make_sampler
+from sweeps.spec import StudySpec
+
+#: Default heartbeat: a beat every 10 s; silent for 60 s = dead.
+HEARTBEAT_INTERVAL_S = 10
+GRACE_PERIOD_S = 60
+#: How often a worker with nothing to launch looks again.
+IDLE_S = 1.0
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+# --- counting ------------------------------------------------------------------------------------
+
+
+def superseded_numbers(trials: Sequence[FrozenTrial]) -> set[int]:
+    """Numbers of trials that were re-queued (their parameters run again as another trial)."""
+    out: set[int] = set()
+    for t in trials:
+        out.update(int(n) for n in t.system_attrs.get("retry_history", ()))
+    return out
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """Where a study stands against its ``n_trials``."""
+
+    n_trials: int
+    counted: tuple[FrozenTrial, ...]  # every counted trial, by number
+    in_budget: tuple[FrozenTrial, ...]  # the first n_trials of them
+
+    @property
+    def finished(self) -> int:
+        return sum(t.state in FINISHED for t in self.in_budget)
+
+    @property
+    def running(self) -> int:
+        return sum(t.state == TrialState.RUNNING for t in self.in_budget)
+
+    @property
+    def done(self) -> bool:
+        return len(self.in_budget) >= self.n_trials and self.finished == len(self.in_budget)
+
+    @property
+    def can_ask(self) -> bool:
+        return len(self.counted) < self.n_trials or any(
+            t.state == TrialState.WAITING for t in self.in_budget)
+
+    def holds(self, number: int) -> bool:
+        return any(t.number == number for t in self.in_budget)
+
+
+def budget_state(trials: Sequence[FrozenTrial], n_trials: int) -> BudgetState:
+    gone = superseded_numbers(trials)
+    counted = tuple(sorted((t for t in trials if t.number not in gone), key=lambda t: t.number))
+    return BudgetState(n_trials, counted, counted[:n_trials])
+
+
+def trial_outcome(t: FrozenTrial, superseded: set[int] | None = None) -> str:
+    """The outcome shown for a trial: its recorded one, else its state (a FAIL without one was
+    failed by a heartbeat: its worker died)."""
+    outcome = t.user_attrs.get("outcome")
+    if t.state == TrialState.RUNNING:
+        return "running"
+    if t.state == TrialState.WAITING:
+        return "waiting"
+    if outcome is None:
+        outcome = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(
+            t.state, "crashed")
+    return outcome
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use, without importing torch: ``CUDA_VISIBLE_DEVICES`` when
+    set, else what ``nvidia-smi -L`` lists (none when it is missing)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(out.stdout.splitlines())
+            if line.startswith("GPU ")]
+
+
+def split_cpus(n_workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
+    """Disjoint core sets, one per worker (round-robin single cores if too few)."""
+    if cpus is None:
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except AttributeError:
+            cpus = list(range(os.cpu_count() or 1))
+    cpus = list(cpus)
+    if n_workers >= len(cpus):
+        return [[cpus[i % len(cpus)]] for i in range(n_workers)]
+    size, extra = divmod(len(cpus), n_workers)
+    out, start = [], 0
+    for i in range(n_workers):
+        end = start + size + (1 if i < extra else 0)
+        out.append(cpus[start:end])
+        start = end
+    return out
+
+
+def plan_devices(spec: StudySpec, n_workers: int,
+                 gpus: Sequence[str] | None = None) -> list[WorkerDevice]:
+    """One ``WorkerDevice`` per worker, from the spec's ``device`` and what this host has."""
+    wanted = str(spec.base_values().get("device", "auto"))
+    if wanted != "cpu":
+        gpus = visible_gpus() if gpus is None else list(gpus)
+        if wanted.startswith("cuda:"):
+            # A pinned device: the user chose it; every worker uses it as it is.
+            return [WorkerDevice("cuda", {}, None, wanted) for _ in range(n_workers)]
+        if gpus:
+            return [WorkerDevice("cuda", {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]}, None,
+                                 f"gpu {gpus[i % len(gpus)]}") for i in range(n_workers)]
+        if wanted == "cuda":
+            raise SweepsError("the spec asks for device cuda, but no GPU is visible on this "
+                              "host (nvidia-smi / CUDA_VISIBLE_DEVICES); use device auto or cpu")
+    cap = _thread_cap()
+    out = []
+    for cores in split_cpus(n_workers):
+        label = f"cpu {cores[0]}" if len(cores) == 1 else f"cpu {cores[0]}-{cores[-1]}"
+        threads = len(cores) if cap is None else min(cap, len(cores))
+        out.append(WorkerDevice("cpu", {"SWEEPS_NUM_THREADS": str(threads),
+                                        "CUDA_VISIBLE_DEVICES": ""}, cores, label))
+    return out
+
+
+def _thread_cap() -> int | None:
+    """``SWEEPS_NUM_THREADS`` set for the orchestrator caps each child's threads (small models
+    run faster on one thread than on several contended ones)."""
+    env = os.environ.get("SWEEPS_NUM_THREADS")
+    if not env:
+        return None
+    if not env.isdigit() or int(env) < 1:
+        raise SweepsError(f"SWEEPS_NUM_THREADS must be a positive integer, got {env!r}")
+    return int(env)
+
+
+# --- the study -----------------------------------------------------------------------------------
+
+
+SPEC_ATTR = "spec"
+N_TRIALS_ATTR = "n_trials"
+ENQUEUED_ATTR = "sweeps_enqueued"
+#: Parts of a spec that must not change under a running study (its trials would not compare).
+_IDENTITY_KEYS = ("fixed", "space", "ablation", "corpus")
+
+
+def create_or_resume(spec: StudySpec, storage: RDBStorage, *,
+                     n_trials: int | None = None) -> tuple[optuna.Study, bool]:
+    """The study named by the spec: created (spec stored, ``[[enqueue]]``/ablation trials queued
+    once), or resumed after checking the stored spec agrees. Returns (study, created)."""
+    name = spec.name
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        created = False
+    except KeyError:
+        study = optuna.create_study(study_name=name, storage=storage,
+                                    directions=spec.study.directions, load_if_exists=True)
+        created = True
+    directions = [d.name.lower() for d in study.directions]
+    if directions != spec.study.directions:
+        raise SweepsError(f"study {name!r} already exists with directions {directions}, but the "
+                          f"spec says {spec.study.directions}; rename the study or restore its "
+                          "objectives")
+    stored = study.user_attrs.get(SPEC_ATTR)
+    current = spec.to_dict()
+    if stored is not None:
+        for key in _IDENTITY_KEYS:
+            if _canon(stored.get(key)) != _canon(current.get(key)):
+                raise SweepsError(f"study {name!r} was started with a different [{key}] than "
+                                  f"{spec.source or 'this spec'}; restore it, or give the study "
+                                  "a new name")
+    study.set_user_attr(SPEC_ATTR, current)
+    # The latest run's target, so workers joining later stop at the same count.
+    study.set_user_attr(N_TRIALS_ATTR, int(n_trials if n_trials is not None
+                                           else spec.study.n_trials))
+    if not study.user_attrs.get(ENQUEUED_ATTR):
+        for params in spec.initial_trials():
+            study.enqueue_trial(params, skip_if_exists=False)
+        study.set_user_attr(ENQUEUED_ATTR, True)
+    return study, created
+
+
+def _canon(value: Any) -> Any:
+    """JSON-like value with lists and tuples alike (a spec read back from storage)."""
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canon(v) for v in value]
+    return value
+
+
+def spec_from_study(study: optuna.Study) -> StudySpec:
+    """The spec stored by ``sweeps run`` (for ``sweeps worker``)."""
+    data = study.user_attrs.get(SPEC_ATTR)
+    if not isinstance(data, dict):
+        raise SweepsError(f"study {study.study_name!r} has no stored spec (it was not created by "
+                          "`sweeps run`); start it with `sweeps run SPEC` first")
+    return StudySpec.from_dict(data, source=f"study {study.study_name!r}", check_paths=False)
+
+
+def target_trials(spec: StudySpec, study: optuna.Study, override: int | None) -> int:
+    if override is not None:
+        return override
+    stored = study.user_attrs.get(N_TRIALS_ATTR)
+    return int(stored) if isinstance(stored, int) else spec.study.n_trials
+
+
+def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
+                     seed_offset: int = 0) -> optuna.Study:
+    """The study with the spec's sampler and pruner; ``seed_offset`` keeps a resumed or joining
+    process from replaying the random draws of the first one."""
+    if spec.study.seed is not None and seed_offset:
+        spec = dataclasses.replace(spec, study=dataclasses.replace(
+            spec.study, seed=spec.study.seed + seed_offset))
+    from optuna.trial import Trial
+
+    constraints = None if hasattr(Trial, "set_constraint") else constraints_from_attrs
+    return optuna.load_study(study_name=spec.name, storage=storage,
+                             sampler=make_sampler(spec, constraints), pruner=make_pruner(spec))
+
+
+def recover_local(storage: RDBStorage, study: optuna.Study, max_retries: int) -> list[int]:
+    """Fail and re-queue RUNNING trials whose process on this host is gone; their numbers."""
+    numbers = []
+    for t in st.stale_local_trials(storage, study):
+        if st.fail_and_requeue(storage, study, t, max_retries=max_retries,
+                               reason="its worker process ended without finishing it (found "
+                                      "on restart)"):
+            numbers.append(t.number)
+    return numbers
+
+
+def requeue_interrupted(study: optuna.Study, number: int, max_retries: int) -> bool:
+    trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    if trial is None or trial.state != TrialState.FAIL:
+        return False
+    return st.requeue(study, trial, max_retries=max_retries)
+
+
+def claim_trial(study: optuna.Study, storage: RDBStorage,
+                n_trials: int) -> tuple[bool, optuna.Trial | None]:
+    """(done, trial): the next trial of the budget for this worker, if there is room.
+
+    ``done`` when every trial of the budget is finished. Otherwise ``ask`` (a WAITING trial
+    first), then check the trial is inside the budget: a worker elsewhere may have asked at the
+    same moment, and the one outside hands its trial back (RUNNING -> WAITING, not counted).
+    ``(False, None)``: nothing to start now (the budget is full of running trials).
+    """
+    state = budget_state(study.get_trials(deepcopy=False), n_trials)
+    if state.done:
+        return True, None
+    if not state.can_ask:
+        return False, None
+    trial = study.ask()
+    state = budget_state(study.get_trials(deepcopy=False), n_trials)
+    if state.holds(trial.number):
+        return False, trial
+    storage.set_trial_state_values(trial._trial_id, TrialState.WAITING)
+    return False, None
+
+
+# --- the loop ------------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerOptions:
+    n_trials: int
+    deadline: float | None = None  # time.monotonic() after which nothing more is launched
+    idle_s: float = IDLE_S
+
+
+@dataclass
+class WorkerResult:
+    reports: list[TrialReport] = field(default_factory=list)
+    error: str | None = None
+
+
+def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions,
+                ask_lock: threading.Lock | None = None) -> WorkerResult:
+    """Ask, run and tell trials until the budget is done, time is up, or a stop is requested."""
+    out = WorkerResult()
+    study, spec = ctx.study, ctx.spec
+    lock = ask_lock or threading.Lock()
+    while not ctx.stop.stop.is_set():
+        if options.deadline is not None and time.monotonic() > options.deadline:
+            break
+        st.fail_stale_trials(study)
+        with lock:
+            done, trial = claim_trial(study, ctx.storage, options.n_trials)
+        if done:
+            break
+        if trial is None:
+            ctx.stop.stop.wait(options.idle_s)
+            continue
+        try:
+            report = run_trial(ctx, device, trial)
+        except Exception as exc:
+            out.error = f"trial {trial.number}: {type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                finish(ctx, trial, "crashed", f"orchestrator error: {type(exc).__name__}: {exc}",
+                       {"traceback": traceback.format_exc()[-4000:]})
+            raise
+        out.reports.append(report)
+        if report.outcome == "interrupted" and report.told:
+            requeue_interrupted(study, trial.number, spec.limits.max_retries)
+    return out
+
+
+# --- a whole run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunOptions:
+    n_workers: int = 1
+    n_trials: int | None = None
+    timeout: float | None = None
+    launcher: str = "auto"  # auto | fork | subprocess
+    poll_s: float = 0.2
+    term_grace_s: float = 10.0
+    on_event: Callable[[str, dict[str, Any]], None] | None = None
+
+
+def make_launcher(kind: str) -> Any:
+    from sweeps import forkserver
+
+    if kind == "auto":
+        kind = "fork" if forkserver.available() else "subprocess"
+    if kind == "fork":
+        return forkserver.ForkServer().start()
+    if kind == "subprocess":
+        return SubprocessLauncher()
+    raise SweepsError(f"unknown launcher {kind!r}; use fork, subprocess or auto")
+
+
+def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study_dir: Path,
+                options: RunOptions, flags: StopFlags | None = None, *,
+                launcher: Launcher | None = None,
+                devices: list[WorkerDevice] | None = None,
+                tick: Callable[[], None] | None = None) -> list[WorkerResult]:
+    """Run ``options.n_workers`` worker threads on ``study`` until it is done, its time is up or
+    ``flags.stop`` is set; ``tick`` is called every half second from this thread (progress)."""
+    from sweeps import preflight
+
+    flags = flags or StopFlags()
+    n_trials = target_trials(spec, study, options.n_trials)
+    devices = devices or plan_devices(spec, options.n_workers)
+    budget = preflight.resolve_budget(spec.limits, device=devices[0].device,
+                                      workers=options.n_workers)
+    study.set_user_attr("memory_budget_bytes", budget)
+    recover_local(storage, study, spec.limits.max_retries)
+    if budget_state(study.get_trials(deepcopy=False), n_trials).done:
+        return [WorkerResult() for _ in devices]  # nothing to run: no launcher to start
+    own_launcher = launcher is None
+    launcher = launcher or make_launcher(options.launcher)
+    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=study_dir,
+                        launcher=launcher, budget_bytes=budget, stop=flags,
+                        poll_s=options.poll_s, term_grace_s=options.term_grace_s,
+                        preflight=preflight, on_event=options.on_event)
+    deadline = None if options.timeout is None else time.monotonic() + options.timeout
+    worker_options = WorkerOptions(n_trials=n_trials, deadline=deadline)
+    results = [WorkerResult() for _ in devices]
+    lock = threading.Lock()
+
+    def target(i: int) -> None:
+        try:
+            results[i] = worker_loop(ctx, devices[i], worker_options, lock)
+        except BaseException as exc:
+            results[i].error = f"{type(exc).__name__}: {exc}"
+            flags.stop.set()  # one broken worker stops the others cleanly
+
+    threads = [threading.Thread(target=target, args=(i,), name=f"sweeps-worker-{i}")
+               for i in range(len(devices))]
+    try:
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            if tick is not None:
+                with contextlib.suppress(Exception):
+                    tick()
+            for t in threads:
+                t.join(timeout=0.5 / len(threads))
+    finally:
+        if any(t.is_alive() for t in threads):
+            flags.stop.set()
+            for t in threads:
+                t.join()
+        if own_launcher:
+            launcher.close()
+    return results
+
+
+@contextlib.contextmanager
+def stop_on_signals(flags: StopFlags,
+                    say: Callable[[str], None] | None = None) -> Iterator[StopFlags]:
+    """First Ctrl-C or SIGTERM: ``flags.stop``; a second one: ``flags.kill``. Main thread only
+    (elsewhere a no-op); the previous handlers are restored on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield flags
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if flags.stop.is_set():
+            flags.kill.set()
+            if say:
+                say("stopping now: killing the running trials")
+        else:
+            flags.stop.set()
+            if say:
+                say("stopping: no new trials; running trials are being stopped and marked "
+                    "interrupted (press Ctrl-C again to kill them at once)")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flags
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,481 @@
+"""One trial at a time through ``runner.run_trial``: real training children on a tiny corpus.
+
+The helpers at the top (a 300 KB synthetic corpus prepared once per session, tiny spec values, a
+TOML writer) are shared with the other orchestrator tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from lm import outcomes
+from lm.corpus import prepare_synthetic
+from sweeps import preflight
+from sweeps import storage as st
+from sweeps.forkserver import ForkServer
+from sweeps.preflight import TrialPlan
+from sweeps.pruning import Verdict
+from sweeps.runner import (
+    MetricsFollower,
+    PopenChild,
+    RunnerContext,
+    SubprocessLauncher,
+    WorkerDevice,
+    classify,
+    run_trial,
+)
+from sweeps.spec import StudySpec
+from sweeps.workers import create_or_resume, load_for_workers
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+
+# --- shared helpers ------------------------------------------------------------------------------
+
+#: A model that trains 4,000 tokens in well under a second.
+TINY: dict[str, Any] = {
+    "device": "cpu", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "seq_len": 16,
+    "batch_size": 8, "max_tokens": 4000, "warmup_tokens": 500, "eval_every_tokens": 2000,
+    "eval_tokens": 512, "sample_tokens": 4,
+}
+CPU = WorkerDevice("cpu", {"SWEEPS_NUM_THREADS": "1"}, None, "cpu")
+
+
+#: ``sweeps`` with the study commands, whether or not cli.py has merged them yet.
+SWEEPS = [sys.executable, "-c", (
+    "import sys\n"
+    "from sweeps import cli, cli_study\n"
+    "if not any(g.typer_instance is cli_study.app for g in cli.app.registered_groups):\n"
+    "    cli.app.add_typer(cli_study.app)\n"
+    "sys.argv[0] = 'sweeps'\n"
+    "cli.main()\n")]
+
+
+#: Tiny models train fastest on one thread, above all on a busy machine.
+CHILD_ENV = {"SWEEPS_NUM_THREADS": "1"}
+
+
+def sweeps_run(*args: str, cwd: Path, timeout: float = 180,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SWEEPS, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **CHILD_ENV, **(env or {})})
+
+
+def sweeps_popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([*SWEEPS, *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **CHILD_ENV})
+
+
+def shared_corpus(factory: pytest.TempPathFactory) -> Path:
+    """The 300 KB synthetic corpus, prepared once per test session (token caches shared too)."""
+    path = factory.getbasetemp() / "sweeps-corpus-300KB"
+    if not (path / "manifest.json").is_file():
+        prepare_synthetic(path, size_bytes=300_000, seed=0)
+    return path
+
+
+def spec_dict(name: str, corpus: Path, *, fixed: dict | None = None, space: dict | None = None,
+              study: dict | None = None, limits: dict | None = None,
+              enqueue: list[dict] | None = None) -> dict[str, Any]:
+    space = space if space is not None else {
+        "tokenizer": {"choices": ["word", "bpe"]}, "vocab_size": {"choices": [300, 600]}}
+    fixed = {k: v for k, v in {**TINY, **(fixed or {})}.items() if k not in space}
+    data: dict[str, Any] = {
+        "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
+                  "n_trials": 3, **(study or {})},
+        "corpus": {"dir": str(corpus)},
+        "fixed": fixed,
+        "space": space,
+        "limits": {"memory_budget": "4GiB", "max_wall_s": 120, **(limits or {})},
+    }
+    if enqueue:
+        data["enqueue"] = enqueue
+    return data
+
+
+def toml_text(data: dict[str, Any]) -> str:
+    """Enough TOML for spec dicts: tables of scalars, lists, inline tables; arrays of tables."""
+    lines: list[str] = []
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
+        raise TypeError(v)
+
+    def table(header: str, body: dict[str, Any]) -> None:
+        lines.append(header)
+        nested = {k: v for k, v in body.items() if isinstance(v, dict) and header == "[space]"}
+        for k, v in body.items():
+            if k not in nested:
+                lines.append(f"{k} = {value(v)}")
+        for k, v in nested.items():
+            table(f"[space.{k}]", v)
+
+    for key, body in data.items():
+        if isinstance(body, list):
+            for item in body:
+                table(f"[[{key}]]", item)
+        else:
+            table(f"[{key}]", body)
+    return "\n".join(lines) + "\n"
+
+
+def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorage, optuna.Study]:
+    spec = StudySpec.from_dict(data, source=tmp / "spec.toml")
+    storage = st.open_storage(f"sqlite:///{tmp / 'sweeps.db'}", heartbeat_interval=1,
+                              grace_period=5, max_retries=spec.limits.max_retries)
+    create_or_resume(spec, storage)
+    return spec, storage, load_for_workers(spec, storage)
+
+
+def lm_processes(under: Path) -> list[int]:
+    """Training children and fork servers (by /proc, no psutil) whose cwd or arguments are
+    under ``under``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z" or not ("lm.train" in cmd or "sweeps.forkserver" in cmd):
+            continue
+        if str(under) in cmd or cwd.startswith(str(under)):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared_corpus(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with ForkServer() as fork:
+        yield fork
+
+
+def context(spec: StudySpec, storage: Any, study: optuna.Study, tmp: Path, launcher: Any,
+            **kwargs: Any) -> RunnerContext:
+    return RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp / "runs",
+                         launcher=launcher, budget_bytes=kwargs.pop("budget", 4 * 2**30),
+                         poll_s=0.05, term_grace_s=5.0, **kwargs)
+
+
+def frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+# --- pieces --------------------------------------------------------------------------------------
+
+
+def test_metrics_follower_returns_complete_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    follower = MetricsFollower(path)
+    assert follower.read() == []
+    path.write_text('{"step": 1}\n{"step": 2')
+    assert follower.read() == [{"step": 1}]
+    with open(path, "a") as fh:
+        fh.write(', "tokens": 5}\n\n')
+    assert follower.read() == [{"step": 2, "tokens": 5}]
+    assert follower.read() == []
+
+
+@pytest.mark.parametrize(("rc", "result", "stopped", "expected"), [
+    (6, {"outcome": "interrupted", "reason": "SIGTERM"}, Verdict("unigram_collapse", "x"),
+     "unigram_collapse"),
+    (0, {"outcome": "complete", "reason": "ok"}, None, "complete"),
+    (3, {"outcome": "oom", "reason": "MemoryError"}, None, "oom"),
+    (-signal.SIGKILL, None, None, "oom"),
+    (137, None, None, "oom"),
+    (2, None, None, "crashed"),
+    (4, None, None, "diverged"),
+    (1, None, None, "crashed"),
+    (0, None, None, "crashed"),  # exit 0 without a result file is not a success
+])
+def test_classify(rc: int, result: dict | None, stopped: Verdict | None, expected: str,
+                  tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("error: corpus /x does not exist\n")
+    outcome, reason = classify(rc, result, stopped, tmp_path)
+    assert outcome == expected
+    if rc == 2:
+        assert "corpus /x does not exist" in reason
+    if rc == -signal.SIGKILL:
+        assert "SIGKILL" in reason and "out-of-memory killer" in reason
+
+
+# --- real trials ---------------------------------------------------------------------------------
+
+
+def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path, server: Any) -> None:
+    data = spec_dict("contract", corpus)
+    spec, storage, study = open_study(tmp_path, data)
+    study.enqueue_trial({"tokenizer": "word", "vocab_size": 300})
+    events: list[str] = []
+    ctx = context(spec, storage, study, tmp_path, server,
+                  on_event=lambda kind, _: events.append(kind))
+    report = run_trial(ctx, CPU, study.ask())
+    assert (report.outcome, report.told) == ("complete", True), report.reason
+    t = frozen(study, report.number)
+    a = t.user_attrs
+    assert t.state == TrialState.COMPLETE and t.values == [a["val_bpb"]]
+    run_dir = Path(a["run_dir"])
+    assert run_dir == tmp_path / "runs" / "trials" / str(t.number)
+    assert json.loads((run_dir / "config.json").read_text()) == a["config"]
+    assert a["config"]["cpu_memory_limit_bytes"] == preflight.cpu_child_limit(
+        4 * 2**30, a["predicted_mem_bytes"])
+    assert a["sampled"] == t.params == {"tokenizer": "word", "vocab_size": 300}
+    assert "fitted" not in a
+    for key in ("host", "pid", "started_at", "wall_s", "cold_start_s", "setup_s",
+                "predicted_mem_bytes",
+                "predicted_mem_raw_bytes", "memory_budget_bytes", "calibration_factor",
+                "peak_mem_bytes", "tokens_seen", "tokens_per_s", "params_total", "params",
+                "bytes_per_token", "unk_rate", "train_s", "val_bpb", "val_loss", "accuracy",
+                "unigram_entropy", "unigram_bpb", "unigram_gap", "kl_mean_to_unigram",
+                "mean_kl_to_mean", "top20_overlap", "unk_rate_targets", "best_val_bpb"):
+        assert key in a, key
+    assert a["outcome"] == "complete" and a["constraint"] == 0.0 and a["pid"] == os.getpid()
+    assert t.system_attrs.get("constraints:memory") == 0.0
+    assert a["tokens_seen"] >= 4000 and 0 < a["train_s"] < a["wall_s"]
+    assert 0 < a["setup_s"] < a["cold_start_s"] < a["wall_s"] - a["train_s"]
+    evals = st.read_evals(storage, "contract", t.number)
+    assert [e["tokens"] for e in evals] == [2048, 4096]
+    assert "samples" not in evals[0]["metrics"] and evals[-1]["val_bpb"] == a["val_bpb"]
+    assert len(st.read_samples(storage, "contract", t.number)) == 2 * len(TINY and evals)
+    hosts = st.read_hosts(storage, "contract")
+    assert [(h["trial_number"], h["pid"]) for h in hosts] == [(t.number, os.getpid())]
+    assert events == ["start", "launch", "eval", "eval", "end"]
+    assert lm_processes(tmp_path) == []
+
+
+class Underestimate:
+    """A memory estimate 100x too small: only the enforced limit stands between the trial and
+    the machine."""
+
+    calibration_factor = staticmethod(lambda study: 1.0)
+    halve_batch = staticmethod(preflight.halve_batch)
+
+    @staticmethod
+    def plan_trial(cfg: Any, limits: Any, *, device: str, budget_bytes: int | None,
+                   calibration: float = 1.0) -> TrialPlan:
+        return TrialPlan(cfg, True, 2**20, 2**20, budget_bytes, None, "wrong on purpose")
+
+    @staticmethod
+    def cpu_child_limit(budget_bytes: int, predicted_bytes: int) -> int:
+        return 16 * 2**20  # what the (wrong) prediction plus slack would allow
+
+
+def test_an_over_budget_trial_ends_oom_and_the_study_goes_on(tmp_path: Path, corpus: Path,
+                                                               server: Any) -> None:
+    data = spec_dict("limit", corpus, space={"batch_size": {"choices": [8, 256]},
+                                             "seq_len": {"choices": [16, 64]}},
+                     fixed={"tokenizer": "word", "vocab_size": 600})
+    spec, storage, study = open_study(tmp_path, data)
+    study.enqueue_trial({"batch_size": 256, "seq_len": 64})  # B x T x V logits: 40 MB a copy
+    study.enqueue_trial({"batch_size": 8, "seq_len": 16})
+    ctx = context(spec, storage, study, tmp_path, server, preflight=Underestimate)
+    big = run_trial(ctx, CPU, study.ask())
+    assert big.outcome == "oom", big.reason
+    a = frozen(study, big.number).user_attrs
+    assert a["config"]["cpu_memory_limit_bytes"] == 16 * 2**20
+    assert a["constraint"] == 1.0 and frozen(study, big.number).state == TrialState.PRUNED
+    assert a["returncode"] == outcomes.EXIT_CODES["oom"]  # the child caught it, wrote result
+    small = run_trial(ctx, CPU, study.ask())
+    assert small.outcome == "complete", small.reason
+
+
+def test_predicted_oom_is_never_launched(tmp_path: Path, corpus: Path, server: Any) -> None:
+    spec, storage, study = open_study(tmp_path, spec_dict("predicted", corpus))
+    study.enqueue_trial({"tokenizer": "bpe", "vocab_size": 600})
+    ctx = context(spec, storage, study, tmp_path, server, budget=64 * 2**20)
+    report = run_trial(ctx, CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "predicted_oom" and t.state == TrialState.PRUNED
+    assert "> budget 64.0 MiB" in t.user_attrs["reason"]
+    assert t.user_attrs["constraint"] == 1.0 and "run_dir" not in t.user_attrs
+    assert t.user_attrs["predicted_mem_bytes"] > 64 * 2**20
+    assert not (tmp_path / "runs").exists()
+
+
+def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, corpus: Path,
+                                                            server: Any) -> None:
+    data = spec_dict("fit", corpus, space={"batch_size": {"choices": [8, 512]}},
+                     fixed={"tokenizer": "word", "vocab_size": 600, "seq_len": 32},
+                     limits={"oom_policy": "fit"})
+    spec, storage, study = open_study(tmp_path, data)
+    from sweeps.space import trial_config
+
+    big = preflight.predict(trial_config(spec, {"batch_size": 512}), device="cpu")[0]
+    small = preflight.predict(trial_config(spec, {"batch_size": 64}), device="cpu")[0]
+    assert small < big
+    study.enqueue_trial({"batch_size": 512})
+    ctx = context(spec, storage, study, tmp_path, server, budget=(small + big) // 2)
+    report = run_trial(ctx, CPU, study.ask())
+    a = frozen(study, report.number).user_attrs
+    assert report.outcome == "complete", report.reason
+    assert a["sampled"] == {"batch_size": 512}
+    assert a["fitted"]["batch_size"] < 512
+    assert a["fitted"]["batch_size"] * a["fitted"]["grad_accum"] == 512
+    assert (a["config"]["batch_size"], a["config"]["grad_accum"]) == (
+        a["fitted"]["batch_size"], a["fitted"]["grad_accum"])
+
+
+def test_a_collapsed_config_is_stopped_as_unigram_collapse(tmp_path: Path, corpus: Path,
+                                                          server: Any) -> None:
+    # Six ids: <pad> <Q> <A> <D> <unk> and one word. Every target is a marker or <unk>, so the
+    # best the model can do is the unigram. Default thresholds (0.05 nats), one warm-up eval.
+    data = spec_dict("collapse", corpus, space={"vocab_size": {"choices": [6, 300]}},
+                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
+                     limits={"collapse": {"warmup_evals": 1}})
+    spec, storage, study = open_study(tmp_path, data)
+    study.enqueue_trial({"vocab_size": 6})
+    ctx = context(spec, storage, study, tmp_path, server)
+    report = run_trial(ctx, CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "unigram_collapse", report.reason
+    assert t.state == TrialState.PRUNED and t.user_attrs["constraint"] == 0.0
+    assert "predicts corpus frequencies" in t.user_attrs["reason"]
+    # Stopped at the second evaluation, long before its 16,000 tokens.
+    assert t.user_attrs["tokens_seen"] < 16_000
+    assert len(st.read_evals(storage, "collapse", t.number)) == 2
+
+
+def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path, server: Any) -> None:
+    data = spec_dict("stop", corpus, fixed={"max_tokens": 10_000_000},
+                     limits={"collapse": False})
+    spec, storage, study = open_study(tmp_path, data)
+    ctx = context(spec, storage, study, tmp_path, server)
+    ctx.on_event = lambda kind, _: ctx.stop.stop.set() if kind == "eval" else None
+    started = time.monotonic()
+    report = run_trial(ctx, CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "interrupted" and t.state == TrialState.FAIL
+    assert t.user_attrs["tokens_seen"] < 10_000_000 and time.monotonic() - started < 60
+    assert lm_processes(tmp_path) == []
+
+
+def test_the_subprocess_launcher_runs_the_same_trial(tmp_path: Path, corpus: Path) -> None:
+    spec, storage, study = open_study(tmp_path, spec_dict("plain", corpus))
+    study.enqueue_trial({"tokenizer": "bpe", "vocab_size": 300})
+    ctx = context(spec, storage, study, tmp_path, SubprocessLauncher())
+    report = run_trial(ctx, CPU, study.ask())
+    assert report.outcome == "complete", report.reason
+    log = (tmp_path / "runs" / "trials" / str(report.number) / "train.log").read_text()
+    assert "complete: trained" in log
+
+
+# --- stopping a child that will not stop ---------------------------------------------------------
+
+
+class StubbornLauncher:
+    """Children that ignore SIGTERM (a hung trial): only SIGKILL ends them."""
+
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
+               cpus: list[int] | None = None) -> PopenChild:
+        code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "open(sys.argv[1], 'w').close(); time.sleep(120)")
+        return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir / "ready")],
+                                           start_new_session=True))
+
+    def close(self) -> None:
+        pass
+
+
+def stubborn_trial(tmp: Path, corpus: Path, grace: float,
+                   on_launch: Any) -> tuple[Any, float, optuna.trial.FrozenTrial]:
+    spec, storage, study = open_study(tmp, spec_dict("stubborn", corpus))
+    ctx = context(spec, storage, study, tmp, StubbornLauncher())
+    ctx.term_grace_s = grace
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "launch":
+            ready = Path(data["run_dir"]) / "ready"
+            deadline = time.monotonic() + 30
+            while not ready.exists() and time.monotonic() < deadline:  # SIGTERM is ignored now
+                time.sleep(0.02)
+            on_launch(ctx)
+
+    ctx.on_event = on_event
+    started = time.monotonic()
+    report = run_trial(ctx, CPU, study.ask())
+    return report, time.monotonic() - started, frozen(study, report.number)
+
+
+def test_sigkill_follows_sigterm_after_the_grace_period(tmp_path: Path, corpus: Path) -> None:
+    report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: ctx.stop.stop.set())
+    assert report.outcome == "interrupted" and t.user_attrs["returncode"] == -signal.SIGKILL
+    assert took < 30
+
+
+def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> None:
+    def stop_twice(ctx: RunnerContext) -> None:
+        ctx.stop.stop.set()
+        threading.Timer(0.3, ctx.stop.kill.set).start()
+
+    report, took, t = stubborn_trial(tmp_path, corpus, 600, stop_twice)
+    assert report.outcome == "interrupted" and t.user_attrs["returncode"] == -signal.SIGKILL
+    assert took < 30  # not the 600 s grace
+
+
+def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpus: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps import runner
+
+    monkeypatch.setattr(runner, "hard_wall_s", lambda limits: 0.5)
+    report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: None)
+    assert report.outcome == "timeout" and t.state == TrialState.PRUNED
+    assert "still running" in t.user_attrs["reason"] and took < 30
+
+
+def test_a_dead_fork_server_fails_its_trial_and_is_restarted(tmp_path: Path,
+                                                             corpus: Path) -> None:
+    spec, storage, study = open_study(tmp_path, spec_dict("restart", corpus))
+    with ForkServer() as fork:
+        ctx = context(spec, storage, study, tmp_path, fork)
+        ctx.on_event = lambda kind, _: fork._proc.kill() if kind == "launch" else None
+        report = run_trial(ctx, CPU, study.ask())
+        assert report.outcome == "crashed" and "fork server ended" in report.reason
+        ctx.on_event = None
+        assert run_trial(ctx, CPU, study.ask()).outcome == "complete"
+    assert lm_processes(tmp_path) == []
+
+
+def test_the_fork_server_serves_only_its_own_orchestrator(server: Any, tmp_path: Path) -> None:
+    code = """if True:
+        import socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(chr(0) + sys.argv[1])
+        try:
+            s.sendall(b'{"run_dir": "/x", "log": "/x/log"}\\n')
+            print(repr(s.recv(100)))
+        except OSError:
+            print("closed")
+    """
+    other = subprocess.run([sys.executable, "-c", code, server.socket_address[1:]],
+                           capture_output=True, text=True, timeout=30)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.strip() in ("b''", "closed")  # closed unanswered: nothing forked

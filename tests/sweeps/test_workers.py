@@ -1,0 +1,400 @@
+"""Workers: the exact trial count, devices, a whole study, kill -9 of a worker and of the whole
+run, three workers on PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from sweeps import preflight
+from sweeps import storage as st
+from sweeps import workers as wk
+from sweeps.space import trial_config
+from sweeps.spec import StudySpec
+from tests.sweeps.test_runner import (
+    lm_processes,
+    shared_corpus,
+    spec_dict,
+    sweeps_popen,
+    sweeps_run,
+    toml_text,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+
+PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+X = {"x": CategoricalDistribution([0, 1, 2, 3])}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared_corpus(tmp_path_factory)
+
+
+def add(study: optuna.Study, state: TrialState, retry_of: list[int] | None = None) -> None:
+    system = {"retry_history": retry_of} if retry_of else {}
+    study.add_trial(create_trial(state=state, params={"x": 0}, distributions=X,
+                                 value=1.0 if state == TrialState.COMPLETE else None,
+                                 system_attrs=system))
+
+
+# --- counting ------------------------------------------------------------------------------------
+
+
+def test_budget_counts_requeued_trials_once() -> None:
+    study = optuna.create_study()
+    add(study, TrialState.COMPLETE)  # 0
+    add(study, TrialState.FAIL)  # 1: re-queued as 3
+    add(study, TrialState.PRUNED)  # 2
+    add(study, TrialState.WAITING, retry_of=[1])  # 3
+    state = wk.budget_state(study.get_trials(), 4)
+    assert [t.number for t in state.counted] == [0, 2, 3]
+    assert state.finished == 2 and not state.done and state.can_ask
+    state = wk.budget_state(study.get_trials(), 3)
+    assert not state.done and state.can_ask  # trial 3 waits inside the budget
+    state = wk.budget_state(study.get_trials(), 2)
+    assert state.done and not state.can_ask  # 0 and 2 are the budget
+
+
+def test_budget_waits_for_running_trials() -> None:
+    study = optuna.create_study()
+    add(study, TrialState.COMPLETE)
+    add(study, TrialState.RUNNING)
+    state = wk.budget_state(study.get_trials(), 2)
+    assert (state.done, state.can_ask, state.running) == (False, False, 1)
+    assert wk.budget_state(study.get_trials(), 3).can_ask
+
+
+def test_a_trial_asked_beyond_the_budget_is_handed_back(tmp_path: Path) -> None:
+    storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    study = optuna.create_study(study_name="race", storage=storage)
+    add(study, TrialState.COMPLETE)
+    done, trial = wk.claim_trial(study, storage, 2)
+    assert not done and trial is not None and trial.number == 1
+    # Another worker asks at the same moment as this one: both pass the first check.
+    real_ask = study.ask
+
+    def racing_ask() -> optuna.Trial:
+        real_ask()  # the other worker's trial, created first
+        return real_ask()
+
+    study.ask = racing_ask  # type: ignore[method-assign]
+    storage.set_trial_state_values(trial._trial_id, TrialState.PRUNED)
+    done, mine = wk.claim_trial(study, storage, 3)
+    assert not done and mine is None
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED, 2: TrialState.RUNNING,
+                      3: TrialState.WAITING}
+    assert wk.budget_state(study.get_trials(), 3).holds(2)
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+
+def test_cores_are_split_between_workers() -> None:
+    assert wk.split_cpus(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
+    assert wk.split_cpus(3, [0, 1]) == [[0], [1], [0]]
+    assert wk.split_cpus(1, [5]) == [[5]]
+
+
+def test_devices_one_gpu_each_or_a_share_of_the_cores(corpus: Path) -> None:
+    gpu_spec = StudySpec.from_dict(spec_dict("d", corpus, fixed={"device": "auto"}))
+    devices = wk.plan_devices(gpu_spec, 3, gpus=["0", "1"])
+    assert [d.env["CUDA_VISIBLE_DEVICES"] for d in devices] == ["0", "1", "0"]
+    assert {d.device for d in devices} == {"cuda"}
+    cpu_devices = wk.plan_devices(gpu_spec, 2, gpus=[])
+    assert all(d.device == "cpu" and d.cpus for d in cpu_devices)
+    assert sum(int(d.env["SWEEPS_NUM_THREADS"]) for d in cpu_devices) >= 2
+    cpu_spec = StudySpec.from_dict(spec_dict("d", corpus))  # device = "cpu" in the spec
+    assert {d.device for d in wk.plan_devices(cpu_spec, 2, gpus=["0"])} == {"cpu"}
+
+
+# --- a whole study (in this process) -------------------------------------------------------------
+
+
+def outcome_for(params: dict[str, Any]) -> str:
+    if params["batch_size"] == 4096:
+        return "predicted_oom"
+    if params["vocab_size"] == 6:
+        return "unigram_collapse"
+    return "complete"
+
+
+def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Word vocabularies of 300/600 beat the unigram by ~0.2 nats/token in 4,000 tokens at this
+    # learning rate; 6 ids (a word, four markers, <unk>) cannot: realistic collapse thresholds
+    # (0.05 nats) after one warm-up evaluation tell them apart.
+    data = spec_dict("small", corpus, fixed={"tokenizer": "word", "lr": 3e-2},
+                     space={"vocab_size": {"choices": [6, 300, 600]},
+                            "batch_size": {"choices": [8, 4096]}},
+                     study={"n_trials": 5},
+                     limits={"collapse": {"warmup_evals": 1}},
+                     enqueue=[{"vocab_size": 6, "batch_size": 8},
+                              {"vocab_size": 300, "batch_size": 4096},
+                              {"vocab_size": 600, "batch_size": 8}])
+    spec = StudySpec.from_dict(data)
+    tiny = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8}),
+                             device="cpu")[0]
+    big = preflight.predict(trial_config(spec, {"vocab_size": 6, "batch_size": 4096}),
+                            device="cpu")[0]
+    data["limits"]["memory_budget"] = (tiny + big) // 2
+    spec = StudySpec.from_dict(data)
+    storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
+                              grace_period=5)
+    wk.create_or_resume(spec, storage)
+    study = wk.load_for_workers(spec, storage)
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def on_event(kind: str, info: dict[str, Any]) -> None:
+        with lock:
+            events.append((kind, info["number"]))
+
+    options = wk.RunOptions(n_workers=2, launcher="fork", poll_s=0.05, on_event=on_event)
+    monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
+    results = wk.run_workers(spec, storage, study, tmp_path / "runs" / "small", options)
+    assert [r.error for r in results] == [None, None]
+    trials = study.get_trials()
+    assert len(trials) == 5 and all(t.state.is_finished() for t in trials)
+    assert [t.params for t in trials[:3]] == [e for e in spec.enqueue]
+    for t in trials:
+        assert t.user_attrs["outcome"] == outcome_for(t.params), t.user_attrs["reason"]
+    assert {r.number for r in results[0].reports} & {r.number for r in results[1].reports} == set()
+    assert sorted(n for kind, n in events if kind == "end") == [0, 1, 2, 3, 4]
+    hosts = st.read_hosts(storage, "small")
+    launched = [t.number for t in trials if t.user_attrs["outcome"] != "predicted_oom"]
+    assert sorted(h["trial_number"] for h in hosts) == [t.number for t in trials]
+    assert {e["trial_number"] for e in st.read_evals(storage, "small")} == set(launched)
+    assert study.user_attrs["memory_budget_bytes"] == (tiny + big) // 2
+    # Resuming a finished study runs nothing and queues nothing again.
+    wk.create_or_resume(spec, storage)
+    wk.run_workers(spec, storage, study, tmp_path / "runs" / "small", options)
+    assert len(study.get_trials()) == 5
+
+
+# --- processes: kill -9 --------------------------------------------------------------------------
+
+
+def write_spec(tmp: Path, corpus: Path, name: str, n_trials: int, max_tokens: int) -> Path:
+    data = spec_dict(name, corpus, fixed={"tokenizer": "word", "lr": 3e-2,
+                                          "max_tokens": max_tokens,
+                                          "eval_every_tokens": 10_000},
+                     space={"vocab_size": {"choices": [300, 600]}},
+                     study={"n_trials": n_trials}, limits={"collapse": False})
+    path = tmp / f"{name}.toml"
+    path.write_text(toml_text(data))
+    return path
+
+
+def wait_for(condition: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = st.open_storage(url)
+    try:
+        return optuna.load_study(study_name=name, storage=storage).get_trials()
+    except KeyError:
+        return []
+    finally:
+        storage.engine.dispose()
+
+
+def running_with_evals(url: str, name: str, pid: int) -> int | None:
+    """A RUNNING trial owned by process ``pid`` that has been evaluated at least once."""
+    engine = sa.create_engine(st.normalize_url(url))
+    try:
+        try:
+            hosts = [h for h in st.read_hosts(engine, name) if h["pid"] == pid]
+        except sa.exc.OperationalError:  # the run has not created the tables yet
+            return None
+        running = {t.number for t in study_trials(url, name) if t.state == TrialState.RUNNING}
+        for h in hosts:
+            if h["trial_number"] in running and st.read_evals(engine, name, h["trial_number"]):
+                return h["trial_number"]
+        return None
+    finally:
+        engine.dispose()
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, parent in parents.items() if parent in frontier]
+        out += kids
+        frontier = kids
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def assert_exact(trials: list[optuna.trial.FrozenTrial], n: int) -> wk.BudgetState:
+    state = wk.budget_state(trials, n)
+    assert state.done and state.finished == n
+    assert all(t.state != TrialState.RUNNING for t in trials)
+    return state
+
+
+def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Path,
+                                                                   corpus: Path) -> None:
+    # Two long trials, one for each worker; the joiner dies; `sweeps run` finishes its own, then
+    # fails the dead one after the grace period (the heartbeat path: the joiner was alive when
+    # `sweeps run` started), re-queues it and trains it.
+    spec = write_spec(tmp_path, corpus, "killworker", 2, 150_000)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    beat = ["--heartbeat", "1", "--grace", "3"]
+    main = sweeps_popen("run", str(spec), "--storage", url, *beat, cwd=tmp_path)
+    try:
+        wait_for(lambda: study_trials(url, "killworker"), 60, "the study")
+        # A plain subprocess per trial: this worker is up in a second (no fork server to start),
+        # and its child is killed by PDEATHSIG, not by a fork server's.
+        joiner = sweeps_popen("worker", "killworker", "--storage", url, *beat,
+                              "--launcher", "subprocess", cwd=tmp_path)
+        wait_for(lambda: running_with_evals(url, "killworker", joiner.pid) is not None, 90,
+                 "the joining worker's trial")
+        victim = running_with_evals(url, "killworker", joiner.pid)
+        family = descendants(joiner.pid)
+        assert family  # its fork server and the training child
+        joiner.send_signal(signal.SIGKILL)
+        joiner.wait()
+        wait_for(lambda: not any(alive(p) for p in family), 10, "its children to die")
+        _, err = main.communicate(timeout=120)
+    finally:
+        main.kill()
+    assert main.returncode == 0, err
+    trials = study_trials(url, "killworker")
+    state = assert_exact(trials, 2)
+    assert len(trials) == 3
+    dead = next(t for t in trials if t.number == victim)
+    assert dead.state == TrialState.FAIL and victim not in {t.number for t in state.counted}
+    retry = next(t for t in trials if t.user_attrs.get("retry_of") == victim)
+    assert retry.state == TrialState.COMPLETE and retry.params == dead.params
+    assert lm_processes(tmp_path) == []
+
+
+def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
+    spec = write_spec(tmp_path, corpus, "resume", 3, 40_000)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    args = ("run", str(spec), "--storage", url, "--workers", "2")
+    first = sweeps_popen(*args, cwd=tmp_path)
+    try:
+        wait_for(lambda: running_with_evals(url, "resume", first.pid) is not None
+                 and any(t.state == TrialState.COMPLETE for t in study_trials(url, "resume")),
+                 90, "a complete trial and a running one")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    wait_for(lambda: not lm_processes(tmp_path) or None, 10, "no orphan children")
+    before = {t.number: t for t in study_trials(url, "resume")}
+    complete = {n: t.values for n, t in before.items() if t.state == TrialState.COMPLETE}
+    left_running = [n for n, t in before.items() if t.state == TrialState.RUNNING]
+    assert complete and left_running
+    again = sweeps_run(*args, cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "resuming study 'resume'" in again.stderr
+    after = study_trials(url, "resume")
+    assert_exact(after, 3)
+    for n, values in complete.items():  # no completed trial lost
+        assert after[n].state == TrialState.COMPLETE and after[n].values == values
+    for n in left_running:  # failed at once on restart (same host, dead pid), re-queued
+        assert after[n].state == TrialState.FAIL
+        assert "found on restart" in after[n].user_attrs["reason"]
+    new = [t.number for t in after if t.number not in before]
+    assert new and min(new) > max(before)  # numbering continues
+    assert lm_processes(tmp_path) == []
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database on the local server, dropped at the end."""
+    psycopg = pytest.importorskip("psycopg")
+    admin = sa.engine.make_url(PG_ADMIN)
+    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
+                    dbname=admin.database, connect_timeout=3)
+    if admin.password:
+        conninfo["password"] = admin.password
+    name = f"sweeps_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(**conninfo, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL at {st.mask_url(PG_ADMIN)} is unreachable "
+                    f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
+    try:
+        yield admin.set(database=name, drivername="postgresql").render_as_string(
+            hide_password=False)
+    finally:
+        with psycopg.connect(**conninfo, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) -> None:
+    spec = write_spec(tmp_path, corpus, "pg", 6, 10_000)
+    main = sweeps_popen("run", str(spec), "--storage", pg_url, "--workers", "2", cwd=tmp_path)
+    try:
+        wait_for(lambda: study_trials(pg_url, "pg"), 60, "the study")
+        joined = sweeps_run("worker", "pg", "--storage", pg_url, cwd=tmp_path, timeout=120)
+        _, err = main.communicate(timeout=120)
+    finally:
+        main.kill()
+    assert main.returncode == 0 and joined.returncode == 0, (err, joined.stderr)
+    trials = study_trials(pg_url, "pg")
+    assert_exact(trials, 6)
+    assert len(trials) == 6  # nothing failed, nothing handed back and left waiting
+    # No trial ran twice: one owner row per trial, one run directory per trial number.
+    engine = sa.create_engine(st.normalize_url(pg_url))
+    hosts = st.read_hosts(engine, "pg")
+    engine.dispose()
+    assert sorted(h["trial_number"] for h in hosts) == list(range(6))
+    results = sorted(int(p.parent.name) for p in (tmp_path / "runs" / "pg").glob(
+        "trials/*/result.json"))
+    assert results == list(range(6))
+    # Optuna's own CLI reads the same trials from the same database.
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "optuna"), "trials", "--study-name", "pg",
+         "--storage", st.normalize_url(pg_url), "-f", "json"],
+        capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert sorted(r["number"] for r in rows) == list(range(6))
+    assert {r["number"]: r["state"] for r in rows} == {t.number: t.state.name for t in trials}
