@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-def sweeps(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-
-
-def assert_user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    """Exit 2, one line on stderr naming the problem, no traceback."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.sweeps.cli import assert_user_error, sweeps
 
 
 @pytest.fixture(scope="module")

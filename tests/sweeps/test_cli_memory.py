@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lm.memory import TERM_ORDER
+from tests.sweeps.cli import assert_user_error, sweeps
 
 ISSUE_EXAMPLE = ["--vocab-size", "300", "--tokenizer", "word", "--d-model", "200",
                  "--n-layers", "1", "--d-ff", "800", "--seq-len", "254", "--batch-size", "1000",
                  "--precision", "fp32", "--device", "cpu"]
-
-
-def sweeps(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
-
-
-def assert_user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def test_json_has_the_textbook_terms_and_the_budget() -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,21 +18,8 @@ import sqlalchemy as sa
 from sweeps import results
 from sweeps import storage as st
 from tests.sweeps import fake_study
-
-PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def sweeps(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
-
-
-def assert_user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.sweeps.cli import assert_user_error, sweeps
+from tests.sweeps.pg import fresh_database
 
 
 @pytest.fixture(scope="module")
@@ -133,26 +119,8 @@ def test_export_unknown_format(db: str) -> None:
 def pg_url() -> Iterator[str]:
     """A fresh database on the local server, dropped at the end; the URL carries a password
     (the local server trusts it) so masking can be checked."""
-    psycopg = pytest.importorskip("psycopg")
-    admin = sa.engine.make_url(PG_ADMIN)
-    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
-                    dbname=admin.database, connect_timeout=3)
-    if admin.password:
-        conninfo["password"] = admin.password
-    name = f"sweeps_report_{uuid.uuid4().hex[:12]}"
-    try:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at {st.mask_url(PG_ADMIN)} is unreachable "
-                    f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
-    url = admin.set(database=name, drivername="postgresql",
-                    password=admin.password or "s3cret-pw")
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database("sweeps_report") as url:
+        yield url.set(password=url.password or "s3cret-pw").render_as_string(hide_password=False)
 
 
 def test_report_and_export_against_postgresql(pg_url: str, db: str, tmp_path: Path) -> None:

@@ -22,10 +22,10 @@ from optuna.trial import TrialState
 
 from lm.errors import SweepsError
 from sweeps import storage as st
+from tests.sweeps.pg import PG_ADMIN, fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def sqlite_url(path: Path) -> str:
@@ -334,26 +334,9 @@ def test_requeue_callback_is_optunas_kind() -> None:
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    """A fresh database on the local server for this module, dropped at the end."""
-    psycopg = pytest.importorskip("psycopg")
-    admin = sa.engine.make_url(PG_ADMIN)
-    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
-                    dbname=admin.database, connect_timeout=3)
-    if admin.password:
-        conninfo["password"] = admin.password
-    name = f"sweeps_test_{uuid.uuid4().hex[:12]}"
-    try:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at {st.mask_url(PG_ADMIN)} is unreachable "
-                    f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
-    try:
-        yield admin.set(database=name, drivername="postgresql").render_as_string(
-            hide_password=False)
-    finally:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """A fresh database on the local server, dropped at the end."""
+    with fresh_database() as url:
+        yield url.render_as_string(hide_password=False)
 
 
 def _pg_worker(url: str) -> str | None:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.space import trial_config
 from sweeps.spec import StudySpec
+from tests.sweeps.pg import fresh_database
 from tests.sweeps.test_runner import (
     lm_processes,
     shared_corpus,
@@ -38,7 +38,6 @@ from tests.sweeps.test_runner import (
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
-PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 X = {"x": CategoricalDistribution([0, 1, 2, 3])}
 
 
@@ -347,25 +346,8 @@ def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh database on the local server, dropped at the end."""
-    psycopg = pytest.importorskip("psycopg")
-    admin = sa.engine.make_url(PG_ADMIN)
-    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
-                    dbname=admin.database, connect_timeout=3)
-    if admin.password:
-        conninfo["password"] = admin.password
-    name = f"sweeps_test_{uuid.uuid4().hex[:12]}"
-    try:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at {st.mask_url(PG_ADMIN)} is unreachable "
-                    f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
-    try:
-        yield admin.set(database=name, drivername="postgresql").render_as_string(
-            hide_password=False)
-    finally:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database() as url:
+        yield url.render_as_string(hide_password=False)
 
 
 def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) -> None:

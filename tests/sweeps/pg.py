@@ -1,0 +1,42 @@
+"""A fresh PostgreSQL database per test module, on the server CI and the dev machines run.
+
+The server comes from ``$SWEEPS_TEST_POSTGRES`` (an admin URL), by default the local one at
+127.0.0.1:5432; where it is unreachable (a laptop) the test is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+
+from sweeps.storage import mask_url
+
+PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@contextmanager
+def fresh_database(prefix: str = "sweeps_test") -> Iterator[sa.URL]:
+    """Create a uniquely named database, yield its URL, drop it (and its connections) after."""
+    psycopg = pytest.importorskip("psycopg")
+    admin = sa.engine.make_url(PG_ADMIN)
+    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
+                    dbname=admin.database, connect_timeout=3)
+    if admin.password:
+        conninfo["password"] = admin.password
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(**conninfo, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL at {mask_url(PG_ADMIN)} is unreachable "
+                    f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
+    try:
+        yield admin.set(database=name, drivername="postgresql")
+    finally:
+        with psycopg.connect(**conninfo, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
