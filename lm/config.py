@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lm.errors import SweepsError
+from lm.errors import SweepsError, closest
 
 TOKENIZERS = ("word", "bpe", "byte")
 ATTENTIONS = ("sdpa", "naive")
@@ -262,7 +262,7 @@ class TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            hint = _closest(unknown[0], known)
+            hint = closest(unknown[0], known)
             raise SweepsError(
                 f"unknown config field {unknown[0]!r}"
                 + (f" (did you mean {hint!r}?)" if hint else "")
@@ -295,10 +295,3 @@ class TrainConfig:
     def tokens_per_step(self) -> int:
         """Training tokens (targets) per optimizer step."""
         return self.batch_size * self.grad_accum * self.seq_len
-
-
-def _closest(name: str, known: set[str]) -> str | None:
-    import difflib
-
-    matches = difflib.get_close_matches(name, sorted(known), n=1)
-    return matches[0] if matches else None

@@ -46,25 +46,23 @@ Example::
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import difflib
 import importlib.util
 import itertools
 import math
-import operator
 import os
 import re
 import tomllib
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from lm.config import TrainConfig
-from lm.errors import SweepsError
+from lm.errors import SweepsError, closest
 from lm.units import size_in_bytes
+from sweeps.conditions import Condition, parse_condition
 
 #: Metrics a study can optimise, with the direction that is "better" unless the spec says so.
 METRICS: dict[str, str] = {
@@ -178,45 +176,6 @@ class CorpusSpec:
     @property
     def needs_prepare(self) -> bool:
         return bool(self.source) or self.synthetic_size is not None
-
-
-class Condition:
-    """A parsed ``when`` expression: ``tokenizer == 'word' and vocab_size > 1024``.
-
-    The grammar: ``and``, ``or``, ``not``, comparisons (``==``, ``!=``, ``<``, ``<=``, ``>``,
-    ``>=``, ``in``, ``not in``, chained), ``TrainConfig`` field names, and literals (strings,
-    numbers, ``true``/``false``/``none``, lists of literals). It is evaluated by walking the parsed
-    tree against a mapping of field values, so no code in a spec ever runs.
-    """
-
-    __slots__ = ("_fn", "fields", "literals", "text")
-
-    def __init__(self, text: str, fn: Callable[[Mapping[str, Any]], Any], fields: frozenset[str],
-                 literals: tuple[tuple[str, tuple[Any, ...]], ...]) -> None:
-        self.text = text
-        self.fields = fields
-        # (field, values) pairs from ``field == value`` / ``field in [...]``: checked against the
-        # values the field can take, so ``tokenizer == 'wrod'`` is an error, not a dead parameter.
-        self.literals = literals
-        self._fn = fn
-
-    def holds(self, values: Mapping[str, Any]) -> bool:
-        try:
-            return bool(self._fn(values))
-        except TypeError as exc:
-            seen = {k: values.get(k) for k in sorted(self.fields)}
-            raise SweepsError(
-                f"condition {self.text!r} cannot be evaluated with {seen}: {exc}; "
-                "compare fields with literals of the same type") from None
-
-    def __repr__(self) -> str:
-        return f"Condition({self.text!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Condition) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
 
 
 @dataclass(frozen=True)
@@ -486,132 +445,6 @@ def iter_grid(params: Iterable[ParamSpec], base: Mapping[str, Any]) -> Iterator[
     yield from walk(0, dict(base), {})
 
 
-# --- conditions ---------------------------------------------------------------------------------
-
-_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.In: lambda a, b: a in b,
-    ast.NotIn: lambda a, b: a not in b,
-}
-_WORD_LITERALS = {"true": True, "false": False, "none": None, "null": None}
-
-
-def parse_condition(text: str) -> Condition:
-    """Parse a ``when`` expression (SweepsError on anything outside the tiny grammar)."""
-    if not isinstance(text, str) or not text.strip():
-        raise SweepsError(f"a condition must be a non-empty string, got {text!r}")
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise SweepsError(f"condition {text!r} is not valid syntax ({exc.msg}); "
-                          "write e.g. \"tokenizer == 'word' and vocab_size > 1024\"") from None
-    fields: set[str] = set()
-    literals: list[tuple[str, tuple[Any, ...]]] = []
-    fn = _compile(tree.body, text, fields, literals)
-    return Condition(text, fn, frozenset(fields), tuple(literals))
-
-
-def _compile(node: ast.AST, text: str, fields: set[str],
-             literals: list[tuple[str, tuple[Any, ...]]]) -> Callable[[Mapping[str, Any]], Any]:
-    def sub(n: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
-        return _compile(n, text, fields, literals)
-
-    if isinstance(node, ast.BoolOp):
-        parts = [sub(v) for v in node.values]
-        if isinstance(node.op, ast.And):
-            return lambda env: all(p(env) for p in parts)
-        return lambda env: any(p(env) for p in parts)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        inner = sub(node.operand)
-        return lambda env: not inner(env)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = _literal(node)
-        if value is not _NOT_LITERAL:
-            return lambda env: value
-    if isinstance(node, ast.Compare):
-        operands = [sub(n) for n in (node.left, *node.comparators)]
-        ops = []
-        for op in node.ops:
-            if type(op) not in _COMPARE:
-                raise SweepsError(f"condition {text!r}: operator {type(op).__name__} is not "
-                                  "allowed; use ==, !=, <, <=, >, >=, in, not in")
-            ops.append(_COMPARE[type(op)])
-        sides = [node.left, *node.comparators]
-        for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
-            if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
-                _note_literal(left, right, op, literals)
-
-        def compare(env: Mapping[str, Any]) -> bool:
-            left_value = operands[0](env)
-            for op, right in zip(ops, operands[1:], strict=True):
-                right_value = right(env)
-                if not op(left_value, right_value):
-                    return False
-                left_value = right_value
-            return True
-
-        return compare
-    if isinstance(node, ast.Name):
-        if node.id in _TRAIN_FIELDS:
-            fields.add(node.id)
-            name = node.id
-            return lambda env: env[name]
-        if node.id.lower() in _WORD_LITERALS:
-            value = _WORD_LITERALS[node.id.lower()]
-            return lambda env: value
-        hint = _closest(node.id, _TRAIN_FIELDS)
-        raise SweepsError(f"condition {text!r}: {node.id!r} is not a TrainConfig field"
-                          + (f" (did you mean {hint!r}?)" if hint else "")
-                          + "; quote string values: tokenizer == 'word'")
-    value = _literal(node)
-    if value is not _NOT_LITERAL:
-        return lambda env: value
-    raise SweepsError(f"condition {text!r}: {type(node).__name__} is not allowed; use field "
-                      "names, literals, comparisons, and/or/not")
-
-
-_NOT_LITERAL = object()
-
-
-def _literal(node: ast.AST) -> Any:
-    """The value of a literal node (constants, lists/tuples/sets of them), else ``_NOT_LITERAL``."""
-    if isinstance(node, ast.Constant) and (
-            node.value is None or isinstance(node.value, (str, int, float, bool))):
-        return node.value
-    if isinstance(node, ast.Name) and node.id not in _TRAIN_FIELDS \
-            and node.id.lower() in _WORD_LITERALS:
-        return _WORD_LITERALS[node.id.lower()]
-    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-            and isinstance(node.operand, ast.Constant)
-            and isinstance(node.operand.value, (int, float))
-            and not isinstance(node.operand.value, bool)):
-        return -node.operand.value
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        items = [_literal(e) for e in node.elts]
-        if all(i is not _NOT_LITERAL for i in items):
-            return tuple(items)
-    return _NOT_LITERAL
-
-
-def _note_literal(left: ast.AST, right: ast.AST, op: ast.cmpop,
-                  literals: list[tuple[str, tuple[Any, ...]]]) -> None:
-    membership = isinstance(op, (ast.In, ast.NotIn))
-    for name_node, value_node in ((left, right), (right, left)):
-        if isinstance(name_node, ast.Name) and name_node.id in _TRAIN_FIELDS:
-            value = _literal(value_node)
-            if value is _NOT_LITERAL:
-                continue
-            if membership and value_node is right and isinstance(value, tuple):
-                literals.append((name_node.id, value))
-            elif not membership:
-                literals.append((name_node.id, (value,)))
-
-
 # --- the parser ---------------------------------------------------------------------------------
 
 
@@ -638,7 +471,7 @@ class _Parser:
         allowed = tuple(allowed)
         for k in value:
             if k not in allowed:
-                hint = _closest(k, allowed)
+                hint = closest(k, allowed)
                 raise self.error(f"{key}.{k}" if key else k,
                                  f"unknown key {k!r} in [{key or 'top level'}]"
                                  + (f" (did you mean {hint!r}?)" if hint else "")
@@ -675,7 +508,7 @@ class _Parser:
     def choice(self, value: Any, key: str, choices: Iterable[str]) -> str:
         choices = tuple(choices)
         if value not in choices:
-            hint = _closest(str(value), choices)
+            hint = closest(str(value), choices)
             raise self.error(key, f"unknown value {value!r}"
                              + (f" (did you mean {hint!r}?)" if hint else "")
                              + f"; use one of: {', '.join(choices)}")
@@ -964,7 +797,7 @@ class _Parser:
         for name, body in value.items():
             key = f"space.{name}"
             if name not in _TRAIN_FIELDS:
-                hint = _closest(name, _TRAIN_FIELDS)
+                hint = closest(name, _TRAIN_FIELDS)
                 raise self.error(key, f"{name!r} is not a TrainConfig field"
                                  + (f" (did you mean {hint!r}?)" if hint else "")
                                  + "; search only training config fields")
@@ -1350,11 +1183,6 @@ def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
         if not any(_same(v, o) for o in out):
             out.append(v)
     return tuple(out)
-
-
-def _closest(name: str, known: Iterable[str]) -> str | None:
-    matches = difflib.get_close_matches(name, sorted(known), n=1)
-    return matches[0] if matches else None
 
 
 def _one_line(text: str) -> str:
