@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -188,15 +187,11 @@ def test_ablation_space(corpus_dir: Path) -> None:
     assert space.grid_points(spec) == spec.initial_trials()
 
 
-HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
-
-
 @pytest.mark.parametrize(("sampler", "kind"), [
     ("tpe", optuna.samplers.TPESampler),
     ("nsga2", optuna.samplers.NSGAIISampler),
     ("random", optuna.samplers.RandomSampler),
-    pytest.param("qmc", optuna.samplers.QMCSampler,
-                 marks=pytest.mark.skipif(not HAVE_SCIPY, reason="QMC needs scipy")),
+    ("qmc", optuna.samplers.QMCSampler),
 ])
 def test_make_sampler(corpus_dir: Path, sampler: str, kind: type) -> None:
     spec = make_spec(corpus_dir, sampler=sampler)
@@ -209,12 +204,6 @@ def test_make_sampler(corpus_dir: Path, sampler: str, kind: type) -> None:
         trial = study.ask()
         space.suggest(trial, spec)
         study.tell(trial, 1.0)
-
-
-@pytest.mark.skipif(HAVE_SCIPY, reason="scipy is installed")
-def test_qmc_without_scipy_is_a_spec_error(corpus_dir: Path) -> None:
-    with pytest.raises(SweepsError, match=r"study\.sampler.*scipy"):
-        make_spec(corpus_dir, sampler="qmc")
 
 
 def test_grid_samplers_are_made(corpus_dir: Path) -> None:
