@@ -180,7 +180,7 @@ def test_vocab_study_points_at_the_real_dump() -> None:
     if not (SHARED / "history.Posts.xml").exists():
         pytest.skip(f"real Stack Exchange dumps not found at {SHARED}")
     spec = load_spec(STUDIES / "vocab.toml")
-    assert Path(spec.corpus.source[0]) == (SHARED / "history.Posts.xml").resolve()
+    assert Path(spec.corpus.source[0]).resolve() == (SHARED / "history.Posts.xml").resolve()
 
 
 # --- ablation, enqueue, grid ---------------------------------------------------------------------
