@@ -2,7 +2,7 @@
 
     sweeps estimate --vocab-size 300 --tokenizer word --d-model 200 --n-layers 1 --d-ff 800 \\
         --seq-len 254 --batch-size 1000 --precision fp32 [--device cpu|cuda] [--budget 16GiB]
-    sweeps estimate studies/tradeoff.toml --budget 16GiB
+    sweeps estimate studies/attention_memory.toml --budget 16GiB
 
 No corpus is needed (the estimate is arithmetic); when ``--corpus`` names a prepared corpus
 whose token cache exists, its token counts refine the small data term. The memory model is
