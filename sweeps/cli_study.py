@@ -246,9 +246,19 @@ def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -
     from sweeps import workers as wk
     from sweeps.storage import mask_url
 
-    devices = wk.plan_devices(spec, workers)
-    device = devices[0].device
-    budget = preflight.resolve_budget(spec.limits, device=device, workers=workers)
+    # A GPU spec is often checked on a laptop before it goes to a cluster: without a GPU here,
+    # plan for the spec's device kind and leave an "auto" budget to each worker.
+    try:
+        devices = wk.plan_devices(spec, workers)
+        device, worker_text = devices[0].device, ", ".join(d.label for d in devices)
+    except SweepsError:
+        device, worker_text = "cuda", f"{workers} on GPUs (none visible on this host)"
+    try:
+        budget = preflight.resolve_budget(spec.limits, device=device, workers=workers)
+        budget_text = "none" if budget is None else (
+            f"{human_bytes(budget)} per trial ({spec.limits.memory_budget})")
+    except SweepsError:
+        budget, budget_text = None, "auto: decided on each worker's GPU (none visible here)"
     corpus = spec.corpus
     corpus_state = "prepared" if (corpus.dir / "manifest.json").is_file() else (
         "to prepare from " + (", ".join(corpus.source) if corpus.source
@@ -261,9 +271,8 @@ def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -
         ("trials", n_trials if n_trials is not None else spec.study.n_trials),
         ("enqueued first", len(spec.initial_trials())),
         ("timeout", f"{spec.study.timeout:g} s" if spec.study.timeout else "none"),
-        ("workers", ", ".join(d.label for d in devices)),
-        ("memory budget", "none" if budget is None else
-         f"{human_bytes(budget)} per trial ({spec.limits.memory_budget})"),
+        ("workers", worker_text),
+        ("memory budget", budget_text),
         ("oom policy", spec.limits.oom_policy),
         ("max wall per trial", f"{spec.limits.max_wall_s:g} s" if spec.limits.max_wall_s
          else "none"),
