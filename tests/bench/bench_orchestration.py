@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -41,7 +42,9 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec
 
-PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+# Run as a script, the repository root is not on sys.path; the PostgreSQL helper lives in tests/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.sweeps.pg import PG_ADMIN, create_database
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> StudySpec:
@@ -62,27 +65,13 @@ def postgres_url() -> tuple[str, Any] | None:
     """A fresh database on the local server and a function that drops it; None if unreachable."""
     try:
         import psycopg
-        import sqlalchemy as sa
     except ImportError:
         return None
-    admin = sa.engine.make_url(PG_ADMIN)
-    info = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
-                dbname=admin.database, connect_timeout=3)
-    if admin.password:
-        info["password"] = admin.password
-    name = f"sweeps_bench_{uuid.uuid4().hex[:10]}"
     try:
-        with psycopg.connect(**info, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+        url, drop = create_database("sweeps_bench")
     except psycopg.OperationalError:
         return None
-
-    def drop() -> None:
-        with psycopg.connect(**info, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    url = admin.set(database=name, drivername="postgresql").render_as_string(hide_password=False)
-    return url, drop
+    return url.render_as_string(hide_password=False), drop
 
 
 def sweep(url: str, launcher: str, corpus: Path, work: Path, trials: int,

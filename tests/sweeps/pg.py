@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -19,24 +19,37 @@ from sweeps.storage import mask_url
 PG_ADMIN = os.environ.get("SWEEPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-@contextmanager
-def fresh_database(prefix: str = "sweeps_test") -> Iterator[sa.URL]:
-    """Create a uniquely named database, yield its URL, drop it (and its connections) after."""
-    psycopg = pytest.importorskip("psycopg")
+def create_database(prefix: str) -> tuple[sa.URL, Callable[[], None]]:
+    """Create a uniquely named database on the ``PG_ADMIN`` server: its URL and a function that
+    drops it (and its connections). psycopg's OperationalError when the server is unreachable."""
+    import psycopg
+
     admin = sa.engine.make_url(PG_ADMIN)
     conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
                     dbname=admin.database, connect_timeout=3)
     if admin.password:
         conninfo["password"] = admin.password
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    try:
+    with psycopg.connect(**conninfo, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
         with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return admin.set(database=name, drivername="postgresql"), drop
+
+
+@contextmanager
+def fresh_database(prefix: str = "sweeps_test") -> Iterator[sa.URL]:
+    """Create a uniquely named database, yield its URL, drop it after; skip where unreachable."""
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        url, drop = create_database(prefix)
     except psycopg.OperationalError as exc:
         pytest.skip(f"PostgreSQL at {mask_url(PG_ADMIN)} is unreachable "
                     f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
     try:
-        yield admin.set(database=name, drivername="postgresql")
+        yield url
     finally:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop()
