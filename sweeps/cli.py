@@ -170,9 +170,6 @@ def train(
 ) -> None:
     """Train one model and report bits per byte, the unigram gap and collapse statistics."""
     cfg = _train_config(config, overrides)
-    from lm.corpus import load_manifest
-
-    load_manifest(Path(cfg.corpus))
     run_dir = out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SweepsError(f"--out {run_dir} is not empty; choose a new run directory")
