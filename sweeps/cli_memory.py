@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from lm import host
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps.config_options import read_toml, with_config_options
@@ -29,15 +30,6 @@ app = typer.Typer()
 MAX_TABLE_POINTS = 500
 #: Placeholder corpus for a config that names none (the estimate does not read data).
 NO_CORPUS = "(no corpus)"
-
-
-def _device_kind(device: str) -> str:
-    """``cpu``/``cuda`` for a config's device; ``auto`` checks for an NVIDIA driver cheaply
-    (no torch import, so the command stays fast)."""
-    if device == "auto":
-        nvidia = Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists()
-        return "cuda" if nvidia else "cpu"
-    return device.split(":")[0]
 
 
 def _config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:
@@ -108,7 +100,7 @@ def estimate(
     from lm.memory import estimate as estimate_memory
 
     cfg = _config(config, overrides)
-    device = _device_kind(cfg.device)
+    device = host.device_kind(cfg.device)
     est = estimate_memory(cfg, device, launcher=launcher)
     budget_bytes = _budget(budget, None, device, workers)
     fits = budget_bytes is None or est.total <= budget_bytes
@@ -226,7 +218,7 @@ def _feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None,
             row.update(valid=False, reason=str(exc))
             rows.append(row)
             continue
-        device = _device_kind(cfg.device)
+        device = host.device_kind(cfg.device)
         if budget_bytes is None:
             budget_bytes = _budget(budget, spec.limits, device, workers)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget_bytes,

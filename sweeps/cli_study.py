@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from lm import outcomes
 from lm.errors import SweepsError
 from sweeps.console import console, err_console, human_bytes, print_summary
 
@@ -51,8 +52,6 @@ GraceOption = Annotated[
     int, typer.Option("--grace", help="Seconds without a heartbeat before a trial is failed and "
                                       "re-queued by another worker.")
 ]
-OUTCOME_ORDER = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
-                 "timeout", "crashed", "interrupted", "running", "waiting")
 
 
 # --- run -----------------------------------------------------------------------------------------
@@ -403,7 +402,7 @@ class Board:
         self.best = best_text(self.study, trials)
 
     def line(self) -> str:
-        counts = ", ".join(f"{o} {self.counts[o]}" for o in OUTCOME_ORDER if self.counts[o])
+        counts = ", ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
         with self.lock:
             running = ", ".join(f"#{n} {_tokens(r)}" for n, r in sorted(self.running.items()))
         return (f"[{time.monotonic() - self.started:6.0f} s] {self.finished}/{self.n_trials} "
@@ -424,7 +423,7 @@ class Board:
                 table.add_row(str(number), r["worker"], _tokens(r),
                               "-" if bpb is None else f"{bpb:.4f}",
                               " ".join(f"{k}={v}" for k, v in r["params"].items()))
-        counts = "  ".join(f"{o} {self.counts[o]}" for o in OUTCOME_ORDER if self.counts[o])
+        counts = "  ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
         return Group(counts or "no trial finished yet", table)
 
     def drain(self) -> list[str]:
@@ -496,7 +495,7 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
 
 
 def _print_final(board: Board, study_dir: Path) -> None:
-    counts = ", ".join(f"{o} {board.counts[o]}" for o in OUTCOME_ORDER if board.counts[o])
+    counts = ", ".join(f"{o} {board.counts[o]}" for o in outcomes.ORDER if board.counts[o])
     print_summary(f"study {board.study.study_name}", [
         ("finished", f"{board.finished}/{board.n_trials}"),
         ("outcomes", counts or "none"),
@@ -531,8 +530,8 @@ def status(storage: StorageOption = None,
     for col in ("study", "finished", "outcomes", "best", "calibration"):
         table.add_column(col)
     for r in rows:
-        outcomes = ", ".join(f"{o} {n}" for o, n in r["outcomes"].items())
-        table.add_row(r["study"], f"{r['finished']}/{r['n_trials']}", outcomes or "-",
+        shown = ", ".join(f"{o} {n}" for o, n in r["outcomes"].items())
+        table.add_row(r["study"], f"{r['finished']}/{r['n_trials']}", shown or "-",
                       r["best"], f"{r['calibration_factor']:.3g}")
     _wide().print(table)
 
@@ -559,7 +558,7 @@ def study_rows(st: Any) -> list[dict[str, Any]]:
             "n_trials": int(n_trials),
             "finished": state.finished,
             "retried": len(gone),
-            "outcomes": {o: counts[o] for o in OUTCOME_ORDER if counts[o]},
+            "outcomes": {o: counts[o] for o in outcomes.ORDER if counts[o]},
             "best": best_text(study, trials),
             "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
             "memory_budget_bytes": attrs.get("memory_budget_bytes"),

@@ -32,15 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import statistics
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from lm import memory
+from lm import host, memory, outcomes
 from lm.config import TrainConfig
-from lm.errors import SweepsError
 from sweeps.console import human_bytes as _hb
 from sweeps.spec import Limits
 
@@ -52,7 +49,7 @@ CALIBRATION_MAX = 2.0
 CHILD_LIMIT_HEADROOM = 0.40
 CHILD_LIMIT_SLACK = 64 * 2**20
 #: Outcomes whose measured peak is not what the trial needed (stopped at the limit / never run).
-_NOT_MEASURED = ("oom", "predicted_oom")
+_NOT_MEASURED = outcomes.OOM_OUTCOMES
 
 
 @dataclass(frozen=True)
@@ -69,28 +66,10 @@ class TrialPlan:
     calibration: float = 1.0
 
 
-def _device_kind(device: str) -> str:
-    if device == "auto":
-        return "cuda" if _cuda_available() else "cpu"
-    kind = str(device).split(":")[0]
-    if kind not in ("cpu", "cuda"):
-        raise SweepsError(f"device must be cpu, cuda or cuda:N, got device={device!r}")
-    return kind
-
-
-@lru_cache(maxsize=1)
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
             launcher: str = "subprocess") -> tuple[int, int]:
     """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
-    raw = memory.estimate(cfg, _device_kind(device), launcher=launcher).total
+    raw = memory.estimate(cfg, host.device_kind(device), launcher=launcher).total
     return round(raw * calibration), raw
 
 
@@ -159,33 +138,6 @@ def halve_batch(cfg: TrainConfig) -> TrainConfig | None:
 # --- budgets -----------------------------------------------------------------------------------
 
 
-def mem_available_bytes() -> int:
-    """``MemAvailable`` from /proc/meminfo (Linux), else the physical memory."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        raise SweepsError("cannot read the available memory; set limits.memory_budget to a "
-                          "size such as 8GiB") from None
-
-
-def gpu_total_bytes(device: str) -> tuple[int, int]:
-    """(total memory of the CUDA device, number of CUDA devices); torch imported lazily."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SweepsError(f"memory_budget auto on device {device!r}, but CUDA is not available; "
-                          "use device cpu or give memory_budget as a size")
-    index = int(device.split(":")[1]) if ":" in device else 0
-    return int(torch.cuda.get_device_properties(index).total_memory), torch.cuda.device_count()
-
-
 def resolve_budget(limits: Limits, *, device: str, workers: int) -> int | None:
     """``limits.memory_budget`` in bytes per trial (None: no budget); see the module docstring."""
     budget = limits.memory_budget
@@ -194,11 +146,11 @@ def resolve_budget(limits: Limits, *, device: str, workers: int) -> int | None:
     if budget != "auto":
         return int(budget)
     workers = max(1, int(workers))
-    if _device_kind(device) == "cuda":
-        total, count = gpu_total_bytes(device if device != "auto" else "cuda")
+    if host.device_kind(device) == "cuda":
+        total, count = host.gpu_total_bytes(device)
         per_device = math.ceil(workers / max(1, count))  # one device each, shared if fewer
         return int(total * AUTO_GPU_FRACTION / per_device)
-    return int(mem_available_bytes() * AUTO_CPU_FRACTION / workers)
+    return int(host.mem_available_bytes() * AUTO_CPU_FRACTION / workers)
 
 
 # --- calibration -------------------------------------------------------------------------------

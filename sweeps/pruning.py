@@ -26,44 +26,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lm import outcomes
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
-
-#: Every outcome a trial can end with (``lm/outcomes.py`` has the child's own subset).
-OUTCOMES = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
-            "timeout", "crashed", "interrupted")
-#: Outcomes told to Optuna as PRUNED, so samplers (and constraints) learn from them.
-PRUNED_OUTCOMES = frozenset({"pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
-                             "timeout"})
-#: Outcomes told as FAIL: they say nothing about the configuration.
-FAILED_OUTCOMES = frozenset({"crashed", "interrupted"})
-#: Outcomes that mark the configuration infeasible (constraint value 1.0).
-OOM_OUTCOMES = frozenset({"oom", "predicted_oom"})
 
 Row = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why a trial is stopped: an outcome from ``OUTCOMES`` and a human one-liner."""
+    """Why a trial is stopped: an outcome (``lm.outcomes``) and a human one-liner."""
 
     outcome: str
     reason: str
-
-
-def state_name(outcome: str) -> str:
-    """The Optuna state an outcome is told as: ``COMPLETE``, ``PRUNED`` or ``FAIL``."""
-    if outcome == "complete":
-        return "COMPLETE"
-    if outcome in PRUNED_OUTCOMES:
-        return "PRUNED"
-    if outcome in FAILED_OUTCOMES:
-        return "FAIL"
-    raise ValueError(f"unknown outcome {outcome!r}")
-
-
-def constraint_value(outcome: str) -> float:
-    """Optuna constraint value (> 0 infeasible): 1.0 for an out-of-memory ending."""
-    return 1.0 if outcome in OOM_OUTCOMES else 0.0
 
 
 def _finite(value: Any) -> bool:
@@ -79,7 +53,7 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
     last = history[-1]
     n = len(history)
     if not _finite(last.get("val_loss")):
-        return Verdict("diverged", f"val_loss is not finite ({last.get('val_loss')}) at "
+        return Verdict(outcomes.DIVERGED, f"val_loss is not finite ({last.get('val_loss')}) at "
                        f"evaluation {n} ({_tokens(last)} tokens)")
     if n <= limits.patience:
         return None
@@ -89,7 +63,7 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
     best = min(earlier)
     recent = [r["val_loss"] for r in history[n - limits.patience:]]
     if best > 0 and all(v > limits.ratio * best for v in recent):
-        return Verdict("diverged", f"val_loss {recent[-1]:.4g} above {limits.ratio:g} x the "
+        return Verdict(outcomes.DIVERGED, f"val_loss {recent[-1]:.4g} above {limits.ratio:g} x the "
                        f"best {best:.4g} for {limits.patience} evaluation(s), at "
                        f"{_tokens(last)} tokens")
     return None
@@ -120,7 +94,7 @@ def collapse(history: Sequence[Row], limits: CollapseLimits) -> Verdict | None:
         if not past_warmup(i, history[i], limits) or not is_collapsed(history[i], limits):
             return None
     last = history[-1]
-    return Verdict("unigram_collapse", f"unigram_gap {last['unigram_gap']:.4f} < "
+    return Verdict(outcomes.UNIGRAM_COLLAPSE, f"unigram_gap {last['unigram_gap']:.4f} < "
                    f"{limits.min_unigram_gap:g} and mean_kl_to_mean "
                    f"{last['mean_kl_to_mean']:.4f} < {limits.max_context_kl:g} at "
                    f"{_tokens(last)} tokens: it predicts corpus frequencies, whatever the context")

@@ -21,6 +21,7 @@ import pandas as pd
 import plotly.io as pio
 import plotly.offline
 
+from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import results as results_mod
 from sweeps.charts import (
@@ -188,7 +189,7 @@ def _section(chart: Chart) -> str:
 
 def best_trial(trials: pd.DataFrame) -> pd.Series | None:
     """The complete trial with the lowest val_bpb."""
-    done = trials[(trials["outcome"] == "complete") & trials["val_bpb"].notna()]
+    done = trials[(trials["outcome"] == outcomes.COMPLETE) & trials["val_bpb"].notna()]
     return None if done.empty else done.loc[done["val_bpb"].idxmin()]
 
 

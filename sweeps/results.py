@@ -31,16 +31,9 @@ from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
 from optuna.trial import TrialState
 
+from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import storage as st
-
-#: Outcomes in the order charts list them (the runner's nine, then trials not finished yet).
-OUTCOMES = ("complete", "pruned", "unigram_collapse", "diverged", "timeout", "oom",
-            "predicted_oom", "crashed", "interrupted", "running", "waiting")
-#: Outcome of a trial without the ``outcome`` attribute (not run by the runner, or not finished).
-_STATE_OUTCOME = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned",
-                  TrialState.FAIL: "crashed", TrialState.RUNNING: "running",
-                  TrialState.WAITING: "waiting"}
 
 #: Numeric trial attributes copied into columns (contract: "Trial record").
 METRIC_COLUMNS = (
@@ -258,9 +251,7 @@ def _number(value: Any) -> float | None:
 
 def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dict[str, Any],
                attrs: dict[str, Any], names: Mapping[str, Any]) -> dict[str, Any]:
-    outcome = attrs.get("outcome") or _STATE_OUTCOME.get(state, state.name.lower())
-    if state == TrialState.RUNNING:
-        outcome = "running"  # a re-run after a failure may carry a stale attribute
+    outcome = outcomes.shown(attrs.get("outcome"), state.name)
     row: dict[str, Any] = {"number": number, "state": state.name, "outcome": outcome,
                            "reason": attrs.get("reason")}
     for name in names:

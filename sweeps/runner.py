@@ -390,7 +390,7 @@ class _TrialRun:
         if stopped is None and getattr(child, "lost", False) and not (
                 run_dir / RESULT_FILE).exists():
             stopped = Verdict(outcomes.CRASHED, "the fork server ended while the trial ran")
-        if stopped is None and verdict is not None and verdict.outcome != "pruned":
+        if stopped is None and verdict is not None and verdict.outcome != outcomes.PRUNED:
             # The last evaluation broke a project rule as the child finished: the rule says how
             # it ended (a collapsed model that completes its budget is still collapsed). An
             # Optuna prune at that moment is moot: the trial is complete.
@@ -424,7 +424,7 @@ class _TrialRun:
             self.reported.add(index)
             trial.report(float(value), step=index)
             if trial.should_prune():
-                return Verdict("pruned", pruning.optuna_prune_reason(
+                return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
                     ctx.spec.study.pruner.name, metric, value, index, row))
         return None
 
@@ -446,7 +446,7 @@ def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Ver
         return stopped.outcome, stopped.reason
     if result is not None:
         outcome = str(result["outcome"])
-        if outcome not in pruning.OUTCOMES:
+        if outcome not in outcomes.ENDINGS:
             return outcomes.CRASHED, f"the child reported an unknown outcome {outcome!r}"
         return outcome, str(result.get("reason") or outcome)
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
@@ -488,7 +488,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
         params = suggest(trial, spec)
         cfg = trial_config(spec, params)
     except SweepsError as exc:
-        return finish(ctx, trial, "crashed", f"invalid configuration: {exc}", attrs)
+        return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", attrs)
     attrs["sampled"] = dict(params)
     pre = ctx.preflight
     calibration = float(pre.calibration_factor(ctx.study))
@@ -504,7 +504,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
         attrs["config"] = cfg.to_dict()
         ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
                   worker=device.label)
-        return finish(ctx, trial, "predicted_oom", plan.reason, attrs)
+        return finish(ctx, trial, outcomes.PREDICTED_OOM, plan.reason, attrs)
 
     run = _TrialRun(ctx, device, trial)
     # Absolute: the child, the fork server and a report elsewhere all read it.
@@ -614,11 +614,10 @@ def objective_values(spec: StudySpec, attempt: Attempt) -> tuple[list[float], st
 def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
            attrs: dict[str, Any], values: list[float] | None = None) -> TrialReport:
     """Record the trial's user attributes and tell Optuna its state."""
-    state = {"COMPLETE": TrialState.COMPLETE, "PRUNED": TrialState.PRUNED,
-             "FAIL": TrialState.FAIL}[pruning.state_name(outcome)]
+    state = TrialState[outcomes.state_name(outcome)]
     attrs = {**attrs, "outcome": outcome, "reason": reason}
     if state != TrialState.FAIL:
-        attrs["constraint"] = pruning.constraint_value(outcome)
+        attrs["constraint"] = outcomes.constraint_value(outcome)
     told = True
     try:
         _write_user_attrs(ctx.storage, trial._trial_id, {k: _jsonable(v) for k, v in attrs.items()})

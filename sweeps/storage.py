@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from lm import outcomes
 from lm.errors import SweepsError
 
 DEFAULT_URL = "sqlite:///sweeps.db"
@@ -568,7 +569,7 @@ def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *
     trial_id = trial._trial_id
     why = reason or "its worker process ended without finishing it"
     try:
-        storage.set_trial_user_attr(trial_id, "outcome", "crashed")
+        storage.set_trial_user_attr(trial_id, "outcome", outcomes.CRASHED)
         storage.set_trial_user_attr(trial_id, "reason", why)
         if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
             return False

@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import shutil
 import signal
-import subprocess
 import threading
 import time
 import traceback
@@ -46,6 +43,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from lm import host, outcomes
 from lm.errors import SweepsError
 from sweeps import storage as st
 from sweeps.runner import (
@@ -120,44 +118,15 @@ def budget_state(trials: Sequence[FrozenTrial], n_trials: int) -> BudgetState:
 def trial_outcome(t: FrozenTrial, superseded: set[int] | None = None) -> str:
     """The outcome shown for a trial: its recorded one, else its state (a FAIL without one was
     failed by a heartbeat: its worker died)."""
-    outcome = t.user_attrs.get("outcome")
-    if t.state == TrialState.RUNNING:
-        return "running"
-    if t.state == TrialState.WAITING:
-        return "waiting"
-    if outcome is None:
-        outcome = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(
-            t.state, "crashed")
-    return outcome
+    return outcomes.shown(t.user_attrs.get("outcome"), t.state.name)
 
 
 # --- devices -------------------------------------------------------------------------------------
 
 
-def visible_gpus() -> list[str]:
-    """GPU ids this process may use, without importing torch: ``CUDA_VISIBLE_DEVICES`` when
-    set, else what ``nvidia-smi -L`` lists (none when it is missing)."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [str(i) for i, line in enumerate(out.stdout.splitlines())
-            if line.startswith("GPU ")]
-
-
 def split_cpus(n_workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
     """Disjoint core sets, one per worker (round-robin single cores if too few)."""
-    if cpus is None:
-        try:
-            cpus = sorted(os.sched_getaffinity(0))
-        except AttributeError:
-            cpus = list(range(os.cpu_count() or 1))
-    cpus = list(cpus)
+    cpus = host.cpu_ids() if cpus is None else list(cpus)
     if n_workers >= len(cpus):
         return [[cpus[i % len(cpus)]] for i in range(n_workers)]
     size, extra = divmod(len(cpus), n_workers)
@@ -174,35 +143,24 @@ def plan_devices(spec: StudySpec, n_workers: int,
     """One ``WorkerDevice`` per worker, from the spec's ``device`` and what this host has."""
     wanted = str(spec.base_values().get("device", "auto"))
     if wanted != "cpu":
-        gpus = visible_gpus() if gpus is None else list(gpus)
+        gpus = host.visible_gpus() if gpus is None else list(gpus)
         if wanted.startswith("cuda:"):
             # A pinned device: the user chose it; every worker uses it as it is.
             return [WorkerDevice("cuda", {}, None, wanted) for _ in range(n_workers)]
         if gpus:
-            return [WorkerDevice("cuda", {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]}, None,
+            return [WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: gpus[i % len(gpus)]}, None,
                                  f"gpu {gpus[i % len(gpus)]}") for i in range(n_workers)]
         if wanted == "cuda":
             raise SweepsError("the spec asks for device cuda, but no GPU is visible on this "
                               "host (nvidia-smi / CUDA_VISIBLE_DEVICES); use device auto or cpu")
-    cap = _thread_cap()
+    cap = host.num_threads_override()
     out = []
     for cores in split_cpus(n_workers):
         label = f"cpu {cores[0]}" if len(cores) == 1 else f"cpu {cores[0]}-{cores[-1]}"
         threads = len(cores) if cap is None else min(cap, len(cores))
-        out.append(WorkerDevice("cpu", {"SWEEPS_NUM_THREADS": str(threads),
-                                        "CUDA_VISIBLE_DEVICES": ""}, cores, label))
+        out.append(WorkerDevice("cpu", {host.NUM_THREADS_ENV: str(threads),
+                                        host.VISIBLE_DEVICES_ENV: ""}, cores, label))
     return out
-
-
-def _thread_cap() -> int | None:
-    """``SWEEPS_NUM_THREADS`` set for the orchestrator caps each child's threads (small models
-    run faster on one thread than on several contended ones)."""
-    env = os.environ.get("SWEEPS_NUM_THREADS")
-    if not env:
-        return None
-    if not env.isdigit() or int(env) < 1:
-        raise SweepsError(f"SWEEPS_NUM_THREADS must be a positive integer, got {env!r}")
-    return int(env)
 
 
 # --- the study -----------------------------------------------------------------------------------
@@ -368,11 +326,12 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
         except Exception as exc:
             out.error = f"trial {trial.number}: {type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
-                finish(ctx, trial, "crashed", f"orchestrator error: {type(exc).__name__}: {exc}",
+                finish(ctx, trial, outcomes.CRASHED,
+                       f"orchestrator error: {type(exc).__name__}: {exc}",
                        {"traceback": traceback.format_exc()[-4000:]})
             raise
         out.reports.append(report)
-        if report.outcome == "interrupted" and report.told:
+        if report.outcome == outcomes.INTERRUPTED and report.told:
             requeue_interrupted(study, trial.number, spec.limits.max_retries)
     return out
 

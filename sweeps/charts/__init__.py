@@ -16,20 +16,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-#: One colour per outcome, the same in every chart.
-OUTCOME_COLORS: dict[str, str] = {
-    "complete": "#2ca02c",
-    "pruned": "#7f7f7f",
-    "unigram_collapse": "#9467bd",
-    "diverged": "#8c564b",
-    "timeout": "#bcbd22",
-    "oom": "#d62728",
-    "predicted_oom": "#ff9896",
-    "crashed": "#222222",
-    "interrupted": "#e377c2",
-    "running": "#1f77b4",
-    "waiting": "#aec7e8",
-}
+from lm import outcomes
+
 TOKENIZER_COLORS = {"bpe": "#1f77b4", "word": "#ff7f0e", "byte": "#2ca02c"}
 MIB = 2**20
 
@@ -46,15 +34,9 @@ class Chart:
     html: str | None = None  # a non-plotly section (the samples table), already escaped
 
 
-def outcome_color(outcome: str) -> str:
-    return OUTCOME_COLORS.get(outcome, "#17becf")
-
-
-def outcome_order(outcomes: Any) -> list[str]:
-    """Outcomes present, in the fixed legend order (unknown ones last, sorted)."""
-    present = {str(o) for o in outcomes}
-    known = [o for o in OUTCOME_COLORS if o in present]
-    return known + sorted(present - set(known))
+#: One colour per outcome, the same in every chart; outcomes in the fixed legend order.
+outcome_color = outcomes.color
+outcome_order = outcomes.display_order
 
 
 def esc(text: Any) -> str:

@@ -12,12 +12,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lm import outcomes
 from sweeps.charts import Chart, esc, style
 from sweeps.results import StudyResults
 
 MAX_TRIALS = 4
 MAX_TOKENS = 30
-COLLAPSED = "unigram_collapse"
+COLLAPSED = outcomes.UNIGRAM_COLLAPSE
 
 
 def shown_token(token: str) -> str:
@@ -52,7 +53,7 @@ def data(trials: pd.DataFrame, evals: pd.DataFrame, *,
             break
     if not picked:
         return pd.DataFrame(columns=columns)
-    done = trials[(trials["outcome"] == "complete") & trials["val_bpb"].notna()]
+    done = trials[(trials["outcome"] == outcomes.COMPLETE) & trials["val_bpb"].notna()]
     if len(done):
         best = done.loc[done["val_bpb"].idxmin()]
         top = _last_top_tokens(evals, int(best["number"]))

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from lm import outcomes
 from sweeps.charts import Chart, esc, outcome_color, outcome_order, style
 from sweeps.results import StudyResults
 
@@ -34,7 +35,7 @@ def data(evals: pd.DataFrame, trials: pd.DataFrame, *, all_below: int = ALL_BELO
                     & np.isfinite(points["tokens"].astype(float))]
     info = trials[["number", "outcome", "reason"]].rename(columns={"number": "trial_number"})
     points = points.merge(info, on="trial_number", how="left")
-    points["outcome"] = points["outcome"].fillna("running")
+    points["outcome"] = points["outcome"].fillna(outcomes.RUNNING)
     points = points.sort_values(["trial_number", "tokens"]).reset_index(drop=True)
     numbers = points["trial_number"].unique()
     band = pd.DataFrame(columns=["tokens", "p10", "p50", "p90"])
@@ -42,12 +43,12 @@ def data(evals: pd.DataFrame, trials: pd.DataFrame, *, all_below: int = ALL_BELO
         lines = points
     else:
         last = points.groupby("trial_number").tail(1)
-        done = last[last["outcome"] == "complete"]
+        done = last[last["outcome"] == outcomes.COMPLETE]
         chosen = (done if len(done) else last).nsmallest(best, "val_bpb")["trial_number"]
         lines = points[points["trial_number"].isin(set(chosen))]
         band = _band(points)
     last = points.groupby("trial_number").tail(1)
-    stops = last[last["outcome"] != "complete"].reset_index(drop=True)
+    stops = last[last["outcome"] != outcomes.COMPLETE].reset_index(drop=True)
     return (lines[["trial_number", "tokens", "val_bpb", "outcome"]].reset_index(drop=True), band,
             stops[["trial_number", "tokens", "val_bpb", "outcome", "reason"]])
 

@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from optuna.distributions import BaseDistribution
 
+from lm import outcomes
 from sweeps.charts import Chart, esc, style
 from sweeps.results import StudyResults
 
@@ -33,7 +34,7 @@ def data(trials: pd.DataFrame,
          distributions: dict[str, BaseDistribution]) -> tuple[dict[str, float] | None, str]:
     """(importances by parameter, most important first; or None) and a note: the evaluator used,
     or why there are no importances (fewer than 2 complete trials, nothing varied...)."""
-    done = trials[(trials["outcome"] == "complete") & trials["val_bpb"].notna()]
+    done = trials[(trials["outcome"] == outcomes.COMPLETE) & trials["val_bpb"].notna()]
     if len(done) < MIN_TRIALS:
         return None, (f"Parameter importances need at least {MIN_TRIALS} complete trials with a "
                       f"val_bpb; this study has {len(done)}.")

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lm import outcomes
 from sweeps.charts import MIB, Chart, esc, outcome_color, outcome_order, style
 from sweeps.results import StudyResults
 
@@ -38,7 +39,7 @@ def data(trials: pd.DataFrame, x: str) -> pd.DataFrame:
     frame[x] = pd.to_numeric(frame[x], errors="coerce").astype(float)
     frame = frame[np.isfinite(frame["val_bpb"]) & (frame[x] > 0)].reset_index(drop=True)
     frame["on_front"] = False
-    complete = frame.index[frame["outcome"] == "complete"]
+    complete = frame.index[frame["outcome"] == outcomes.COMPLETE]
     if len(complete):
         mask = front_mask(frame.loc[complete, x].to_numpy(),
                           frame.loc[complete, "val_bpb"].to_numpy())

@@ -11,6 +11,7 @@ import html
 
 import pandas as pd
 
+from lm import outcomes
 from sweeps.charts import Chart, outcome_color, outcome_order
 from sweeps.results import StudyResults
 
@@ -33,15 +34,15 @@ def data(samples: pd.DataFrame, trials: pd.DataFrame, *, all_below: int = ALL_BE
     rows = latest.merge(info, on="trial_number", how="left")
     numbers = rows.drop_duplicates("trial_number")
     if len(numbers) > all_below:
-        done = numbers[numbers["outcome"] == "complete"].nsmallest(best, "val_bpb")
-        others = (numbers[numbers["outcome"] != "complete"].sort_values("trial_number")
+        done = numbers[numbers["outcome"] == outcomes.COMPLETE].nsmallest(best, "val_bpb")
+        others = (numbers[numbers["outcome"] != outcomes.COMPLETE].sort_values("trial_number")
                   .groupby("outcome").head(per_outcome))
         numbers = pd.concat([done, others])
     keep = set(numbers["trial_number"])
     rows = rows[rows["trial_number"].isin(keep)].copy()
     order = {o: i for i, o in enumerate(outcome_order(rows["outcome"].fillna("?")))}
     rows["_group"] = rows["outcome"].fillna("?").map(order)
-    rows["_bpb"] = rows["val_bpb"].where(rows["outcome"] == "complete")
+    rows["_bpb"] = rows["val_bpb"].where(rows["outcome"] == outcomes.COMPLETE)
     rows = rows.sort_values(["_group", "_bpb", "trial_number"], na_position="last",
                             kind="stable")
     return rows[columns].reset_index(drop=True)

@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lm import outcomes
 from sweeps.charts import TOKENIZER_COLORS, Chart, esc, style
 from sweeps.results import StudyResults
 
@@ -47,7 +48,7 @@ def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     frame["vocab_size"] = pd.to_numeric(frame["vocab_size"], errors="coerce").astype(float)
     frame = frame[frame["tokenizer"].notna() & np.isfinite(frame["vocab_size"])]
     points = frame[np.isfinite(frame["val_bpb"])].reset_index(drop=True)
-    pool = points[points["outcome"] == "complete"]
+    pool = points[points["outcome"] == outcomes.COMPLETE]
     pool = pool if len(pool) else points
     best_rows = []
     for _, part in pool.groupby("tokenizer", sort=True):

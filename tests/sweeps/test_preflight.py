@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from lm import memory
+from lm import host, memory
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps import preflight
@@ -108,7 +108,7 @@ def test_resolve_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     assert preflight.resolve_budget(Limits(memory_budget=None), device="cpu", workers=4) is None
     assert preflight.resolve_budget(Limits(memory_budget=3 * 2**30), device="cuda",
                                     workers=4) == 3 * 2**30
-    monkeypatch.setattr(preflight, "mem_available_bytes", lambda: 10 * 2**30)
+    monkeypatch.setattr(host, "mem_available_bytes", lambda: 10 * 2**30)
     auto = Limits(memory_budget="auto")
 
     def gib(device: str, workers: int) -> float:
@@ -116,13 +116,13 @@ def test_resolve_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert gib("cpu", 1) == pytest.approx(8)  # 80 % of MemAvailable
     assert gib("cpu", 4) == pytest.approx(2)  # shared by the workers
-    monkeypatch.setattr(preflight, "gpu_total_bytes", lambda device: (80 * 2**30, 2))
+    monkeypatch.setattr(host, "gpu_total_bytes", lambda device: (80 * 2**30, 2))
     assert gib("cuda:1", 2) == pytest.approx(72)  # 90 % of the device, one worker per device
     assert gib("cuda", 4) == pytest.approx(36)  # two workers per device
 
 
 def test_mem_available_reads_proc_meminfo() -> None:
-    n = preflight.mem_available_bytes()
+    n = host.mem_available_bytes()
     assert 64 * 2**20 < n < 2**50
 
 

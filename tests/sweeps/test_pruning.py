@@ -9,9 +9,12 @@ predicts the unigram; word tokenizer with 300 ids after 30k tokens: it beats the
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
+from lm import outcomes
 from sweeps import pruning
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
 
@@ -116,14 +119,39 @@ def test_project_rules_check_divergence_first() -> None:
 
 
 def test_outcome_states_and_constraints() -> None:
-    assert pruning.state_name("complete") == "COMPLETE"
+    assert outcomes.state_name("complete") == "COMPLETE"
     for outcome in ("pruned", "predicted_oom", "oom", "unigram_collapse", "diverged", "timeout"):
-        assert pruning.state_name(outcome) == "PRUNED"
+        assert outcomes.state_name(outcome) == "PRUNED"
     for outcome in ("crashed", "interrupted"):
-        assert pruning.state_name(outcome) == "FAIL"
-    assert set(pruning.OUTCOMES) == pruning.PRUNED_OUTCOMES | pruning.FAILED_OUTCOMES | {
+        assert outcomes.state_name(outcome) == "FAIL"
+    assert set(outcomes.ENDINGS) == outcomes.PRUNED_OUTCOMES | outcomes.FAILED_OUTCOMES | {
         "complete"}
-    assert [pruning.constraint_value(o) for o in ("oom", "predicted_oom", "complete", "pruned")] \
+    assert [outcomes.constraint_value(o) for o in ("oom", "predicted_oom", "complete", "pruned")] \
         == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(ValueError):
-        pruning.state_name("exploded")
+        outcomes.state_name("exploded")
+    with pytest.raises(ValueError):  # a state of a trial not finished is not an ending
+        outcomes.state_name("running")
+
+
+def test_one_outcome_vocabulary() -> None:
+    """Every ending the child can report has an exit code; the shown outcome of a trial without
+    a recorded one follows its state; every outcome has its own colour."""
+    assert set(outcomes.EXIT_CODES) <= set(outcomes.ENDINGS)
+    assert outcomes.outcome_for_exit_code(3) == "oom" and outcomes.outcome_for_exit_code(2) is None
+    assert outcomes.shown(None, "FAIL") == "crashed"
+    assert outcomes.shown("oom", "PRUNED") == "oom"
+    assert outcomes.shown("oom", "RUNNING") == "running"  # a stale attribute of a re-run
+    assert len(set(outcomes.COLORS.values())) == len(outcomes.ORDER)
+    assert outcomes.display_order(["zz", "oom", "complete"]) == ["complete", "oom", "zz"]
+
+
+def test_outcome_names_defined_once() -> None:
+    """No module but lm/outcomes.py spells out the list of outcome names."""
+    repo = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r'"complete",\s*"pruned"|"oom",\s*"predicted_oom"|'
+                         r'"predicted_oom",\s*"oom"')
+    offenders = [str(p.relative_to(repo)) for pkg in ("lm", "sweeps")
+                 for p in (repo / pkg).rglob("*.py")
+                 if p.name != "outcomes.py" and pattern.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []
