@@ -28,7 +28,7 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def _help(text: str) -> Any:
-    """Field metadata read by the CLI (``sweeps.config_options``) for each generated flag."""
+    """Field metadata read by the CLI (``sweeps.cli.options``) for each generated flag."""
     return {"help": text}
 
 

@@ -22,7 +22,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import groupby
 from pathlib import Path
@@ -471,6 +471,39 @@ def prepare_synthetic(
 
 # --------------------------------------------------------------------------------------------
 # Plain text
+
+
+def prepare(
+    out: Path,
+    *,
+    sources: Sequence[str] = (),
+    format: str | None = None,
+    synthetic_size: int | None = None,
+    seed: int = 0,
+    val_fraction: float = 0.05,
+    progress: Progress | None = None,
+    replace: bool = False,
+) -> dict[str, Any]:
+    """A corpus dir ``out`` from whichever source is given: the synthetic corpus
+    (``synthetic_size`` bytes), one ``Posts.xml`` (``format`` posts, the default), or text files
+    (``format`` text). Returns the manifest."""
+    if synthetic_size is not None:
+        if sources:
+            raise SweepsError("give either --synthetic or source files, not both")
+        return prepare_synthetic(out, size_bytes=synthetic_size, seed=seed,
+                                 val_fraction=val_fraction, progress=progress, replace=replace)
+    if not sources:
+        raise SweepsError("no source given; pass a Posts.xml path, text files, or --synthetic")
+    if format in (None, "posts"):
+        if len(sources) != 1:
+            raise SweepsError(f"--format posts takes one Posts.xml, got {len(sources)} paths; "
+                              "use --format text for several text files")
+        return prepare_posts(Path(sources[0]), out, val_fraction=val_fraction,
+                             progress=progress, replace=replace)
+    if format == "text":
+        return prepare_text(list(sources), out, val_fraction=val_fraction, progress=progress,
+                            replace=replace)
+    raise SweepsError(f"unknown --format {format!r}; use posts or text")
 
 
 def _expand_sources(sources: list[str]) -> list[Path]:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lm.errors import SweepsError
+from sweeps.launchers import load_prctl, set_parent_death_signal
 
 #: Modules the server imports before forking (everything a training child imports).
 PRELOAD = ("numpy", "torch", "torch.nn.functional", "torch.optim", "torch._dynamo", "tiktoken",
@@ -47,7 +48,6 @@ PRELOAD = ("numpy", "torch", "torch.nn.functional", "torch.optim", "torch._dynam
            "lm.train")
 #: Seconds to wait for the server to finish its imports.
 START_TIMEOUT_S = 120.0
-_PR_SET_PDEATHSIG = 1
 
 
 def available() -> bool:
@@ -55,37 +55,11 @@ def available() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-_prctl: Any = None
-
-
-def _load_prctl() -> Any:
-    """libc's prctl, looked up once in the parent: ``dlopen`` after ``fork`` (in a
-    ``preexec_fn``) can deadlock when the parent has threads."""
-    global _prctl
-    if _prctl is None and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl = False
-    return _prctl
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
-    """``prctl(PR_SET_PDEATHSIG, sig)`` for the calling process (Linux; False elsewhere). Call
-    ``_load_prctl()`` before forking when this runs in a ``preexec_fn``."""
-    prctl = _load_prctl()
-    if not prctl:
-        return False
-    return prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-
-
 # --- the client (in the orchestrator) ---------------------------------------------------------
 
 
 class ForkChild:
-    """A trial child forked by the server; the same small interface as ``runner.PopenChild``."""
+    """A trial child forked by the server; the same small interface as ``launchers.PopenChild``."""
 
     def __init__(self, conn: socket.socket, pid: int) -> None:
         self.pid = pid
@@ -161,7 +135,7 @@ class ForkServer:
             raise SweepsError("the fork server needs Linux; use --launcher subprocess")
         self._name = f"sweeps-fork-{os.getpid()}-{uuid.uuid4().hex}"
         main_thread = threading.current_thread() is threading.main_thread()
-        _load_prctl()
+        load_prctl()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "sweeps.forkserver", self._name],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
@@ -400,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Ctrl-C goes to the orchestrator, which stops the trials itself; SIGTERM ends the server.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _load_prctl()
+    load_prctl()
     import importlib
 
     for name in PRELOAD:

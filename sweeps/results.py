@@ -28,12 +28,12 @@ import pandas as pd
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, json_to_distribution
 from optuna.storages import RDBStorage
-from optuna.storages._rdb import models
 from optuna.trial import TrialState
 
 from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import storage as st
+from sweeps.optuna_compat import models
 
 #: Numeric trial attributes copied into columns (contract: "Trial record").
 METRIC_COLUMNS = (

@@ -34,15 +34,13 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
@@ -51,8 +49,8 @@ from optuna.trial import TrialState
 from lm import outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps import pruning, storage
-from sweeps.forkserver import _load_prctl, set_parent_death_signal
+from sweeps import optuna_compat, pruning, storage
+from sweeps.launchers import Launcher
 from sweeps.pruning import Verdict
 from sweeps.space import suggest, trial_config
 from sweeps.spec import Limits, StudySpec
@@ -75,73 +73,6 @@ Event = Callable[[str, dict[str, Any]], None]
 # Optuna warns when a storage with heartbeats is used outside ``Study.optimize``; the runner
 # records the heartbeats itself (``storage.heartbeat``) around each ask/tell trial.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-
-
-# --- children -----------------------------------------------------------------------------------
-
-
-class Child(Protocol):
-    pid: int
-
-    def poll(self) -> int | None: ...
-
-    def signal(self, sig: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class Launcher(Protocol):
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
-               cpus: list[int] | None = None) -> Child: ...
-
-    def close(self) -> None: ...
-
-
-class PopenChild:
-    """``python -m lm.train RUN_DIR`` as a plain subprocess, leader of its own process group."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.pid = proc.pid
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, sig)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.signal(signal.SIGKILL)
-            self.proc.wait()
-
-
-class SubprocessLauncher:
-    """One fresh interpreter per trial (portable; pays the imports every time)."""
-
-    def __init__(self) -> None:
-        _load_prctl()
-
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "lm.train", str(run_dir)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-                start_new_session=True,  # its own group: a prune signals the whole group
-                # SIGKILL when this thread's process dies, even by kill -9 (Linux).
-                preexec_fn=set_parent_death_signal if sys.platform.startswith("linux") else None,
-            )
-        if cpus and hasattr(os, "sched_setaffinity"):
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(proc.pid, cpus)
-        return PopenChild(proc)
-
-    def close(self) -> None:
-        pass
 
 
 # --- the context ---------------------------------------------------------------------------------
@@ -318,6 +249,7 @@ class _TrialRun:
         self.ctx = ctx
         self.device = device
         self.trial = trial
+        self.trial_id = optuna_compat.trial_id(trial)
         self.spec = ctx.spec
         self.reported: set[int] = set()
         objective = self.spec.study.metrics[0]
@@ -348,7 +280,7 @@ class _TrialRun:
         rc: int | None = None
         ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
         try:
-            with storage.heartbeat(ctx.storage, trial._trial_id):
+            with storage.heartbeat(ctx.storage, self.trial_id):
                 while True:
                     rc = child.poll()
                     if verdict is None:
@@ -406,10 +338,10 @@ class _TrialRun:
         metrics = {k: v for k, v in row.items() if k != "samples"}
         if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
             metrics["attempt"] = attempt_no
-        storage.record_eval(ctx.storage, ctx.spec.name, trial.number, trial._trial_id, metrics)
+        storage.record_eval(ctx.storage, ctx.spec.name, trial.number, self.trial_id, metrics)
         samples = row.get("samples") or []
         if samples:
-            storage.record_samples(ctx.storage, ctx.spec.name, trial.number, trial._trial_id,
+            storage.record_samples(ctx.storage, ctx.spec.name, trial.number, self.trial_id,
                                    samples, tokens=row.get("tokens"), step=row.get("step"))
         ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
                   val_bpb=row.get("val_bpb"))
@@ -483,7 +415,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     (else the heartbeat fails and re-queues it)."""
     spec = ctx.spec
     attrs: dict[str, Any] = {"host": ctx.host, "pid": os.getpid(), "started_at": time.time()}
-    storage.record_host(ctx.storage, spec.name, trial.number, trial._trial_id, host=ctx.host)
+    storage.record_host(ctx.storage, spec.name, trial.number, optuna_compat.trial_id(trial),
+                        host=ctx.host)
     try:
         params = suggest(trial, spec)
         cfg = trial_config(spec, params)
@@ -620,7 +553,8 @@ def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
         attrs["constraint"] = outcomes.constraint_value(outcome)
     told = True
     try:
-        _write_user_attrs(ctx.storage, trial._trial_id, {k: _jsonable(v) for k, v in attrs.items()})
+        optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial),
+                                       {k: _jsonable(v) for k, v in attrs.items()})
         if state != TrialState.FAIL and hasattr(trial, "set_constraint"):
             trial.set_constraint(CONSTRAINT_KEY, attrs["constraint"])
         if state == TrialState.COMPLETE:
@@ -634,25 +568,6 @@ def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
     ctx.event("end", number=trial.number, outcome=outcome, reason=reason, values=values)
     _update_study_attrs(ctx)
     return TrialReport(trial.number, outcome, reason, values, told)
-
-
-def _write_user_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
-    """All of a trial's user attributes in one transaction (one commit instead of ~35: a
-    measurable share of a short trial's overhead on PostgreSQL). Uses the RDB storage's
-    per-attribute writer inside one session; Optuna's public one-by-one API where that is
-    missing. The trial is still RUNNING here, so Optuna's trial cache re-reads it anyway."""
-    try:
-        from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
-
-        write_one = rdb._set_trial_attr_without_commit
-    except (ImportError, AttributeError):
-        for key, value in attrs.items():
-            rdb.set_trial_user_attr(trial_id, key, value)
-        return
-    with _create_scoped_session(rdb.scoped_session, True) as session:
-        for key, value in attrs.items():
-            write_one(session, models.TrialUserAttributeModel, trial_id, key, value)
 
 
 def _update_study_attrs(ctx: RunnerContext) -> None:

@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
 from lm.errors import SweepsError
+from sweeps import optuna_compat
 
 DEFAULT_URL = "sqlite:///sweeps.db"
 ENV_VAR = "SWEEPS_STORAGE"
@@ -239,15 +240,7 @@ def _storage_error(url: str, exc: BaseException) -> SweepsError:
     return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
 
 
-def _callback_arg() -> str:
-    import inspect
-
-    names = inspect.signature(RDBStorage.__init__).parameters
-    return "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in names \
-        else "failed_trial_callback"
-
-
-_CALLBACK_ARG = _callback_arg()
+_CALLBACK_ARG = optuna_compat.stale_callback_arg()
 
 
 # --- the project's tables -----------------------------------------------------------------------
@@ -551,7 +544,7 @@ def stale_local_trials(storage: RDBStorage, study: StudyRef,
     running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
     if not running:
         return []
-    by_id = {t._trial_id: t for t in running}
+    by_id = {optuna_compat.trial_id(t): t for t in running}
     t = hosts_table
     owners = _rows(storage, sa.select(t).where(
         t.c.study_name == study_name, t.c.host == host, t.c.trial_id.in_(list(by_id))))
@@ -566,7 +559,7 @@ def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *
     also when another process finished or failed the trial first."""
     study_obj = study if isinstance(study, optuna.Study) else optuna.load_study(
         study_name=study, storage=storage)
-    trial_id = trial._trial_id
+    trial_id = optuna_compat.trial_id(trial)
     why = reason or "its worker process ended without finishing it"
     try:
         storage.set_trial_user_attr(trial_id, "outcome", outcomes.CRASHED)

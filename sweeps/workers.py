@@ -45,12 +45,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lm import host, outcomes
 from lm.errors import SweepsError
+from sweeps import optuna_compat
 from sweeps import storage as st
+from sweeps.launchers import Launcher, make_launcher
 from sweeps.runner import (
-    Launcher,
     RunnerContext,
     StopFlags,
-    SubprocessLauncher,
     TrialReport,
     WorkerDevice,
     constraints_from_attrs,
@@ -284,7 +284,7 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.holds(trial.number):
         return False, trial
-    storage.set_trial_state_values(trial._trial_id, TrialState.WAITING)
+    storage.set_trial_state_values(optuna_compat.trial_id(trial), TrialState.WAITING)
     return False, None
 
 
@@ -348,18 +348,6 @@ class RunOptions:
     poll_s: float = 0.2
     term_grace_s: float = 10.0
     on_event: Callable[[str, dict[str, Any]], None] | None = None
-
-
-def make_launcher(kind: str) -> Any:
-    from sweeps import forkserver
-
-    if kind == "auto":
-        kind = "fork" if forkserver.available() else "subprocess"
-    if kind == "fork":
-        return forkserver.ForkServer().start()
-    if kind == "subprocess":
-        return SubprocessLauncher()
-    raise SweepsError(f"unknown launcher {kind!r}; use fork, subprocess or auto")
 
 
 def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study_dir: Path,

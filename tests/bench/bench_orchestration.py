@@ -40,6 +40,7 @@ from lm.corpus import prepare_synthetic
 from lm.tokens import load_tokens
 from sweeps import storage as st
 from sweeps import workers as wk
+from sweeps.launchers import make_launcher
 from sweeps.spec import StudySpec
 
 # Run as a script, the repository root is not on sys.path; the PostgreSQL helper lives in tests/.
@@ -83,7 +84,7 @@ def sweep(url: str, launcher: str, corpus: Path, work: Path, trials: int,
     study = wk.load_for_workers(s, storage)
     options = wk.RunOptions(n_workers=1, launcher=launcher, poll_s=0.05)
     started = time.perf_counter()
-    trial_launcher = wk.make_launcher(launcher)  # the fork server's imports happen here
+    trial_launcher = make_launcher(launcher)  # the fork server's imports happen here
     start_s = time.perf_counter() - started
     try:
         results = wk.run_workers(s, storage, study, work / name, options,

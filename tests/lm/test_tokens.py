@@ -15,7 +15,7 @@ from lm import tokenizers as tk
 from lm import tokens
 from lm.errors import SweepsError
 from lm.serialization import MARKER_CHARS
-from tests.lm.test_tokenizers import history_corpus, make_corpus, text_bytes, write_manifest
+from tests.lm.corpora import history_corpus, make_corpus, text_bytes, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 META_KEYS = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import cli, cli_study
-from tests.sweeps.test_runner import shared_corpus, spec_dict, sweeps_run, toml_text
+from sweeps import cli
+from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
@@ -24,8 +24,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def main(*args: str) -> int:
     """``sweeps ARGS`` in this process (``cli.main``: one line and exit 2 for a SweepsError)."""
-    if not any(g.typer_instance is cli_study.app for g in cli.app.registered_groups):
-        cli.app.add_typer(cli_study.app)
     old = sys.argv
     sys.argv = ["sweeps", *args]
     try:
@@ -216,8 +214,13 @@ def test_sigterm_stops_the_children_and_marks_their_trials_interrupted(corpus: P
                                                                        tmp_path: Path) -> None:
     from optuna.trial import TrialState
 
-    from tests.sweeps.test_runner import lm_processes, sweeps_popen
-    from tests.sweeps.test_workers import running_with_evals, study_trials, wait_for
+    from tests.sweeps.helpers import (
+        lm_processes,
+        running_with_evals,
+        study_trials,
+        sweeps_popen,
+        wait_for,
+    )
 
     data = spec_dict("term", corpus, fixed={"tokenizer": "word", "max_tokens": 10_000_000},
                      space={"vocab_size": {"choices": [300, 600]}}, study={"n_trials": 2},

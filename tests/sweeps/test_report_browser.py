@@ -149,17 +149,6 @@ choices = [8, 16, 65536]  # 65536 x 32 x 300 logits cannot fit: predicted_oom
 memory_budget = "1GiB"
 """
 
-# ``python -m sweeps`` once the lead has merged cli_study into cli.py; until then, the same
-# entry (cli.main) with the sub-app added here.
-RUN_CLI = """
-import sweeps.cli as cli
-from sweeps import cli_study
-if not any(g.typer_instance is cli_study.app for g in cli.app.registered_groups):
-    cli.app.add_typer(cli_study.app)
-cli.main()
-"""
-
-
 def write_corpus(texts: Path) -> None:
     """40 text files of Zipf-distributed pseudo-words, with markup and marker text mixed in."""
     rng = np.random.default_rng(0)
@@ -181,14 +170,12 @@ def write_corpus(texts: Path) -> None:
 
 
 def sweeps_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN_CLI, *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, check=False)
 
 
 @pytest.fixture(scope="module")
 def real_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    if importlib.util.find_spec("sweeps.cli_study") is None:
-        pytest.skip("the runner's CLI (sweeps/cli_study.py) is not there yet")
     root = tmp_path_factory.mktemp("real_study")
     write_corpus(root / "texts")
     prompts = ", ".join(json.dumps(p) for p in (PROMPT, "<Q>"))

@@ -1,8 +1,5 @@
-"""One trial at a time through ``runner.run_trial``: real training children on a tiny corpus.
-
-The helpers at the top (a 300 KB synthetic corpus prepared once per session, tiny spec values, a
-TOML writer) are shared with the other orchestrator tests.
-"""
+"""One trial at a time through ``runner.run_trial``: real training children on a tiny corpus
+(the shared helpers are in ``tests/sweeps/helpers.py``)."""
 
 from __future__ import annotations
 
@@ -21,123 +18,32 @@ import pytest
 from optuna.trial import TrialState
 
 from lm import outcomes
-from lm.corpus import prepare_synthetic
 from sweeps import preflight
 from sweeps import storage as st
 from sweeps.forkserver import ForkServer
+from sweeps.launchers import PopenChild, SubprocessLauncher
 from sweeps.preflight import TrialPlan
 from sweeps.pruning import Verdict
 from sweeps.runner import (
     MetricsFollower,
-    PopenChild,
     RunnerContext,
-    SubprocessLauncher,
-    WorkerDevice,
     classify,
     run_trial,
 )
 from sweeps.spec import StudySpec
 from sweeps.workers import create_or_resume, load_for_workers
+from tests.sweeps.helpers import (
+    CPU,
+    TINY,
+    lm_processes,
+    shared_corpus,
+    spec_dict,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
-# --- shared helpers ------------------------------------------------------------------------------
-
-#: A model that trains 4,000 tokens in well under a second.
-TINY: dict[str, Any] = {
-    "device": "cpu", "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "seq_len": 16,
-    "batch_size": 8, "max_tokens": 4000, "warmup_tokens": 500, "eval_every_tokens": 2000,
-    "eval_tokens": 512, "sample_tokens": 4,
-}
-CPU = WorkerDevice("cpu", {"SWEEPS_NUM_THREADS": "1"}, None, "cpu")
-
-
-#: ``sweeps`` with the study commands, whether or not cli.py has merged them yet.
-SWEEPS = [sys.executable, "-c", (
-    "import sys\n"
-    "from sweeps import cli, cli_study\n"
-    "if not any(g.typer_instance is cli_study.app for g in cli.app.registered_groups):\n"
-    "    cli.app.add_typer(cli_study.app)\n"
-    "sys.argv[0] = 'sweeps'\n"
-    "cli.main()\n")]
-
-
-#: Tiny models train fastest on one thread, above all on a busy machine.
-CHILD_ENV = {"SWEEPS_NUM_THREADS": "1"}
-
-
-def sweeps_run(*args: str, cwd: Path, timeout: float = 180,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SWEEPS, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **CHILD_ENV, **(env or {})})
-
-
-def sweeps_popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([*SWEEPS, *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **CHILD_ENV})
-
-
-def shared_corpus(factory: pytest.TempPathFactory) -> Path:
-    """The 300 KB synthetic corpus, prepared once per test session (token caches shared too)."""
-    path = factory.getbasetemp() / "sweeps-corpus-300KB"
-    if not (path / "manifest.json").is_file():
-        prepare_synthetic(path, size_bytes=300_000, seed=0)
-    return path
-
-
-def spec_dict(name: str, corpus: Path, *, fixed: dict | None = None, space: dict | None = None,
-              study: dict | None = None, limits: dict | None = None,
-              enqueue: list[dict] | None = None) -> dict[str, Any]:
-    space = space if space is not None else {
-        "tokenizer": {"choices": ["word", "bpe"]}, "vocab_size": {"choices": [300, 600]}}
-    fixed = {k: v for k, v in {**TINY, **(fixed or {})}.items() if k not in space}
-    data: dict[str, Any] = {
-        "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
-                  "n_trials": 3, **(study or {})},
-        "corpus": {"dir": str(corpus)},
-        "fixed": fixed,
-        "space": space,
-        "limits": {"memory_budget": "4GiB", "max_wall_s": 120, **(limits or {})},
-    }
-    if enqueue:
-        data["enqueue"] = enqueue
-    return data
-
-
-def toml_text(data: dict[str, Any]) -> str:
-    """Enough TOML for spec dicts: tables of scalars, lists, inline tables; arrays of tables."""
-    lines: list[str] = []
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
-        raise TypeError(v)
-
-    def table(header: str, body: dict[str, Any]) -> None:
-        lines.append(header)
-        nested = {k: v for k, v in body.items() if isinstance(v, dict) and header == "[space]"}
-        for k, v in body.items():
-            if k not in nested:
-                lines.append(f"{k} = {value(v)}")
-        for k, v in nested.items():
-            table(f"[space.{k}]", v)
-
-    for key, body in data.items():
-        if isinstance(body, list):
-            for item in body:
-                table(f"[[{key}]]", item)
-        else:
-            table(f"[{key}]", body)
-    return "\n".join(lines) + "\n"
+# --- helpers ------------------------------------------------------------------------------------
 
 
 def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorage, optuna.Study]:
@@ -146,26 +52,6 @@ def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorag
                               grace_period=5, max_retries=spec.limits.max_retries)
     create_or_resume(spec, storage)
     return spec, storage, load_for_workers(spec, storage)
-
-
-def lm_processes(under: Path) -> list[int]:
-    """Training children and fork servers (by /proc, no psutil) whose cwd or arguments are
-    under ``under``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == "Z" or not ("lm.train" in cmd or "sweeps.forkserver" in cmd):
-            continue
-        if str(under) in cmd or cwd.startswith(str(under)):
-            found.append(int(entry))
-    return found
 
 
 @pytest.fixture(scope="module")

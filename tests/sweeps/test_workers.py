@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +24,18 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.space import trial_config
 from sweeps.spec import StudySpec
-from tests.sweeps.pg import fresh_database
-from tests.sweeps.test_runner import (
+from tests.sweeps.helpers import (
     lm_processes,
+    running_with_evals,
     shared_corpus,
     spec_dict,
+    study_trials,
     sweeps_popen,
     sweeps_run,
     toml_text,
+    wait_for,
 )
+from tests.sweeps.pg import fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
@@ -200,43 +202,6 @@ def write_spec(tmp: Path, corpus: Path, name: str, n_trials: int, max_tokens: in
     path = tmp / f"{name}.toml"
     path.write_text(toml_text(data))
     return path
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    storage = st.open_storage(url)
-    try:
-        return optuna.load_study(study_name=name, storage=storage).get_trials()
-    except KeyError:
-        return []
-    finally:
-        storage.engine.dispose()
-
-
-def running_with_evals(url: str, name: str, pid: int) -> int | None:
-    """A RUNNING trial owned by process ``pid`` that has been evaluated at least once."""
-    engine = sa.create_engine(st.normalize_url(url))
-    try:
-        try:
-            hosts = [h for h in st.read_hosts(engine, name) if h["pid"] == pid]
-        except sa.exc.OperationalError:  # the run has not created the tables yet
-            return None
-        running = {t.number for t in study_trials(url, name) if t.state == TrialState.RUNNING}
-        for h in hosts:
-            if h["trial_number"] in running and st.read_evals(engine, name, h["trial_number"]):
-                return h["trial_number"]
-        return None
-    finally:
-        engine.dispose()
 
 
 def descendants(pid: int) -> list[int]:

@@ -1,8 +1,7 @@
 """``sweeps report`` and ``sweeps export``: a study, from the database alone, as one HTML file of
 trade-off charts, or as a table (CSV, Parquet, JSON) with one row per trial.
 
-Merged into the top-level app by ``sweeps/cli.py`` (``app.add_typer(cli_report.app)``). pandas
-and plotly are imported inside the commands, so ``sweeps --help`` stays fast.
+pandas and plotly are imported inside the commands, so ``sweeps --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -16,17 +15,13 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
+from sweeps.cli.options import StorageOption
 from sweeps.console import human_bytes, print_summary
 
 app = typer.Typer()
 
 FORMATS = ("csv", "parquet", "json")
 
-StorageOption = Annotated[
-    str | None,
-    typer.Option("--storage", help="Database URL [default: $SWEEPS_STORAGE, else "
-                                   "sqlite:///sweeps.db]."),
-]
 StudyArgument = Annotated[str, typer.Argument(help="The study's name.")]
 
 

@@ -1,4 +1,6 @@
-"""CLI options generated from a config dataclass: one ``--kebab-name`` per field.
+"""Options shared by the commands, defined once: those generated from a config dataclass (one
+``--kebab-name`` per field), ``--storage``, ``--runs-dir``, ``--launcher``, ``--heartbeat``,
+``--grace``, ``--config``, and reading a ``--config`` TOML file.
 
 Study specs and CLI flags use the same names as ``TrainConfig``'s fields; generating the options
 from the dataclass keeps the three in step (a new field is a new flag, with no second list to edit).
@@ -92,3 +94,54 @@ def read_toml(path: Path, *, what: str) -> dict[str, Any]:
         raise SweepsError(f"{what} {path} is not valid TOML: {exc}; fix the syntax there") from None
     except UnicodeDecodeError:
         raise SweepsError(f"{what} {path} is not UTF-8 text; save it as UTF-8 TOML") from None
+
+
+# --- options shared by several commands ----------------------------------------------------------
+
+StorageOption = Annotated[
+    str | None,
+    typer.Option("--storage", help="Database URL [default: $SWEEPS_STORAGE, the spec's storage "
+                                   "(sweeps run), else sqlite:///sweeps.db]."),
+]
+RunsDirOption = Annotated[
+    Path, typer.Option("--runs-dir", help="Trials run in RUNS_DIR/<study>/trials/<number>.")
+]
+LauncherOption = Annotated[
+    str, typer.Option("--launcher", help="fork (a preloaded fork server: fast start, Linux), "
+                                         "subprocess (a fresh interpreter per trial) or auto.")
+]
+HeartbeatOption = Annotated[
+    int, typer.Option("--heartbeat", help="Seconds between a running trial's heartbeats.")
+]
+GraceOption = Annotated[
+    int, typer.Option("--grace", help="Seconds without a heartbeat before a trial is failed and "
+                                      "re-queued by another worker.")
+]
+ConfigFileOption = Annotated[
+    Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def default_vocab_size(tokenizer: str) -> int:
+    """The byte tokenizer has exactly one size; the others default to 4096."""
+    from lm.tokenizers import min_vocab_size
+
+    return min_vocab_size("byte") if tokenizer == "byte" else 4096
+
+
+def train_config(config_file: Path | None, overrides: dict[str, Any], *,
+                 corpus: str | None = None) -> Any:
+    """A ``TrainConfig`` from ``--config`` and the field flags (flags win); ``corpus`` is the
+    default corpus (None: ``--corpus`` is required)."""
+    from lm.config import TrainConfig
+
+    values: dict[str, Any] = read_toml(config_file, what="--config") if config_file else {}
+    values.update(overrides)
+    if "vocab_size" not in values:
+        values["vocab_size"] = default_vocab_size(values.get("tokenizer", "bpe"))
+    if corpus is not None:
+        values.setdefault("corpus", corpus)
+    elif "corpus" not in values:
+        raise SweepsError("no corpus given; pass --corpus DIR (from `sweeps prepare`)")
+    return TrainConfig.from_dict(values)

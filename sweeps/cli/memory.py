@@ -12,7 +12,6 @@ documented in ``lm/memory.py``; budgets, fitting and calibration in ``sweeps/pre
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,41 +20,14 @@ import typer
 from lm import host
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps.config_options import read_toml, with_config_options
+from sweeps import plan
+from sweeps.cli.options import ConfigFileOption, train_config, with_config_options
 from sweeps.console import console, human_bytes
 
 app = typer.Typer()
 
-#: A grid with more points than this is sampled instead (``--samples`` points, seeded).
-MAX_TABLE_POINTS = 500
 #: Placeholder corpus for a config that names none (the estimate does not read data).
 NO_CORPUS = "(no corpus)"
-
-
-def _config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:
-    values: dict[str, Any] = read_toml(config_file, what="--config") if config_file else {}
-    values.update(overrides)
-    if "vocab_size" not in values:
-        from lm.tokenizers import min_vocab_size
-
-        tokenizer = values.get("tokenizer", "bpe")
-        values["vocab_size"] = min_vocab_size("byte") if tokenizer == "byte" else 4096
-    values.setdefault("corpus", NO_CORPUS)
-    return TrainConfig.from_dict(values)
-
-
-def _budget(text: str | None, limits: Any, device: str, workers: int) -> int | None:
-    from sweeps import preflight
-    from sweeps.spec import Limits, parse_bytes
-
-    if text is not None:
-        if text.lower() == "none":
-            return None
-        if text.lower() == "auto":
-            return preflight.resolve_budget(Limits(memory_budget="auto"), device=device,
-                                            workers=workers)
-        return parse_bytes(text, key="--budget")
-    return preflight.resolve_budget(limits or Limits(), device=device, workers=workers)
 
 
 @app.command()
@@ -66,9 +38,7 @@ def estimate(
         Path | None,
         typer.Argument(metavar="[SPEC]", help="A study spec: a feasibility table of its space."),
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields.")
-    ] = None,
+    config: ConfigFileOption = None,
     budget: Annotated[
         str | None,
         typer.Option("--budget", help="Memory budget: a size (16GiB), auto or none "
@@ -94,15 +64,19 @@ def estimate(
     if spec_path is not None:
         if config is not None:
             raise SweepsError("give either a study spec or --config, not both")
-        _feasibility(spec_path, overrides, budget, workers, launcher, samples, sample_seed,
-                     as_json)
+        table = plan.feasibility(spec_path, overrides, budget, workers, launcher, samples,
+                                 sample_seed)
+        if as_json:
+            typer.echo(json.dumps(table, indent=2))
+        else:
+            _print_feasibility(table)
         return
     from lm.memory import estimate as estimate_memory
 
-    cfg = _config(config, overrides)
+    cfg = train_config(config, overrides, corpus=NO_CORPUS)
     device = host.device_kind(cfg.device)
     est = estimate_memory(cfg, device, launcher=launcher)
-    budget_bytes = _budget(budget, None, device, workers)
+    budget_bytes = plan.budget_bytes(budget, None, device, workers)
     fits = budget_bytes is None or est.total <= budget_bytes
     if as_json:
         out = est.to_dict()
@@ -157,87 +131,14 @@ def _print_estimate(est: Any, cfg: TrainConfig, budget_bytes: int | None, fits: 
 # --- a study's feasibility table ----------------------------------------------------------------
 
 
-def _points(spec: Any, samples: int, seed: int) -> tuple[list[dict[str, Any]], str]:
-    """The space's grid when it is small and finite, else a seeded sample of it."""
-    from sweeps.space import grid_points
-
-    try:
-        return grid_points(spec, limit=MAX_TABLE_POINTS), "grid"
-    except SweepsError:
-        pass
-    rng = random.Random(seed)
-    seen: list[dict[str, Any]] = []
-    base = spec.base_values()
-    for _ in range(samples * 20):
-        if len(seen) >= samples:
-            break
-        env, point = dict(base), {}
-        for p in spec.space:
-            if p.when is not None and not p.when.holds(env):
-                continue
-            env[p.name] = point[p.name] = _draw(p, rng)
-        if point not in seen:
-            seen.append(point)
-    return seen, f"sample of {len(seen)} (seed {seed})"
-
-
-def _draw(p: Any, rng: random.Random) -> Any:
-    import math
-
-    if p.type == "categorical":
-        return rng.choice(list(p.choices))
-    if p.finite and p.type == "int" and not p.log:
-        return rng.choice(p.values())
-    low, high = float(p.low), float(p.high)
-    x = math.exp(rng.uniform(math.log(low), math.log(high))) if p.log else rng.uniform(low, high)
-    if p.type == "int":
-        step = int(p.step or 1)
-        return min(int(p.high), int(p.low) + step * round((x - int(p.low)) / step))
-    if p.step is not None:
-        return round(low + p.step * round((x - low) / p.step), 12)
-    return x
-
-
-def _feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, workers: int,
-                 launcher: str, samples: int, seed: int, as_json: bool) -> None:
-    from sweeps import preflight
-    from sweeps.space import trial_config
-    from sweeps.spec import load_spec
-
-    spec = load_spec(spec_path, check_paths=False)
-    points, how = _points(spec, samples, seed)
-    rows: list[dict[str, Any]] = []
-    budget_bytes: int | None = None
-    for params in points:
-        row: dict[str, Any] = {"params": params}
-        try:
-            cfg = trial_config(spec, params)
-            if overrides:
-                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
-        except SweepsError as exc:
-            row.update(valid=False, reason=str(exc))
-            rows.append(row)
-            continue
-        device = host.device_kind(cfg.device)
-        if budget_bytes is None:
-            budget_bytes = _budget(budget, spec.limits, device, workers)
-        plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget_bytes,
-                                    launcher=launcher)
-        row.update(valid=True, device=device, predicted_bytes=plan.predicted_bytes,
-                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason)
-        rows.append(row)
-    n_fit = sum(1 for r in rows if r.get("fits"))
-    if as_json:
-        typer.echo(json.dumps({"study": spec.name, "points": how, "budget_bytes": budget_bytes,
-                               "oom_policy": spec.limits.oom_policy, "fit": n_fit,
-                               "rows": rows}, indent=2))
-        return
+def _print_feasibility(t: dict[str, Any]) -> None:
     from rich.table import Table
 
+    rows, budget_bytes = t["rows"], t["budget_bytes"]
     table = Table(box=None, padding=(0, 2), title_justify="left",
-                  title=f"study {spec.name}: {how} of its space; budget "
+                  title=f"study {t['study']}: {t['points']} of its space; budget "
                         f"{human_bytes(budget_bytes) if budget_bytes else 'none'}, "
-                        f"oom_policy {spec.limits.oom_policy}")
+                        f"oom_policy {t['oom_policy']}")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("point", overflow="fold")
     table.add_column("predicted", justify="right", no_wrap=True)
@@ -254,4 +155,4 @@ def _feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None,
                     f"{r['fitted']['grad_accum']}")
         table.add_row(str(i), point, human_bytes(r["predicted_bytes"]), fits)
     console.print(table)
-    console.print(f"{n_fit} of {len(rows)} points fit", highlight=False)
+    console.print(f"{t['fit']} of {len(rows)} points fit", highlight=False)

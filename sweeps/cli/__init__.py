@@ -1,0 +1,85 @@
+"""The ``sweeps`` command line: thin Typer commands, one module per group, each parsing its
+options and calling one function of a non-CLI module.
+
+- ``data``: prepare, tokenize;  ``train``: train, generate;  ``memory``: estimate;
+- ``study``: run, worker, status, trials (the study service is ``sweeps.study``, the dry-run plan
+  ``sweeps.plan``), with ``progress`` for what ``sweeps run`` shows;  ``report``: report, export;
+- ``options``: options shared by several commands, defined once.
+
+Heavy imports (torch, the training loop, Optuna, plotly) happen inside the commands that need
+them, so ``sweeps --help`` and the data commands start fast. Every user mistake is a
+``SweepsError``: ``main`` prints its one line and exits 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lm.errors import SweepsError
+from sweeps.cli import data, memory, report, study, train
+from sweeps.console import console, err_console
+
+app = typer.Typer(
+    name="sweeps",
+    help="Hyperparameter sweeps and ablations for small GPT-style language models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+for _group in (data, train, memory, study, report):
+    app.add_typer(_group.app)
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+# --- the main job ---------------------------------------------------------------------------
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "studies" / "quickstart.toml"
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the demo writes its database, runs and report.")
+                   ] = Path("demo-out"),
+) -> None:
+    """The main job: the quickstart study on a synthetic corpus, end to end, then its report."""
+    if not QUICKSTART.exists():
+        raise SweepsError(f"{QUICKSTART} is missing; run the demo from a checkout of the project")
+    out.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{out / 'sweeps.db'}"
+    study.run(spec_path=QUICKSTART, storage=storage, runs_dir=out / "runs")
+    report_path = out / "quickstart.html"
+    report.report(study="quickstart", out=report_path, storage=storage)
+    console.print(f"report: {report_path.resolve()}  (open it in a browser)", highlight=False)
+    console.print(f"more: sweeps trials quickstart --storage {storage}", highlight=False)
+
+
+def main() -> None:
+    """Console-script entry: one line and exit 2 for a user mistake, never a traceback."""
+    try:
+        app()
+    except SweepsError as exc:
+        if _state["debug"]:
+            raise
+        # Plain write: one line whatever the terminal width (rich would wrap it).
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""What ``sweeps run`` shows while a study runs: trials by outcome, the best value, the running
+trials; a live table on a terminal, else a progress line now and then and one per finished trial.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from lm import outcomes
+from sweeps import study as study_service
+from sweeps.console import err_console
+
+if TYPE_CHECKING:
+    import optuna
+
+
+class Board:
+    """What `sweeps run` shows: trials by outcome, the best value, the running trials."""
+
+    def __init__(self, study: optuna.Study, n_trials: int) -> None:
+        import threading
+
+        self.study = study
+        self.n_trials = n_trials
+        self.lock = threading.Lock()
+        self.running: dict[int, dict[str, Any]] = {}
+        self.messages: deque[str] = deque()
+        self.counts: Counter[str] = Counter()
+        self.best: str = "-"
+        self.finished = 0
+        self.refreshed = 0.0
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            self.messages.append(text)
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        with self.lock:
+            number = data.get("number")
+            if kind == "start":
+                self.running[number] = {"params": data.get("params", {}), "tokens": 0,
+                                        "max_tokens": data.get("max_tokens"),
+                                        "worker": data.get("worker", ""),
+                                        "since": time.monotonic()}
+            elif kind == "eval" and number in self.running:
+                self.running[number]["tokens"] = data.get("tokens") or 0
+                self.running[number]["val_bpb"] = data.get("val_bpb")
+            elif kind == "end":
+                info = self.running.pop(number, {})
+                took = time.monotonic() - info.get("since", time.monotonic())
+                values = data.get("values")
+                shown = (" " + ", ".join(f"{v:.4g}" for v in values)) if values else ""
+                self.messages.append(f"trial {number} {data.get('outcome')}{shown} "
+                                     f"({took:.1f} s): {data.get('reason')}")
+                self.refreshed = 0.0
+
+    def refresh(self, force: bool = False) -> None:
+        from sweeps.workers import budget_state
+
+        if not force and time.monotonic() - self.refreshed < 2.0:
+            return
+        self.refreshed = time.monotonic()
+        trials = self.study.get_trials(deepcopy=False)
+        self.counts = study_service.outcome_counts(trials, finished_only=True)
+        self.finished = budget_state(trials, self.n_trials).finished
+        self.best = study_service.best_text(self.study, trials)
+
+    def line(self) -> str:
+        counts = ", ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
+        with self.lock:
+            running = ", ".join(f"#{n} {_tokens(r)}" for n, r in sorted(self.running.items()))
+        return (f"[{time.monotonic() - self.started:6.0f} s] {self.finished}/{self.n_trials} "
+                f"finished ({counts or 'none yet'}); best {self.best}; "
+                f"running: {running or 'none'}")
+
+    def render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        table = Table(box=None, padding=(0, 2), title_justify="left",
+                      title=f"{self.finished}/{self.n_trials} finished, best {self.best}")
+        for col in ("trial", "worker", "tokens", "val_bpb", "params"):
+            table.add_column(col)
+        with self.lock:
+            for number, r in sorted(self.running.items()):
+                bpb = r.get("val_bpb")
+                table.add_row(str(number), r["worker"], _tokens(r),
+                              "-" if bpb is None else f"{bpb:.4f}",
+                              " ".join(f"{k}={v}" for k, v in r["params"].items()))
+        counts = "  ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
+        return Group(counts or "no trial finished yet", table)
+
+    def drain(self) -> list[str]:
+        with self.lock:
+            out = list(self.messages)
+            self.messages.clear()
+        return out
+
+
+def _tokens(r: dict[str, Any]) -> str:
+    done, total = r.get("tokens") or 0, r.get("max_tokens")
+    return f"{done:,}/{total:,} tokens" if total else f"{done:,} tokens"
+
+
+@contextmanager
+def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[], None]]:
+    """A ``tick`` for ``run_workers``: rich Live on a terminal, else a line every ``every_s``
+    seconds and one per finished trial (stderr)."""
+    if err_console.is_terminal:
+        from rich.live import Live
+
+        with Live(board.render(), console=err_console, refresh_per_second=2,
+                  transient=True) as live:
+            def tick() -> None:
+                board.refresh()
+                for message in board.drain():
+                    live.console.print(message, highlight=False, markup=False)
+                live.update(board.render())
+
+            yield tick
+        return
+    last = [time.monotonic()]
+    dirty = [False]  # a trial ended since the last progress line
+
+    def tick() -> None:
+        messages = board.drain()
+        for message in messages:
+            sys.stderr.write(message + "\n")
+        dirty[0] = dirty[0] or bool(messages)
+        if messages or time.monotonic() - last[0] > every_s:
+            board.refresh(force=bool(messages))
+            sys.stderr.write(board.line() + "\n")
+            sys.stderr.flush()
+            last[0] = time.monotonic()
+            dirty[0] = False
+
+    yield tick
+    messages = board.drain()
+    for message in messages:
+        sys.stderr.write(message + "\n")
+    if messages or dirty[0]:
+        board.refresh(force=True)
+        sys.stderr.write(board.line() + "\n")

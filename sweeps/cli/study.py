@@ -1,0 +1,226 @@
+"""``sweeps run``, ``sweeps worker``, ``sweeps status``, ``sweeps trials`` and ``sweeps demo``:
+each parses its options and calls the study service (``sweeps.study``, ``sweeps.plan``,
+``sweeps.workers``); what they print is here. A malformed spec or an unreachable database is one
+line and exit 2, before anything is created.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from lm.errors import SweepsError
+from sweeps import study as service
+from sweeps.cli.options import (
+    GraceOption,
+    HeartbeatOption,
+    LauncherOption,
+    RunsDirOption,
+    StorageOption,
+)
+from sweeps.cli.progress import Board, live_display
+from sweeps.console import console, err_console, human_bytes, print_summary
+
+if TYPE_CHECKING:
+    import optuna
+
+    from sweeps.spec import StudySpec
+
+app = typer.Typer()
+
+
+# --- run -----------------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="A study spec (.toml).")],
+    workers: Annotated[int, typer.Option("--workers", help="Local workers (one GPU each, or a "
+                                                           "share of the CPU cores).")] = 1,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; run "
+                                                            "nothing, write nothing.")] = False,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the spec's "
+                                                                    "n_trials.")] = None,
+    storage: StorageOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    launcher: LauncherOption = "auto",
+    heartbeat: HeartbeatOption = 10,
+    grace: GraceOption = 60,
+) -> None:
+    """Create the study (or resume it) and run it to n_trials with live progress."""
+    from sweeps.spec import load_spec
+    from sweeps.storage import mask_url, normalize_url, resolve_storage_url
+
+    service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
+    spec = load_spec(spec_path)
+    url = resolve_storage_url(storage, spec.study.storage)
+    normalize_url(url)  # the URL's form, before any work
+    if dry_run:
+        _print_plan(spec, url, workers, n_trials)
+        return
+    _ensure_corpus(spec)
+    st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
+                                            grace=grace)
+    err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
+                      f"{mask_url(url)}", highlight=False)
+    _run(spec, st, study, runs_dir, workers, n_trials, launcher)
+
+
+@app.command()
+def worker(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="The study to join.")],
+    storage: StorageOption = None,
+    workers: Annotated[int, typer.Option("--workers", help="Local workers.")] = 1,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the study's "
+                                                                    "n_trials.")] = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    launcher: LauncherOption = "auto",
+    heartbeat: HeartbeatOption = 10,
+    grace: GraceOption = 60,
+) -> None:
+    """Join a study started by `sweeps run` (its spec is read from the database)."""
+    from sweeps.storage import mask_url, resolve_storage_url
+
+    service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
+    url = resolve_storage_url(storage, None)
+    spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
+    _ensure_corpus(spec)
+    err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False)
+    _run(spec, st, study, runs_dir, workers, n_trials, launcher)
+
+
+def _ensure_corpus(spec: StudySpec) -> None:
+    """Prepare the spec's corpus where it says to, once; check a given corpus dir."""
+    from sweeps.console import progress_bar
+
+    if not service.corpus_to_prepare(spec):
+        service.check_corpus(spec)
+        return
+    started = time.perf_counter()
+    with progress_bar(f"preparing corpus {spec.corpus.dir}") as progress:
+        service.prepare_corpus(spec, progress)
+    err_console.print(f"prepared corpus {spec.corpus.dir} in "
+                      f"{time.perf_counter() - started:.1f} s", highlight=False)
+
+
+def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers: int,
+         n_trials: int | None, launcher: str) -> None:
+    from sweeps import workers as wk
+
+    board = Board(study, wk.target_trials(spec, study, n_trials))
+    flags = wk.StopFlags()
+    options = wk.RunOptions(n_workers=workers, n_trials=n_trials, timeout=spec.study.timeout,
+                            launcher=launcher, on_event=board.on_event)
+    study_dir = runs_dir / spec.name
+    with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
+        results = wk.run_workers(spec, st, study, study_dir, options, flags, tick=tick)
+    board.refresh(force=True)
+    print_summary(f"study {board.study.study_name}", [
+        ("finished", f"{board.finished}/{board.n_trials}"),
+        ("outcomes", _counts_text(service.ordered_counts(board.counts)) or "none"),
+        ("best", board.best),
+        ("runs", str(study_dir)),
+    ])
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise SweepsError(f"a worker stopped on an error: {errors[0]}")
+    if flags.stop.is_set():
+        err_console.print("stopped; `sweeps run` again resumes the study", highlight=False)
+        raise typer.Exit(130)
+
+
+def _counts_text(counts: dict[str, int], sep: str = ", ") -> str:
+    return sep.join(f"{o} {n}" for o, n in counts.items())
+
+
+# --- the plan (--dry-run) ------------------------------------------------------------------------
+
+
+def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> None:
+    from rich.table import Table
+
+    from sweeps import plan
+
+    p = plan.dry_run(spec, url, workers, n_trials)
+    print_summary(f"plan: {spec.source or spec.name}", p.rows)
+    table = Table(title="space", title_justify="left", box=None, padding=(0, 2))
+    for col in ("parameter", "type", "values", "when"):
+        table.add_column(col, style="bold" if col == "parameter" else None)
+    for row in p.space:
+        table.add_row(*row)
+    console.print(table)
+    if p.largest is None:
+        console.print("no point of the space makes a valid config")
+        return
+    print_summary("largest point", p.largest)
+
+
+# --- status and trials ---------------------------------------------------------------------------
+
+
+@app.command()
+def status(storage: StorageOption = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Every study in the database: trials by outcome, best value, calibration factor."""
+    from sweeps.storage import mask_url, resolve_storage_url
+
+    url = resolve_storage_url(storage, None)
+    rows = service.study_rows(service.open_existing(url))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        console.print(f"no studies in {mask_url(url)}", highlight=False)
+        return
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 2), title=f"studies in {mask_url(url)}",
+                  title_justify="left")
+    for col in ("study", "finished", "outcomes", "best", "calibration"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["study"], f"{r['finished']}/{r['n_trials']}",
+                      _counts_text(r["outcomes"]) or "-", r["best"],
+                      f"{r['calibration_factor']:.3g}")
+    _wide().print(table)
+
+
+@app.command()
+def trials(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.")],
+    storage: StorageOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """One row per trial: number, parameters, outcome, reason, val_bpb, peak memory, wall time."""
+    from sweeps.storage import resolve_storage_url
+
+    url = resolve_storage_url(storage, None)
+    rows = service.trial_rows(service.load_study(service.open_existing(url), study_name, url))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 2), title=f"study {study_name}", title_justify="left")
+    for col in ("#", "params", "outcome", "val_bpb", "peak mem", "wall", "reason"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        bpb = r["val_bpb"]
+        table.add_row(str(r["number"]), " ".join(f"{k}={v}" for k, v in r["params"].items()),
+                      r["outcome"] + (" (retried)" if r["retried"] else ""),
+                      "-" if bpb is None else f"{bpb:.4f}",
+                      "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
+                      "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
+                      r["reason"] or "")
+    _wide().print(table)
+
+
+def _wide() -> Any:
+    """Tables are not wrapped to 80 columns when stdout is a pipe or a file."""
+    from rich.console import Console
+
+    return console if console.is_terminal else Console(width=250)

@@ -1,0 +1,133 @@
+"""How a trial's child process starts: the ``Child``/``Launcher`` interface the runner uses, the
+plain subprocess launcher, the parent-death signal that keeps a child from outliving its
+orchestrator, and the choice between it and the preloaded fork server (``sweeps.forkserver``).
+
+Every child is ``python -m lm.train RUN_DIR`` (or the same entry forked from the fork server),
+leader of its own session and process group, so a prune signals the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from lm.errors import SweepsError
+
+#: ``sweeps run --launcher``: what ``auto`` may pick, and the two launchers.
+LAUNCHER_KINDS = ("auto", "fork", "subprocess")
+_PR_SET_PDEATHSIG = 1
+
+
+# --- the child's death with its parent -----------------------------------------------------------
+
+
+_prctl: Any = None
+
+
+def load_prctl() -> Any:
+    """libc's prctl, looked up once in the parent: ``dlopen`` after ``fork`` (in a
+    ``preexec_fn``) can deadlock when the parent has threads."""
+    global _prctl
+    if _prctl is None and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _prctl = False
+    return _prctl
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` for the calling process (Linux; False elsewhere). Call
+    ``load_prctl()`` before forking when this runs in a ``preexec_fn``."""
+    prctl = load_prctl()
+    if not prctl:
+        return False
+    return prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+# --- launchers -----------------------------------------------------------------------------------
+
+
+class Child(Protocol):
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def signal(self, sig: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Launcher(Protocol):
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
+               cpus: list[int] | None = None) -> Child: ...
+
+    def close(self) -> None: ...
+
+
+class PopenChild:
+    """``python -m lm.train RUN_DIR`` as a plain subprocess, leader of its own process group."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+class SubprocessLauncher:
+    """One fresh interpreter per trial (portable; pays the imports every time)."""
+
+    def __init__(self) -> None:
+        load_prctl()
+
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
+               cpus: list[int] | None = None) -> PopenChild:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lm.train", str(run_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # its own group: a prune signals the whole group
+                # SIGKILL when this thread's process dies, even by kill -9 (Linux).
+                preexec_fn=set_parent_death_signal if sys.platform.startswith("linux") else None,
+            )
+        if cpus and hasattr(os, "sched_setaffinity"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(proc.pid, cpus)
+        return PopenChild(proc)
+
+    def close(self) -> None:
+        pass
+
+
+def make_launcher(kind: str) -> Any:
+    """A started launcher: ``fork`` (the fork server), ``subprocess``, or ``auto`` (the fork
+    server where it works: Linux)."""
+    from sweeps import forkserver
+
+    if kind == "auto":
+        kind = "fork" if forkserver.available() else "subprocess"
+    if kind == "fork":
+        return forkserver.ForkServer().start()
+    if kind == "subprocess":
+        return SubprocessLauncher()
+    raise SweepsError(f"unknown launcher {kind!r}; use fork, subprocess or auto")

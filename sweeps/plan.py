@@ -1,0 +1,234 @@
+"""What a study would do, worked out without running anything: the ``sweeps run --dry-run`` plan
+(devices, budget, the space, the largest point's predicted peak) and the feasibility table of
+``sweeps estimate SPEC`` (which points of the space fit the budget). Data only; the CLI prints it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lm import host
+from lm.config import TrainConfig
+from lm.corpus import MANIFEST_NAME
+from lm.errors import SweepsError
+from sweeps.console import human_bytes
+
+if TYPE_CHECKING:
+    from sweeps.spec import Limits, StudySpec
+
+#: A grid with more points than this is sampled instead (``samples`` points, seeded).
+MAX_TABLE_POINTS = 500
+
+
+# --- the dry-run plan ----------------------------------------------------------------------------
+
+
+@dataclass
+class DryRunPlan:
+    """The plan of ``sweeps run --dry-run``: summary rows, the space, the largest point."""
+
+    rows: list[tuple[str, object]]
+    space: list[tuple[str, str, str, str]]  # parameter, type, values, when
+    largest: list[tuple[str, object]] | None = field(default=None)
+
+
+def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> DryRunPlan:
+    from sweeps import preflight
+    from sweeps import workers as wk
+    from sweeps.storage import mask_url
+
+    # A GPU spec is often checked on a laptop before it goes to a cluster: without a GPU here,
+    # plan for the spec's device kind and leave an "auto" budget to each worker.
+    try:
+        devices = wk.plan_devices(spec, workers)
+        device, worker_text = devices[0].device, ", ".join(d.label for d in devices)
+    except SweepsError:
+        device, worker_text = "cuda", f"{workers} on GPUs (none visible on this host)"
+    try:
+        budget = preflight.resolve_budget(spec.limits, device=device, workers=workers)
+        budget_text = "none" if budget is None else (
+            f"{human_bytes(budget)} per trial ({spec.limits.memory_budget})")
+    except SweepsError:
+        budget, budget_text = None, "auto: decided on each worker's GPU (none visible here)"
+    corpus = spec.corpus
+    corpus_state = "prepared" if (corpus.dir / MANIFEST_NAME).is_file() else (
+        "to prepare from " + (", ".join(corpus.source) if corpus.source
+                              else f"synthetic {human_bytes(corpus.synthetic_size or 0)}"))
+    rows: list[tuple[str, object]] = [
+        ("study", spec.name),
+        ("storage", f"{mask_url(url)} (not opened: dry run)"),
+        ("objectives", ", ".join(f"{o.metric} ({o.direction})" for o in spec.study.objectives)),
+        ("sampler / pruner", f"{spec.study.sampler.name} / {spec.study.pruner.name}"),
+        ("trials", n_trials if n_trials is not None else spec.study.n_trials),
+        ("enqueued first", len(spec.initial_trials())),
+        ("timeout", f"{spec.study.timeout:g} s" if spec.study.timeout else "none"),
+        ("workers", worker_text),
+        ("memory budget", budget_text),
+        ("oom policy", spec.limits.oom_policy),
+        ("max wall per trial", f"{spec.limits.max_wall_s:g} s" if spec.limits.max_wall_s
+         else "none"),
+        ("corpus", f"{corpus.dir} ({corpus_state})"),
+    ]
+    return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget))
+
+
+def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
+    """(parameter, type, values, when) for each searched parameter, ablation first."""
+    out = []
+    if spec.ablation is not None:
+        for name in spec.ablation.param_names:
+            out.append((name, "ablation", ", ".join(map(str, spec.ablation.choices(name))), ""))
+    for p in spec.space:
+        if p.type == "categorical":
+            values = ", ".join(map(str, p.choices or ()))
+        else:
+            values = f"{p.low} .. {p.high}" + (" log" if p.log else "") + (
+                f" step {p.step}" if p.step is not None else "")
+        out.append((p.name, p.type, values, p.when.text if p.when else ""))
+    return out
+
+
+def _largest_rows(spec: StudySpec, device: str,
+                  budget: int | None) -> list[tuple[str, object]] | None:
+    from lm import memory
+    from sweeps import preflight
+
+    point, cfg = largest_point(spec, device)
+    if cfg is None:
+        return None
+    est = memory.estimate(cfg, device)
+    plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
+    verdict = ("fits" if plan.fits and not plan.fitted else
+               f"fitted: {plan.fitted}" if plan.fits else "predicted_oom: never launched")
+    return [
+        ("params", ", ".join(f"{k}={v}" for k, v in point.items()) or "(fixed only)"),
+        ("predicted peak", f"{human_bytes(est.total)} ({device}, peak at "
+                           f"{getattr(est, 'peak_moment', '?')})"),
+        ("against the budget", f"{verdict}: {plan.reason}"),
+    ]
+
+
+def largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
+    """The point with the largest predicted memory, over the grid (or the ablation) when it is
+    small, else over every combination of each parameter's bounds and choices."""
+    import dataclasses
+    import itertools
+
+    from lm import memory
+    from sweeps.space import grid_points, trial_config
+    from sweeps.spec import iter_grid
+
+    try:
+        points = grid_points(spec, limit=2048)
+    except SweepsError:
+        corners = [dataclasses.replace(p, type="categorical", choices=tuple(p.probe_values()),
+                                       low=None, high=None, step=None, log=False)
+                   for p in spec.space]
+        points = list(itertools.islice(iter_grid(corners, spec.base_values()), 4096))
+    best: tuple[int, dict[str, Any], Any] = (-1, {}, None)
+    for point in points or [{}]:
+        try:
+            cfg = trial_config(spec, point)
+        except SweepsError:
+            continue
+        total = memory.estimate(cfg, device).total
+        if total > best[0]:
+            best = (total, point, cfg)
+    return best[1], best[2]
+
+
+# --- budgets and the feasibility table -----------------------------------------------------------
+
+
+def budget_bytes(text: str | None, limits: Limits | None, device: str,
+                 workers: int) -> int | None:
+    """A ``--budget`` (a size, ``auto`` or ``none``), else the spec's budget, in bytes."""
+    from sweeps import preflight
+    from sweeps.spec import Limits, parse_bytes
+
+    if text is not None:
+        if text.lower() == "none":
+            return None
+        if text.lower() == "auto":
+            return preflight.resolve_budget(Limits(memory_budget="auto"), device=device,
+                                            workers=workers)
+        return parse_bytes(text, key="--budget")
+    return preflight.resolve_budget(limits or Limits(), device=device, workers=workers)
+
+
+def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[str, Any]], str]:
+    """The space's grid when it is small and finite, else a seeded sample of it."""
+    from sweeps.space import grid_points
+
+    try:
+        return grid_points(spec, limit=MAX_TABLE_POINTS), "grid"
+    except SweepsError:
+        pass
+    rng = random.Random(seed)
+    seen: list[dict[str, Any]] = []
+    base = spec.base_values()
+    for _ in range(samples * 20):
+        if len(seen) >= samples:
+            break
+        env, point = dict(base), {}
+        for p in spec.space:
+            if p.when is not None and not p.when.holds(env):
+                continue
+            env[p.name] = point[p.name] = _draw(p, rng)
+        if point not in seen:
+            seen.append(point)
+    return seen, f"sample of {len(seen)} (seed {seed})"
+
+
+def _draw(p: Any, rng: random.Random) -> Any:
+    if p.type == "categorical":
+        return rng.choice(list(p.choices))
+    if p.finite and p.type == "int" and not p.log:
+        return rng.choice(p.values())
+    low, high = float(p.low), float(p.high)
+    x = math.exp(rng.uniform(math.log(low), math.log(high))) if p.log else rng.uniform(low, high)
+    if p.type == "int":
+        step = int(p.step or 1)
+        return min(int(p.high), int(p.low) + step * round((x - int(p.low)) / step))
+    if p.step is not None:
+        return round(low + p.step * round((x - low) / p.step), 12)
+    return x
+
+
+def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, workers: int,
+                launcher: str, samples: int, seed: int) -> dict[str, Any]:
+    """Which points of a spec's space fit its budget: one row per point (its parameters,
+    predicted peak, whether it fits or is fitted, or why it is not a valid config)."""
+    from sweeps import preflight
+    from sweeps.space import trial_config
+    from sweeps.spec import load_spec
+
+    spec = load_spec(spec_path, check_paths=False)
+    points, how = sample_points(spec, samples, seed)
+    rows: list[dict[str, Any]] = []
+    budget_b: int | None = None
+    for params in points:
+        row: dict[str, Any] = {"params": params}
+        try:
+            cfg = trial_config(spec, params)
+            if overrides:
+                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+        except SweepsError as exc:
+            row.update(valid=False, reason=str(exc))
+            rows.append(row)
+            continue
+        device = host.device_kind(cfg.device)
+        if budget_b is None:
+            budget_b = budget_bytes(budget, spec.limits, device, workers)
+        plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget_b,
+                                    launcher=launcher)
+        row.update(valid=True, device=device, predicted_bytes=plan.predicted_bytes,
+                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason)
+        rows.append(row)
+    return {"study": spec.name, "points": how, "budget_bytes": budget_b,
+            "oom_policy": spec.limits.oom_policy, "fit": sum(1 for r in rows if r.get("fits")),
+            "rows": rows}

@@ -1,0 +1,234 @@
+"""The study service the CLI calls: the corpus a spec names, opening, creating or joining a study
+in a database, and the rows ``sweeps status`` and ``sweeps trials`` show. No printing, no Typer.
+
+The storage URL is ``--storage``, else ``$SWEEPS_STORAGE``, else the spec's ``[study] storage``,
+else ``sqlite:///sweeps.db`` (``sweeps.storage.resolve_storage_url``); it is masked in every
+message. Optuna, SQLAlchemy and the workers are imported inside the functions, so ``sweeps
+--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lm import outcomes
+from lm.corpus import MANIFEST_NAME
+from lm.errors import SweepsError
+from sweeps.launchers import LAUNCHER_KINDS
+
+if TYPE_CHECKING:
+    import optuna
+
+    from lm.corpus import Progress
+    from sweeps.spec import StudySpec
+
+def check_run_options(workers: int, n_trials: int | None, heartbeat: int, grace: int,
+                      launcher: str) -> None:
+    """The options of ``sweeps run`` and ``sweeps worker``, before anything is opened."""
+    if workers < 1:
+        raise SweepsError(f"--workers must be >= 1, got {workers}")
+    if n_trials is not None and n_trials < 1:
+        raise SweepsError(f"--n-trials must be >= 1, got {n_trials}")
+    if heartbeat < 1 or grace <= heartbeat:
+        raise SweepsError(f"--grace ({grace}) must be longer than --heartbeat ({heartbeat}), "
+                          "and --heartbeat >= 1")
+    if launcher not in LAUNCHER_KINDS:
+        raise SweepsError(f"--launcher must be auto, fork or subprocess, got {launcher!r}")
+
+
+# --- the corpus ----------------------------------------------------------------------------------
+
+
+def corpus_to_prepare(spec: StudySpec) -> bool:
+    """Whether the spec's corpus must be prepared first (it names a source, and its dir holds
+    no corpus yet)."""
+    return spec.corpus.needs_prepare and not (spec.corpus.dir / MANIFEST_NAME).is_file()
+
+
+def prepare_corpus(spec: StudySpec, progress: Progress | None = None) -> dict[str, Any]:
+    """Prepare the spec's corpus into its dir; returns the manifest."""
+    from lm import corpus
+
+    c = spec.corpus
+    return corpus.prepare(c.dir, sources=c.source, format=c.format,
+                          synthetic_size=c.synthetic_size, seed=c.synthetic_seed,
+                          val_fraction=c.val_fraction, progress=progress)
+
+
+def check_corpus(spec: StudySpec) -> None:
+    """The spec's corpus dir holds a corpus (``SweepsError`` naming what is missing)."""
+    from lm import corpus
+
+    corpus.load_manifest(spec.corpus.dir)
+
+
+# --- studies -------------------------------------------------------------------------------------
+
+
+def quiet_optuna() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def require_database(url: str) -> None:
+    """Read-only commands never create a SQLite file."""
+    import sqlalchemy as sa
+
+    from sweeps.storage import mask_url, normalize_url
+
+    parsed = sa.engine.make_url(normalize_url(url))
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database).expanduser()
+        if not path.is_file():
+            raise SweepsError(f"no database at {mask_url(url)} ({path} does not exist); run a "
+                              "study first with `sweeps run SPEC`, or pass --storage")
+
+
+def open_existing(url: str) -> Any:
+    """The storage of a database that must already exist (read-only commands)."""
+    from sweeps import storage as st_mod
+
+    require_database(url)
+    return st_mod.open_storage(url)
+
+
+def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: int,
+               grace: int) -> tuple[Any, optuna.Study, bool]:
+    """Create the spec's study (with its enqueued trials) or resume it: (storage, the study
+    as workers use it, whether it was created)."""
+    from sweeps import storage as st_mod
+    from sweeps import workers as wk
+
+    st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
+                             max_retries=spec.limits.max_retries)
+    quiet_optuna()
+    _, created = wk.create_or_resume(spec, st, n_trials=n_trials)
+    return st, load_study(st, spec.name, url, spec), created
+
+
+def join_study(name: str, url: str, *, heartbeat: int,
+               grace: int) -> tuple[StudySpec, Any, optuna.Study]:
+    """A study started by ``sweeps run``, its spec read from the database: (spec, storage,
+    the study as workers use it). Its corpus is the caller's to prepare or check."""
+    import os
+
+    from sweeps import storage as st_mod
+    from sweeps import workers as wk
+
+    plain = open_existing(url)
+    spec = wk.spec_from_study(load_study(plain, name, url))
+    plain.engine.dispose()
+    st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
+                             max_retries=spec.limits.max_retries)
+    # A joining process draws its own random numbers (its pid), not the first worker's.
+    return spec, st, load_study(st, name, url, spec, extra_seed_offset=os.getpid())
+
+
+def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
+               extra_seed_offset: int = 0) -> optuna.Study:
+    """The study ``name``; with ``spec``, with the spec's sampler and pruner, seeded past the
+    trials already run (a resumed run must not replay the first run's random draws)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from sweeps import storage as st_mod
+    from sweeps import workers as wk
+
+    quiet_optuna()
+    try:
+        plain = optuna.load_study(study_name=name, storage=st)
+    except KeyError:
+        raise SweepsError(f"no study {name!r} in {st_mod.mask_url(url)}; start it with "
+                          "`sweeps run SPEC`, or list studies with `sweeps status`") from None
+    if spec is None:
+        return plain
+    ran = sum(t.state != TrialState.WAITING for t in plain.get_trials(deepcopy=False))
+    return wk.load_for_workers(spec, st, seed_offset=ran + extra_seed_offset)
+
+
+# --- rows for status and trials ------------------------------------------------------------------
+
+
+def best_text(study: optuna.Study, trials: list[Any] | None = None) -> str:
+    """The best value (one objective) or the Pareto front's size (several)."""
+    from optuna.trial import TrialState
+
+    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
+    if not complete:
+        return "-"
+    if len(study.directions) == 1:
+        pick = min if study.direction.name == "MINIMIZE" else max
+        t = pick(complete, key=lambda t: t.values[0])
+        return f"{t.values[0]:.4f} (trial {t.number})"
+    return f"{len(study.best_trials)} trials on the Pareto front"
+
+
+def outcome_counts(trials: list[Any], *, finished_only: bool = False) -> Counter[str]:
+    """Trials by shown outcome, retried ones (superseded by their re-run) left out."""
+    from sweeps import workers as wk
+
+    gone = wk.superseded_numbers(trials)
+    return Counter(wk.trial_outcome(t) for t in trials if t.number not in gone
+                   and (t.state.is_finished() or not finished_only))
+
+
+def ordered_counts(counts: Counter[str]) -> dict[str, int]:
+    """Non-zero counts in the outcome vocabulary's order."""
+    return {o: counts[o] for o in outcomes.ORDER if counts[o]}
+
+
+def study_rows(st: Any) -> list[dict[str, Any]]:
+    """One summary per study in the database (``sweeps status``)."""
+    import optuna
+
+    from sweeps import workers as wk
+
+    quiet_optuna()
+    out = []
+    for summary in optuna.get_all_study_summaries(st, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=st)
+        trials = study.get_trials(deepcopy=False)
+        attrs = study.user_attrs
+        spec_n = (attrs.get("spec") or {}).get("study", {}).get("n_trials")
+        n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
+        state = wk.budget_state(trials, int(n_trials))
+        out.append({
+            "study": summary.study_name,
+            "n_trials": int(n_trials),
+            "finished": state.finished,
+            "retried": len(wk.superseded_numbers(trials)),
+            "outcomes": ordered_counts(outcome_counts(trials)),
+            "best": best_text(study, trials),
+            "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
+            "memory_budget_bytes": attrs.get("memory_budget_bytes"),
+        })
+    return out
+
+
+def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """One row per trial (``sweeps trials``)."""
+    from sweeps import workers as wk
+
+    trials = study.get_trials(deepcopy=False)
+    gone = wk.superseded_numbers(trials)
+    rows = []
+    for t in trials:
+        a = t.user_attrs
+        rows.append({
+            "number": t.number,
+            "state": t.state.name,
+            "params": dict(t.params),
+            "outcome": wk.trial_outcome(t),
+            "retried": t.number in gone,
+            "reason": a.get("reason") or ("failed by a heartbeat: its worker stopped"
+                                          if t.state.name == "FAIL" else None),
+            "val_bpb": a.get("val_bpb"),
+            "peak_mem_bytes": a.get("peak_mem_bytes"),
+            "wall_s": a.get("wall_s"),
+            "values": t.values,
+        })
+    return rows
