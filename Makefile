@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean system-packages
 
 $(BIN)/sweeps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,19 @@ $(BIN)/sweeps: pyproject.toml
 demo: $(BIN)/sweeps
 	$(BIN)/sweeps demo
 
-test: $(BIN)/sweeps
+# System packages the tests use (headless Chromium for the report's browser test). Best effort:
+# installed as root where apt-get is there and the package is missing; waits for another apt's lock
+# instead of failing on it; without it the browser test is skipped with the reason.
+system-packages:
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get -o DPkg::Lock::Timeout=300 install -y -q chromium >/dev/null 2>&1 || \
+		{ apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null 2>&1 && \
+		  apt-get -o DPkg::Lock::Timeout=300 install -y -q chromium >/dev/null 2>&1; } || \
+		echo "note: could not install chromium; the browser test will be skipped"; \
+	fi
+
+test: $(BIN)/sweeps system-packages
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

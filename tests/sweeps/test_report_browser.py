@@ -3,10 +3,11 @@
 - A tiny real study (the runner, through ``sweeps run``: two trained trials and one
   ``predicted_oom``) on a text corpus full of ``<script>`` and ``<Q>`` text, reported with
   ``sweeps report`` and opened from ``file://`` in headless Chromium (Debian's ``chromium``,
-  installed here with apt-get when missing and possible). ``--dump-dom`` after a virtual-time
-  budget gives the DOM after every script ran: the report's own status element says how many
-  charts rendered and which errors the page saw; every chart div must hold plotly's
-  ``main-svg``; the samples table must show the markup as text. A screenshot is saved.
+  installed by the set-up step ``make system-packages``; skipped with the reason without it).
+  ``--dump-dom`` after a virtual-time budget gives the DOM after every script ran: the report's
+  own status element says how many charts rendered and which errors the page saw; every chart
+  div must hold plotly's ``main-svg``; the samples table must show the markup as text. A
+  screenshot is saved.
 - The 2,000-trial study (written by the test) opens and renders every chart too.
 - ``optuna-dashboard`` serves the study over HTTP from the same database.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import html
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -47,35 +47,14 @@ PROMPT = f"<Q>What does {PWNED} do?"
 # --- Chromium -----------------------------------------------------------------------------------
 
 
-def _install_chromium() -> str | None:
-    """apt-get install chromium (as root, with the Debian mirror reachable); None if it fails."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for update in (False, True):
-        if update:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=300,
-                           check=False)
-        proc = subprocess.run(["apt-get", "install", "-y", "chromium"], env=env,
-                              capture_output=True, text=True, timeout=600, check=False)
-        if proc.returncode == 0:
-            return shutil.which("chromium")
-    return None
-
-
 @pytest.fixture(scope="session")
 def chromium() -> str:
+    """The browser, installed by the set-up step (`make system-packages`, which `make test` and
+    `.ci/run` run); a test never installs system packages itself."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("Chromium is not installed and cannot be installed here (needs root and "
-                    "apt-get): apt-get install chromium")
-    try:
-        found = _install_chromium()
-    except subprocess.TimeoutExpired:
-        found = None
     if not found:
-        pytest.skip("Chromium is not installed and `apt-get install -y chromium` failed (no "
-                    "network to the Debian mirror?)")
+        pytest.skip("Chromium is not installed; install it with `make system-packages` (runs "
+                    "apt-get install chromium as root) or your system's package manager")
     return found
 
 
