@@ -77,7 +77,7 @@ def main() -> None:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        err_console.print("interrupted by Ctrl-C")
         sys.exit(130)
 
 

@@ -53,8 +53,8 @@ def chromium() -> str:
     `.ci/run` run); a test never installs system packages itself."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.skip("Chromium is not installed; install it with `make system-packages` (runs "
-                    "apt-get install chromium as root) or your system's package manager")
+        pytest.skip("Chromium is not installed; install it with `make system-packages` (as "
+                    "root, with Debian's package manager) or your system's package manager")
     return found
 
 

@@ -4,7 +4,6 @@ run, three workers on PostgreSQL."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from sweeps import workers as wk
 from sweeps.space import trial_config
 from sweeps.spec import StudySpec
 from tests.sweeps.helpers import (
+    alive,
+    descendants,
     lm_processes,
     running_with_evals,
     shared_corpus,
@@ -202,31 +203,6 @@ def write_spec(tmp: Path, corpus: Path, name: str, n_trials: int, max_tokens: in
     path = tmp / f"{name}.toml"
     path.write_text(toml_text(data))
     return path
-
-
-def descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, frontier = [], [pid]
-    while frontier:
-        kids = [p for p, parent in parents.items() if parent in frontier]
-        out += kids
-        frontier = kids
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def assert_exact(trials: list[optuna.trial.FrozenTrial], n: int) -> wk.BudgetState:
