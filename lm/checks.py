@@ -13,12 +13,17 @@ from lm.errors import FieldError, closest
 
 
 def check_int(obj: object, name: str, minimum: int | None = None) -> None:
-    value = getattr(obj, name)
+    require_int(getattr(obj, name), name, minimum)
+
+
+def require_int(value: object, name: str, minimum: int | None = None) -> int:
+    """``value`` itself (an item of a list field, say), checked as ``check_int`` checks fields."""
     # bool is an int subclass: ``d_ff = true`` in a TOML file is a mistake, not 1.
     if not isinstance(value, int) or isinstance(value, bool):
         raise FieldError(name, f"must be an integer, got {name}={value!r}")
     if minimum is not None and value < minimum:
         raise FieldError(name, f"must be >= {minimum}, got {name}={value}")
+    return value
 
 
 def check_number(
