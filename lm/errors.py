@@ -34,7 +34,3 @@ class FieldError(SweepsError):
         super().__init__(f"{field} {problem}")
         self.field = field
         self.problem = problem
-
-    def within(self, prefix: str) -> FieldError:
-        """The same problem, with the key of the table that holds the field in front."""
-        return FieldError(f"{prefix}.{self.field}" if prefix else self.field, self.problem)

@@ -36,19 +36,17 @@ def normalise(value: Any) -> Any:
 
 
 def build(values: dict[str, Any]) -> TrainConfig:
-    """A TrainConfig from partial values (defaults fill the rest), tokenizer args included."""
-    values = {"corpus": _PROBE_CORPUS, **values}
-    cfg = TrainConfig.from_dict(values)
-    validate_tokenizer(cfg)
-    return cfg
+    """A TrainConfig from partial values (defaults fill the rest); its ``__post_init__`` also
+    checks the tokenizer's arguments (``lm.tokenizers.validate_tokenizer_args``)."""
+    return TrainConfig.from_dict({"corpus": _PROBE_CORPUS, **values})
 
 
 def validate_tokenizer(cfg: TrainConfig) -> None:
-    """SweepsError when the tokenizer cannot have this vocab_size (checked by lm.tokenizers)."""
-    try:
-        from lm.tokenizers import validate_tokenizer_args
-    except ImportError:  # the tokenizer module is optional for validation
-        return
+    """SweepsError when the tokenizer cannot have this vocab_size (checked by lm.tokenizers).
+
+    ``TrainConfig`` already runs this check when it is built; kept for ``sweeps.space``."""
+    from lm.tokenizers import validate_tokenizer_args
+
     validate_tokenizer_args(cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
 
 
