@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lm.checks import check_bool, check_choice, check_int, check_number
 from lm.errors import SweepsError, closest
 
 TOKENIZERS = ("word", "bpe", "byte")
@@ -30,54 +31,6 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 def _help(text: str) -> Any:
     """Field metadata read by the CLI (``sweeps.cli.options``) for each generated flag."""
     return {"help": text}
-
-
-# --- checks shared by both dataclasses ---------------------------------------------------------
-
-
-def _int(obj: object, name: str, minimum: int | None = None) -> None:
-    value = getattr(obj, name)
-    # bool is an int subclass: ``d_ff = true`` in a TOML file is a mistake, not 1.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SweepsError(f"{name} must be an integer, got {name}={value!r}")
-    if minimum is not None and value < minimum:
-        raise SweepsError(f"{name} must be >= {minimum}, got {name}={value}")
-
-
-def _number(
-    obj: object,
-    name: str,
-    *,
-    positive: bool = False,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    below: float | None = None,
-) -> None:
-    value = getattr(obj, name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        raise SweepsError(f"{name} must be a number, got {name}={value!r}")
-    if positive and value <= 0:
-        raise SweepsError(f"{name} must be > 0, got {name}={value}")
-    if minimum is not None and value < minimum:
-        raise SweepsError(f"{name} must be >= {minimum}, got {name}={value}")
-    if maximum is not None and value > maximum:
-        raise SweepsError(f"{name} must be <= {maximum}, got {name}={value}")
-    if below is not None and value >= below:
-        raise SweepsError(f"{name} must be < {below}, got {name}={value}")
-    # Store floats as floats so to_dict() -> JSON -> from_dict() is the identity.
-    object.__setattr__(obj, name, float(value))
-
-
-def _choice(obj: object, name: str, choices: tuple[str, ...]) -> None:
-    value = getattr(obj, name)
-    if value not in choices:
-        raise SweepsError(f"{name} must be one of {', '.join(choices)}, got {name}={value!r}")
-
-
-def _bool(obj: object, name: str) -> None:
-    value = getattr(obj, name)
-    if not isinstance(value, bool):
-        raise SweepsError(f"{name} must be true or false, got {name}={value!r}")
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -104,24 +57,24 @@ class ModelConfig:
 
 def _validate_model_fields(obj: object) -> None:
     """The model checks, shared by ``ModelConfig`` and ``TrainConfig`` (same names, same words)."""
-    _int(obj, "vocab_size", 2)
-    _int(obj, "d_model", 1)
-    _int(obj, "n_layers", 1)
-    _int(obj, "n_heads", 1)
+    check_int(obj, "vocab_size", 2)
+    check_int(obj, "d_model", 1)
+    check_int(obj, "n_layers", 1)
+    check_int(obj, "n_heads", 1)
     # d_ff = 1 is legal (the one-neuron ablation); 0 is a mistake.
-    _int(obj, "d_ff", 1)
+    check_int(obj, "d_ff", 1)
     # One position shift needs at least two positions in a window.
-    _int(obj, "seq_len", 2)
+    check_int(obj, "seq_len", 2)
     d_model, n_heads = obj.d_model, obj.n_heads  # type: ignore[attr-defined]
     if d_model % n_heads:
         raise SweepsError(
             f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads} "
             f"(d_model % n_heads = {d_model % n_heads})"
         )
-    _number(obj, "dropout", minimum=0.0, below=1.0)
-    _choice(obj, "attention", ATTENTIONS)
-    _bool(obj, "checkpointing")
-    _bool(obj, "tie_weights")
+    check_number(obj, "dropout", minimum=0.0, below=1.0)
+    check_choice(obj, "attention", ATTENTIONS)
+    check_bool(obj, "checkpointing")
+    check_bool(obj, "tie_weights")
 
 
 def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
@@ -212,27 +165,27 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus:
             raise SweepsError(f"corpus must be a directory path, got corpus={self.corpus!r}")
-        _choice(self, "tokenizer", TOKENIZERS)
-        _bool(self, "lowercase")
+        check_choice(self, "tokenizer", TOKENIZERS)
+        check_bool(self, "lowercase")
         _validate_model_fields(self)
         # The tokenizer's own rules (byte has exactly 260 ids, lowercase is word-only, ...);
         # lm.tokenizers needs numpy but no torch.
         from lm.tokenizers import validate_tokenizer_args
 
         validate_tokenizer_args(self.tokenizer, self.vocab_size, self.lowercase)
-        _int(self, "batch_size", 1)
-        _int(self, "grad_accum", 1)
-        _number(self, "lr", positive=True)
-        _number(self, "weight_decay", minimum=0.0)
-        _int(self, "warmup_tokens", 0)
-        _int(self, "max_tokens", 1)
+        check_int(self, "batch_size", 1)
+        check_int(self, "grad_accum", 1)
+        check_number(self, "lr", positive=True)
+        check_number(self, "weight_decay", minimum=0.0)
+        check_int(self, "warmup_tokens", 0)
+        check_int(self, "max_tokens", 1)
         if self.max_wall_s is not None:
-            _number(self, "max_wall_s", positive=True)
-        _choice(self, "precision", PRECISIONS)
-        _number(self, "grad_clip", minimum=0.0)
-        _int(self, "seed", 0)
-        _int(self, "eval_every_tokens", 1)
-        _int(self, "eval_tokens", 2)
+            check_number(self, "max_wall_s", positive=True)
+        check_choice(self, "precision", PRECISIONS)
+        check_number(self, "grad_clip", minimum=0.0)
+        check_int(self, "seed", 0)
+        check_int(self, "eval_every_tokens", 1)
+        check_int(self, "eval_tokens", 2)
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise SweepsError(
                 f"device must be auto, cpu, cuda or cuda:N, got device={self.device!r}"
@@ -243,7 +196,7 @@ class TrainConfig:
                 "precision='fp16', device='cpu'; use precision bf16 or fp32 on the CPU"
             )
         if self.cpu_memory_limit_bytes is not None:
-            _int(self, "cpu_memory_limit_bytes", 1)
+            check_int(self, "cpu_memory_limit_bytes", 1)
         prompts = self.sample_prompts
         if isinstance(prompts, list):
             prompts = tuple(prompts)
@@ -252,7 +205,7 @@ class TrainConfig:
             raise SweepsError(
                 f"sample_prompts must be a list of strings, got sample_prompts={prompts!r}"
             )
-        _int(self, "sample_tokens", 0)
+        check_int(self, "sample_tokens", 0)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

@@ -21,3 +21,16 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     """The known name a typo most likely meant (for "did you mean ...?"), or None."""
     matches = difflib.get_close_matches(name, sorted(known), n=1)
     return matches[0] if matches else None
+
+
+class FieldError(SweepsError):
+    """A ``SweepsError`` about one field: ``d_ff must be >= 1, got d_ff=0``.
+
+    ``field`` and ``problem`` are kept apart so a reader of nested data (a study spec) can put the
+    whole key in front (``spec.toml: limits.max_retries: must be >= 0, got max_retries=-1``).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem

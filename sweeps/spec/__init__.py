@@ -1,0 +1,105 @@
+"""Study specs: one TOML file -> a validated, frozen ``StudySpec``.
+
+A spec says what to search (``[space]``, ``[ablation]``, ``[[enqueue]]``), what is held constant
+(``[fixed]``), on which data (``[corpus]``), how to judge and stop trials (``[study]``,
+``[limits]``). Everything a user can get wrong is caught here, before a database row or a run
+directory exists, with a one-line ``SweepsError`` that names the file, the key and the value:
+
+    studies/vocab.toml: space.d_ff.low: must be <= high, got low=512, high=64; swap them
+
+Field names are ``lm.config.TrainConfig``'s, so a spec, a CLI flag and a ``config.json`` agree.
+The package is split by concern:
+
+- ``types``: the frozen dataclasses (``StudySpec``, ``Limits``, ``ParamSpec``, ...), each checking
+  its own rules in ``__post_init__``, so every way of building one is safe;
+- ``reader``: the TOML layout (``load_spec``, ``StudySpec.from_dict``), driven by the types' fields;
+- ``checks``: the cross-checks that build real ``TrainConfig`` objects (fixed values alone, then
+  each bound of each searched field, each enqueued config, each ablation point), so a spec that
+  could only produce invalid configs fails now, not after an hour of trials.
+
+Conditions (``when = "tokenizer == 'word'"``) are ``sweeps.conditions``: parsed with ``ast`` into
+a tiny expression language and evaluated by walking the tree, never ``eval``.
+
+Example::
+
+    [study]
+    name = "vocab"
+    objectives = ["val_bpb", {metric = "peak_mem", direction = "minimize"}]
+    sampler = "nsga2"
+    seed = 0
+    n_trials = 12
+
+    [corpus]
+    source = "../../shared/data/stackexchange/history.Posts.xml"   # relative to this file
+    out = "../corpora/history"
+
+    [fixed]
+    d_model = 64
+    max_tokens = 200_000
+
+    [space.tokenizer]
+    choices = ["word", "bpe"]
+
+    [space.vocab_size]
+    type = "int"
+    low = 512
+    high = 8192
+    log = true
+
+    [limits]
+    memory_budget = "4GiB"
+    collapse = {min_unigram_gap = 0.05, warmup_evals = 2}
+"""
+
+
+from sweeps.conditions import Condition, parse_condition
+from sweeps.spec.checks import iter_grid, validate_tokenizer
+from sweeps.spec.reader import load_spec
+from sweeps.spec.types import (
+    GRID_SAMPLERS,
+    MAX_GRID_POINTS,
+    METRICS,
+    OOM_POLICIES,
+    PARAM_TYPES,
+    PRUNERS,
+    SAMPLERS,
+    Ablation,
+    CollapseLimits,
+    CorpusSpec,
+    DivergenceLimits,
+    Limits,
+    Objective,
+    ParamSpec,
+    PrunerSpec,
+    SamplerSpec,
+    StudySection,
+    StudySpec,
+    parse_bytes,
+)
+
+__all__ = [
+    "GRID_SAMPLERS",
+    "MAX_GRID_POINTS",
+    "METRICS",
+    "OOM_POLICIES",
+    "PARAM_TYPES",
+    "PRUNERS",
+    "SAMPLERS",
+    "Ablation",
+    "CollapseLimits",
+    "Condition",
+    "CorpusSpec",
+    "DivergenceLimits",
+    "Limits",
+    "Objective",
+    "ParamSpec",
+    "PrunerSpec",
+    "SamplerSpec",
+    "StudySection",
+    "StudySpec",
+    "iter_grid",
+    "load_spec",
+    "parse_bytes",
+    "parse_condition",
+    "validate_tokenizer",
+]

@@ -1,0 +1,686 @@
+"""The spec's types: frozen dataclasses that check their own rules in ``__post_init__``.
+
+Like Optuna's ``IntDistribution``, a type refuses a value however it is built (by the TOML reader,
+by a test, by a worker reading a spec back from the database), with a ``FieldError`` naming the
+field and the value: ``max_retries must be >= 0, got max_retries=-1``. The reader puts the key of
+the enclosing table in front (``limits.max_retries``). Rules between sections (a grid sampler
+needs a finite space, an ablation excludes ``[space]``) are ``StudySpec``'s; rules that need
+trial configs built are in ``sweeps.spec.checks``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lm.checks import check_bool, check_choice, check_int, check_number, check_str, require_int
+from lm.config import TrainConfig
+from lm.errors import FieldError, SweepsError
+from lm.units import size_in_bytes
+from sweeps.conditions import Condition, parse_condition
+
+#: Metrics a study can optimise, with the direction that is "better" unless the spec says so.
+METRICS: dict[str, str] = {
+    "val_bpb": "minimize",
+    "val_loss": "minimize",
+    "peak_mem": "minimize",
+    "wall_s": "minimize",
+    "tokens_per_s": "maximize",
+    "params": "minimize",
+}
+DIRECTIONS = ("minimize", "maximize")
+SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
+QMC_TYPES = ("sobol", "halton")
+PRUNERS = ("median", "hyperband", "none")
+PARAM_TYPES = ("int", "float", "categorical")
+OOM_POLICIES = ("prune", "fit")
+CORPUS_FORMATS = ("posts", "text")
+#: Samplers that enumerate a finite grid: every searched field needs a finite set of values.
+GRID_SAMPLERS = ("grid", "bruteforce")
+#: The most points a grid may have (a bigger one is a typo in a step, or a job for a sampler).
+MAX_GRID_POINTS = 100_000
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def parse_bytes(value: Any, *, key: str = "memory_budget") -> int:
+    """``8GiB``, ``512MB``, ``1.5G`` or an integer -> bytes (``lm.units``), or a ``FieldError``
+    naming ``key`` (a spec field, or a CLI flag such as ``--budget``)."""
+    number = size_in_bytes(value)
+    if number is None:
+        raise FieldError(key, "must be a size such as 8GiB, 512MB or a number of bytes, "
+                         f"got {key}={value!r}")
+    return number
+
+
+def train_defaults() -> dict[str, Any]:
+    """``TrainConfig``'s defaults (the required ``corpus`` has none)."""
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality that keeps ``True`` apart from ``1`` (TOML booleans are not numbers)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def unique(values: Iterable[Any]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for v in values:
+        if not any(same(v, o) for o in out):
+            out.append(v)
+    return tuple(out)
+
+
+def _optional_int(obj: object, name: str, minimum: int) -> None:
+    if getattr(obj, name) is not None:
+        check_int(obj, name, minimum)
+
+
+def _as_tuple(obj: object, name: str) -> None:
+    """TOML arrays arrive as lists; the frozen types hold tuples (hashable, compare equal)."""
+    if isinstance(getattr(obj, name), list):
+        object.__setattr__(obj, name, tuple(getattr(obj, name)))
+
+
+def _check_scalars(values: tuple[Any, ...], name: str) -> None:
+    """Each value becomes an Optuna categorical choice: scalars only."""
+    for i, v in enumerate(values):
+        if not (v is None or isinstance(v, (str, int, float, bool))):
+            raise FieldError(f"{name}[{i}]", f"must be a string, number or boolean, got {v!r}")
+
+
+# --- [study] ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One optimisation target: a metric name from ``METRICS`` and its direction."""
+
+    metric: str
+    direction: Literal["minimize", "maximize"]
+
+    def __post_init__(self) -> None:
+        check_choice(self, "metric", METRICS)
+        check_choice(self, "direction", DIRECTIONS)
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """Which Optuna sampler, with the few options worth exposing."""
+
+    name: str
+    n_startup_trials: int | None = None  # tpe: random trials before the model kicks in
+    multivariate: bool = True  # tpe: model parameters jointly (with group=True for conditions)
+    population_size: int | None = None  # nsga2
+    qmc_type: str = "sobol"  # qmc: sobol or halton
+    scramble: bool = False  # qmc
+
+    def __post_init__(self) -> None:
+        check_choice(self, "name", SAMPLERS)
+        if self.name == "qmc" and importlib.util.find_spec("scipy") is None:
+            raise FieldError("name", "sampler 'qmc' needs scipy, which is not installed; "
+                             "`pip install scipy`, or use sampler = \"random\" or \"tpe\"")
+        _optional_int(self, "n_startup_trials", 0)
+        check_bool(self, "multivariate")
+        _optional_int(self, "population_size", 2)
+        check_choice(self, "qmc_type", QMC_TYPES)
+        check_bool(self, "scramble")
+
+
+@dataclass(frozen=True)
+class PrunerSpec:
+    """Optuna's pruner. Steps are evaluation indices (0, 1, 2, ...), the same for every trial.
+
+    Evaluations are indexed rather than counted in tokens because trials with different
+    ``batch_size * grad_accum * seq_len`` reach a token count at different exact numbers, and the
+    median pruner only compares values reported at the same step.
+    """
+
+    name: str
+    n_startup_trials: int = 5  # median: trials that finish before anything is pruned
+    n_warmup_evals: int = 1  # median: evaluations of a trial before it can be pruned
+    min_resource: int = 1  # hyperband, in evaluations
+    max_resource: int | Literal["auto"] = "auto"  # hyperband
+    reduction_factor: int = 3  # hyperband
+
+    def __post_init__(self) -> None:
+        check_choice(self, "name", PRUNERS)
+        check_int(self, "n_startup_trials", 0)
+        check_int(self, "n_warmup_evals", 0)
+        check_int(self, "min_resource", 1)
+        if self.max_resource != "auto":
+            check_int(self, "max_resource", 1)
+        check_int(self, "reduction_factor", 2)
+
+
+@dataclass(frozen=True)
+class StudySection:
+    """``[study]``: identity, objectives, sampler, pruner and the trial budget."""
+
+    name: str
+    storage: str | None
+    objectives: tuple[Objective, ...]
+    sampler: SamplerSpec
+    seed: int | None
+    pruner: PrunerSpec
+    n_trials: int
+    timeout: float | None
+
+    def __post_init__(self) -> None:
+        check_str(self, "name")
+        if not _NAME.fullmatch(self.name):
+            raise FieldError("name", f"{self.name!r} may use only letters, digits, '_', '.' "
+                             "and '-' (it names run directories); rename it")
+        if self.storage is not None:
+            check_str(self, "storage")
+            if "://" not in self.storage:
+                raise FieldError("storage", f"{self.storage!r} is not a database URL; use e.g. "
+                                 "sqlite:///sweeps.db or postgresql://user@host/dbname")
+        _as_tuple(self, "objectives")
+        if not self.objectives:
+            raise FieldError("objectives", "must be a non-empty list such as [\"val_bpb\"], "
+                             f"got objectives={self.objectives!r}")
+        for i, objective in enumerate(self.objectives):
+            if any(o.metric == objective.metric for o in self.objectives[:i]):
+                raise FieldError(f"objectives[{i}]", f"metric {objective.metric!r} is listed "
+                                 "twice; list it once")
+        if self.multi_objective and self.pruner.name != "none":
+            raise FieldError("pruner", f"pruner {self.pruner.name!r} needs a single objective; "
+                             "use pruner = \"none\" (OOM, collapse and divergence rules still "
+                             "apply)")
+        _optional_int(self, "seed", 0)
+        check_int(self, "n_trials", 1)
+        if self.timeout is not None:
+            check_number(self, "timeout", positive=True)
+
+    @property
+    def directions(self) -> list[str]:
+        return [o.direction for o in self.objectives]
+
+    @property
+    def metrics(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+
+# --- [corpus] -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """``[corpus]``: a prepared corpus directory, or what to prepare into ``dir``.
+
+    ``dir`` is always the directory trials train on (``TrainConfig.corpus``); when ``source`` or
+    ``synthetic_size`` is set, the runner prepares it there first (``needs_prepare``) unless it
+    already holds a corpus.
+    """
+
+    dir: Path
+    source: tuple[str, ...] = ()
+    format: Literal["posts", "text"] | None = None
+    synthetic_size: int | None = None
+    synthetic_seed: int = 0
+    val_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dir", Path(self.dir))
+        if isinstance(self.source, str):
+            object.__setattr__(self, "source", (self.source,))
+        _as_tuple(self, "source")
+        if self.source and self.synthetic_size is not None:
+            raise FieldError("source", "give source or synthetic_size, not both")
+        if self.format is not None:
+            if not self.source:
+                raise FieldError("format", "only applies with source")
+            check_choice(self, "format", CORPUS_FORMATS)
+        elif self.source:
+            object.__setattr__(self, "format", "posts")
+        if self.format == "posts" and len(self.source) != 1:
+            raise FieldError("source", f"format posts takes one Posts.xml, got "
+                             f"{len(self.source)} paths; use format = \"text\" for text files")
+        if self.synthetic_size is not None:
+            object.__setattr__(self, "synthetic_size",
+                               parse_bytes(self.synthetic_size, key="synthetic_size"))
+        check_int(self, "synthetic_seed", 0)
+        check_number(self, "val_fraction", positive=True, below=1.0)
+
+    @property
+    def needs_prepare(self) -> bool:
+        return bool(self.source) or self.synthetic_size is not None
+
+
+# --- [space] ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One searched field: ``[space.<name>]``. ``when`` may be given as text; it is parsed."""
+
+    name: str
+    type: Literal["int", "float", "categorical"]
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: tuple[Any, ...] | None = None
+    when: Condition | None = None
+
+    def __post_init__(self) -> None:
+        check_choice(self, "type", PARAM_TYPES)
+        if self.when is not None and not isinstance(self.when, Condition):
+            try:
+                object.__setattr__(self, "when", parse_condition(self.when))
+            except SweepsError as exc:
+                raise FieldError("when", str(exc)) from None
+        if self.when is not None and self.name in self.when.fields:
+            raise FieldError("when", f"the condition of {self.name} refers to {self.name} "
+                             "itself; condition it on other fields")
+        if self.type == "categorical":
+            self._check_choices()
+        else:
+            self._check_range()
+
+    def _check_choices(self) -> None:
+        for k in ("low", "high", "log", "step"):
+            if getattr(self, k) is not (False if k == "log" else None):
+                raise FieldError(k, "does not apply to a categorical parameter; remove it or "
+                                 "use type = \"int\"/\"float\"")
+        if not isinstance(self.choices, (list, tuple)) or not self.choices:
+            raise FieldError("choices", f"must be a non-empty list, got choices={self.choices!r}")
+        _as_tuple(self, "choices")
+        _check_scalars(self.choices, "choices")
+        if len(unique(self.choices)) != len(self.choices):
+            raise FieldError("choices", f"lists a value twice: {list(self.choices)!r}")
+
+    def _check_range(self) -> None:
+        if self.choices is not None:
+            raise FieldError("choices", f"does not apply to type {self.type!r}; use "
+                             "type = \"categorical\" or low/high")
+        for k in ("low", "high"):
+            if getattr(self, k) is None:
+                raise FieldError(k, f"missing; an {self.type} range needs low and high")
+        if self.type == "int":
+            check_int(self, "low")
+            check_int(self, "high")
+            _optional_int(self, "step", 1)
+        else:
+            check_number(self, "low")
+            check_number(self, "high")
+            if self.step is not None:
+                check_number(self, "step", positive=True)
+        check_bool(self, "log")
+        low, high, step = self.low, self.high, self.step
+        if low > high:
+            raise FieldError("low", f"must be <= high, got low={low}, high={high}; swap them")
+        if self.log and low <= 0:
+            raise FieldError("low", f"a log range needs low > 0, got low={low}; raise low or "
+                             "set log = false")
+        if self.log and step is not None and step != 1:
+            raise FieldError("step", f"cannot be combined with log = true (got step={step}); "
+                             "drop step or log")
+        if step is not None:
+            span = (high - low) / step
+            if not math.isclose(span, round(span), rel_tol=0, abs_tol=1e-9):
+                raise FieldError("step", f"step={step} does not divide high - low = "
+                                 f"{high - low}; adjust high to low + k * step")
+
+    @property
+    def finite(self) -> bool:
+        """Whether the parameter has a finite set of values (a grid can enumerate it)."""
+        return self.type != "float" or self.step is not None
+
+    def values(self) -> list[Any]:
+        """Every value, for a grid; a float range without ``step`` has none (SweepsError)."""
+        if self.type == "categorical":
+            return list(self.choices or ())
+        if self.type == "int":
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        if self.step is None:
+            raise SweepsError(
+                f"space.{self.name}: a float range has no grid; give step or use choices")
+        n = round((self.high - self.low) / self.step)
+        # Rounded so 0.1 + 2 * 0.1 prints as 0.3, matching what a user wrote in choices.
+        return [round(self.low + i * self.step, 12) for i in range(n + 1)]
+
+    def probe_values(self) -> list[Any]:
+        """A few values to validate: the bounds (and the choices) of the range."""
+        if self.type == "categorical":
+            return list(self.choices or ())
+        return [self.low] if self.low == self.high else [self.low, self.high]
+
+    def contains(self, value: Any) -> bool:
+        if self.type == "categorical":
+            return any(same(value, c) for c in self.choices or ())
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.type == "int" and not isinstance(value, int):
+            return False
+        if not self.low <= value <= self.high:
+            return False
+        if self.step is not None:
+            k = (value - self.low) / self.step
+            return math.isclose(k, round(k), abs_tol=1e-9)
+        return True
+
+
+# --- [limits] -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollapseLimits:
+    """Unigram collapse: the model predicts the corpus unigram and ignores its context.
+
+    A trial is collapsed when, after the warm-up, ``unigram_gap < min_unigram_gap`` (nats/token)
+    and ``mean_kl_to_mean < max_context_kl`` (nats) hold for ``patience`` evaluations in a row.
+    The warm-up is counted in evaluations or in tokens, never both.
+    """
+
+    enabled: bool = True
+    min_unigram_gap: float = 0.05
+    max_context_kl: float = 0.05
+    warmup_evals: int | None = 2
+    warmup_tokens: int | None = None
+    patience: int = 1
+
+    def __post_init__(self) -> None:
+        check_bool(self, "enabled")
+        check_number(self, "min_unigram_gap", minimum=0.0)
+        check_number(self, "max_context_kl", minimum=0.0)
+        if self.warmup_evals is not None and self.warmup_tokens is not None:
+            raise FieldError("warmup_tokens", "give warmup_evals or warmup_tokens, not both")
+        _optional_int(self, "warmup_evals", 0)
+        _optional_int(self, "warmup_tokens", 0)
+        check_int(self, "patience", 1)
+
+
+@dataclass(frozen=True)
+class DivergenceLimits:
+    """Divergence: a non-finite loss, or ``val_loss`` above ``ratio`` x the best so far for
+    ``patience`` evaluations in a row."""
+
+    enabled: bool = True
+    ratio: float = 1.5
+    patience: int = 2
+
+    def __post_init__(self) -> None:
+        check_bool(self, "enabled")
+        check_number(self, "ratio")
+        if self.ratio <= 1.0:
+            raise FieldError("ratio", f"must be > 1, got ratio={self.ratio}")
+        check_int(self, "patience", 1)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``[limits]``: what a trial may use and when it is stopped early.
+
+    ``memory_budget`` may be given as a size (``"4GiB"``) and is held in bytes; ``collapse`` and
+    ``divergence`` may be given as ``true``/``false`` (that rule on, with its defaults, or off).
+    """
+
+    memory_budget: int | Literal["auto"] | None = "auto"
+    max_wall_s: float | None = None
+    collapse: CollapseLimits = field(default_factory=CollapseLimits)
+    divergence: DivergenceLimits = field(default_factory=DivergenceLimits)
+    max_retries: int = 2
+    oom_policy: Literal["prune", "fit"] = "prune"
+
+    def __post_init__(self) -> None:
+        if self.memory_budget not in ("auto", None):
+            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
+        if self.max_wall_s is not None:
+            check_number(self, "max_wall_s", positive=True)
+        for name, kind in (("collapse", CollapseLimits), ("divergence", DivergenceLimits)):
+            value = getattr(self, name)
+            if isinstance(value, bool):
+                object.__setattr__(self, name, kind(enabled=value))
+            elif not isinstance(value, kind):
+                raise FieldError(name, f"must be true, false or a table, got {name}={value!r}")
+        check_int(self, "max_retries", 0)
+        check_choice(self, "oom_policy", OOM_POLICIES)
+
+
+# --- [ablation] ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """``[ablation]``: one factor at a time around a baseline, each point once per seed."""
+
+    baseline: dict[str, Any]
+    vary: tuple[tuple[str, tuple[Any, ...]], ...]
+    seeds: tuple[int, ...] | None = None
+    #: Values of fields the baseline leaves out: ``[fixed]`` over ``TrainConfig``'s defaults.
+    defaults: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if "corpus" in self.baseline:
+            raise FieldError("baseline.corpus", "set the corpus in [corpus]")
+        _as_tuple(self, "vary")
+        if not self.vary:
+            raise FieldError("vary", "is empty; name at least one field to vary")
+        for name, values in self.vary:
+            if name == "corpus":
+                raise FieldError("vary.corpus", "the corpus cannot be varied")
+            if not isinstance(values, (list, tuple)) or not values:
+                raise FieldError(f"vary.{name}", f"must be a non-empty list, got {values!r}")
+            _check_scalars(tuple(values), f"vary.{name}")
+        object.__setattr__(self, "vary", tuple((n, tuple(v)) for n, v in self.vary))
+        if self.seeds is not None:
+            self._check_seeds()
+
+    def _check_seeds(self) -> None:
+        _as_tuple(self, "seeds")
+        if not isinstance(self.seeds, tuple) or not self.seeds:
+            raise FieldError("seeds", f"must be a non-empty list of integers, got {self.seeds!r}")
+        for i, seed in enumerate(self.seeds):
+            require_int(seed, f"seeds[{i}]", 0)
+        if len(set(self.seeds)) != len(self.seeds):
+            raise FieldError("seeds", f"lists a seed twice: {list(self.seeds)}")
+        if "seed" in self.baseline:
+            raise FieldError("baseline.seed", "conflicts with ablation.seeds; remove one")
+        if "seed" in dict(self.vary):
+            raise FieldError("vary.seed", "conflicts with ablation.seeds; remove one")
+
+    def choices(self, name: str) -> tuple[Any, ...]:
+        """Every value ``name`` takes in the expansion (the baseline's first)."""
+        if name == "seed" and self.seeds is not None:
+            return self.seeds
+        for field_name, values in self.vary:
+            if field_name == name:
+                return unique((self._base_value(name), *values))
+        raise KeyError(name)
+
+    @property
+    def param_names(self) -> list[str]:
+        names = [name for name, _ in self.vary]
+        return [*names, "seed"] if self.seeds is not None else names
+
+    def _base_value(self, name: str) -> Any:
+        if name in self.baseline:
+            return self.baseline[name]
+        return self.defaults[name]
+
+    def expand(self) -> list[dict[str, Any]]:
+        """The trial list: the baseline, then each value of each varied field with every other
+        field at its baseline; seed-major, so the first pass over the seeds is a whole ablation."""
+        base = {name: self._base_value(name) for name, _ in self.vary}
+        points = [dict(base)]
+        for name, values in self.vary:
+            for value in values:
+                if same(value, base[name]):
+                    continue  # the baseline already covers it
+                points.append({**base, name: value})
+        if self.seeds is None:
+            return points
+        return [{**point, "seed": seed} for seed in self.seeds for point in points]
+
+    @staticmethod
+    def label(params: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+        """"baseline" or the one field that differs from it (``d_ff=64``)."""
+        changed = [f"{k}={v!r}" for k, v in params.items()
+                   if k != "seed" and k in baseline and not same(v, baseline[k])]
+        return ", ".join(changed) or "baseline"
+
+
+# --- the whole spec -----------------------------------------------------------------------------
+
+
+def check_fixed_and_space(fixed: Mapping[str, Any], space: Iterable[ParamSpec]) -> None:
+    """A field is fixed or searched, not both; the corpus is neither (it is ``[corpus]``)."""
+    if "corpus" in fixed:
+        raise FieldError("fixed.corpus", "set the corpus in [corpus] (dir = ...), not in "
+                         "[fixed]")
+    for p in space:
+        if p.name == "corpus":
+            raise FieldError(f"space.{p.name}", "the corpus cannot be searched; run one study "
+                             "per corpus")
+        if p.name in fixed:
+            raise FieldError(f"space.{p.name}", f"{p.name} is also in [fixed]; remove it from "
+                             "one of them")
+
+
+def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
+    """A grid sampler enumerates every value: each parameter needs a finite set, and ``grid``
+    (unlike ``bruteforce``) cannot leave conditional parameters out of a point."""
+    if sampler not in GRID_SAMPLERS:
+        return
+    space = tuple(space)
+    for p in space:
+        if not p.finite:
+            raise FieldError(f"space.{p.name}", f"sampler {sampler} needs a finite set of "
+                             "values, but this float range has no step; add step or use choices")
+    if sampler == "grid":
+        for p in space:
+            if p.when is not None:
+                raise FieldError(f"space.{p.name}.when", "the grid sampler cannot skip "
+                                 "conditional parameters (points would repeat); use sampler = "
+                                 "\"bruteforce\", which walks conditions")
+
+
+def check_search(*, space: bool, ablation: bool, enqueue: bool) -> None:
+    """What to search comes from ``[space]`` (with ``[[enqueue]]``) or from ``[ablation]``."""
+    if ablation and space:
+        raise FieldError("ablation", "[ablation] and [space] cannot be combined; an ablation's "
+                         "trial list is its expansion: remove one of them")
+    if ablation and enqueue:
+        raise FieldError("enqueue", "[[enqueue]] and [ablation] cannot be combined; the "
+                         "ablation runs its baseline first: remove [[enqueue]]")
+    if not space and not ablation and not enqueue:
+        raise FieldError("space", "nothing to search: add [space.<field>] tables, an "
+                         "[ablation], or [[enqueue]] configs")
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study spec. ``space`` is in suggestion order (a condition's inputs first).
+
+    Built directly, it checks the rules between its sections; ``from_dict`` (the TOML reader)
+    also builds trial configs from it (``sweeps.spec.checks``) and resolves corpus paths.
+    """
+
+    study: StudySection
+    corpus: CorpusSpec
+    fixed: dict[str, Any]
+    space: tuple[ParamSpec, ...]
+    limits: Limits
+    enqueue: tuple[dict[str, Any], ...] = ()
+    ablation: Ablation | None = None
+    source: Path | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _as_tuple(self, "space")
+        _as_tuple(self, "enqueue")
+        check_fixed_and_space(self.fixed, self.space)
+        check_search(space=bool(self.space), ablation=self.ablation is not None,
+                     enqueue=bool(self.enqueue))
+        if self.ablation is not None and self.study.sampler.name != "random":
+            raise FieldError("study.sampler", f"an ablation enqueues every trial, so sampler "
+                             f"{self.study.sampler.name!r} would never be used; remove "
+                             "study.sampler")
+        check_grid(self.space, self.study.sampler.name)
+        if self.limits.max_wall_s is not None and "max_wall_s" in self.fixed:
+            raise FieldError("fixed.max_wall_s", "also set as limits.max_wall_s; keep the one "
+                             "in [limits]")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | Path | None = None,
+                  base_dir: Path | None = None, check_paths: bool = True) -> StudySpec:
+        """Validate a parsed spec. ``source`` names the file in errors and anchors relative paths
+        (else ``base_dir``, else the working directory); ``check_paths=False`` skips checks that
+        the corpus paths exist (a spec read back from a database on another machine)."""
+        from sweeps.spec.reader import read_spec  # the reader builds this class
+
+        return read_spec(data, source=source, base_dir=base_dir, check_paths=check_paths)
+
+    # --- conveniences for the runner, the CLI and the space module ---
+
+    @property
+    def name(self) -> str:
+        return self.study.name
+
+    @property
+    def param_names(self) -> list[str]:
+        if self.ablation is not None:
+            return self.ablation.param_names
+        return [p.name for p in self.space]
+
+    def param(self, name: str) -> ParamSpec:
+        for p in self.space:
+            if p.name == name:
+                return p
+        raise SweepsError(f"{name!r} is not a searched parameter of study {self.name!r}; "
+                          f"searched: {', '.join(self.param_names) or 'none'}")
+
+    def base_values(self) -> dict[str, Any]:
+        """Every ``TrainConfig`` field before a trial's parameters: defaults, then ``[fixed]``,
+        then the ablation baseline, and the corpus directory."""
+        values = train_defaults()
+        values.update(self.fixed)
+        if self.ablation is not None:
+            values.update(self.ablation.baseline)
+        values["corpus"] = str(self.corpus.dir)
+        if self.limits.max_wall_s is not None:
+            values["max_wall_s"] = self.limits.max_wall_s
+        return values
+
+    def initial_trials(self) -> list[dict[str, Any]]:
+        """Parameter sets to enqueue before sampling: ``[[enqueue]]``, or the ablation."""
+        if self.ablation is not None:
+            return self.ablation.expand()
+        return [dict(e) for e in self.enqueue]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as TOML-shaped data (corpus paths absolute): ``from_dict`` reads it back, so
+        a worker on another machine can rebuild the spec from the study's stored copy. Without
+        ``study.storage``: a URL may hold a password, and a joining worker has its own URL."""
+        out = copy.deepcopy(self.raw)
+        out.get("study", {}).pop("storage", None)
+        corpus = dict(out.get("corpus", {}))
+        if "dir" in corpus:
+            corpus["dir"] = str(self.corpus.dir)
+        if "out" in corpus:
+            corpus["out"] = str(self.corpus.dir)
+        if "source" in corpus and self.corpus.source:
+            corpus["source"] = list(self.corpus.source)
+        out["corpus"] = corpus
+        return out
