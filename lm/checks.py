@@ -7,22 +7,27 @@ config type words the same mistake the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from lm.errors import FieldError, closest
 
 
-def check_int(obj: object, name: str, minimum: int | None = None) -> None:
-    require_int(getattr(obj, name), name, minimum)
+def check_int(obj: object, name: str, minimum: int | None = None,
+              maximum: int | None = None) -> None:
+    require_int(getattr(obj, name), name, minimum, maximum)
 
 
-def require_int(value: object, name: str, minimum: int | None = None) -> int:
+def require_int(value: object, name: str, minimum: int | None = None,
+                maximum: int | None = None) -> int:
     """``value`` itself (an item of a list field, say), checked as ``check_int`` checks fields."""
     # bool is an int subclass: ``d_ff = true`` in a TOML file is a mistake, not 1.
     if not isinstance(value, int) or isinstance(value, bool):
         raise FieldError(name, f"must be an integer, got {name}={value!r}")
     if minimum is not None and value < minimum:
         raise FieldError(name, f"must be >= {minimum}, got {name}={value}")
+    if maximum is not None and value > maximum:
+        raise FieldError(name, f"must be <= {maximum}, got {name}={value}")
     return value
 
 
@@ -38,6 +43,8 @@ def check_number(
     value = getattr(obj, name)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
         raise FieldError(name, f"must be a number, got {name}={value!r}")
+    if isinstance(value, float) and math.isinf(value):  # no knob takes an infinite value
+        raise FieldError(name, f"must be a finite number, got {name}={value!r}")
     if positive and value <= 0:
         raise FieldError(name, f"must be > 0, got {name}={value}")
     if minimum is not None and value < minimum:

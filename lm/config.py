@@ -26,6 +26,8 @@ TOKENIZERS = ("word", "bpe", "byte")
 ATTENTIONS = ("sdpa", "naive")
 PRECISIONS = ("fp32", "bf16", "fp16")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+#: The largest seed torch's generators take (an unsigned 64-bit integer).
+MAX_SEED = 2**64 - 1
 
 
 def _help(text: str) -> Any:
@@ -183,7 +185,7 @@ class TrainConfig:
             check_number(self, "max_wall_s", positive=True)
         check_choice(self, "precision", PRECISIONS)
         check_number(self, "grad_clip", minimum=0.0)
-        check_int(self, "seed", 0)
+        check_int(self, "seed", 0, MAX_SEED)
         check_int(self, "eval_every_tokens", 1)
         check_int(self, "eval_tokens", 2)
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):

@@ -16,6 +16,12 @@ from lm.config import TrainConfig
 from lm.errors import SweepsError, closest
 
 _TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
+#: Fields that ``<``, ``<=``, ``>``, ``>=`` may compare (numbers, possibly unset).
+_NUMERIC_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig)
+                            if str(f.type) in ("int", "float", "int | None", "float | None"))
+#: Deeper nesting than this is no condition a person writes (and Python's parser recurses).
+MAX_DEPTH = 40
+_ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 
 class Condition:
@@ -77,8 +83,13 @@ def parse_condition(text: str) -> Condition:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise SweepsError(f"condition {text!r} is not valid syntax ({exc.msg}); "
+        raise SweepsError(f"condition {_short(text)!r} is not valid syntax ({exc.msg}); "
                           "write e.g. \"tokenizer == 'word' and vocab_size > 1024\"") from None
+    except (RecursionError, MemoryError):
+        tree = None
+    if tree is None or _depth(tree.body) > MAX_DEPTH:
+        raise SweepsError(f"condition {_short(text)!r} is nested more than {MAX_DEPTH} levels "
+                          "deep; write it more simply")
     fields: set[str] = set()
     literals: list[tuple[str, tuple[Any, ...]]] = []
     fn = _compile(tree.body, text, fields, literals)
@@ -114,6 +125,9 @@ def _compile(node: ast.AST, text: str, fields: set[str],
         for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
             if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
                 _note_literal(left, right, op, literals)
+            if isinstance(op, _ORDERING):
+                _check_ordered(left, text)
+                _check_ordered(right, text)
 
         def compare(env: Mapping[str, Any]) -> bool:
             left_value = operands[0](env)
@@ -145,6 +159,34 @@ def _compile(node: ast.AST, text: str, fields: set[str],
 
 
 _NOT_LITERAL = object()
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _depth(node: ast.AST) -> int:
+    """How deep the expression nests (without recursion: the tree may be very deep)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(n))
+    return deepest
+
+
+def _check_ordered(node: ast.AST, text: str) -> None:
+    """An operand of ``<``/``<=``/``>``/``>=``: a numeric field or a number."""
+    if isinstance(node, ast.Name) and node.id in _TRAIN_FIELDS:
+        if node.id not in _NUMERIC_FIELDS:
+            raise SweepsError(f"condition {_short(text)!r}: {node.id} is not a number, so it "
+                              "cannot be ordered; compare it with == or in")
+        return
+    value = _literal(node)
+    if value is not _NOT_LITERAL and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))):
+        raise SweepsError(f"condition {_short(text)!r}: {value!r} is not a number, so it cannot "
+                          "be ordered against a field; write a number, e.g. seq_len > 256")
 
 
 def _literal(node: ast.AST) -> Any:

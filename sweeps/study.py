@@ -38,6 +38,13 @@ def check_run_options(workers: int, n_trials: int | None, heartbeat: int, grace:
         raise SweepsError(f"--launcher must be auto, fork or subprocess, got {launcher!r}")
 
 
+def check_host(spec: StudySpec, workers: int) -> None:
+    """The spec's device exists on this host (``SweepsError`` before anything is created)."""
+    from sweeps import workers as wk
+
+    wk.plan_devices(spec, workers)
+
+
 # --- the corpus ----------------------------------------------------------------------------------
 
 

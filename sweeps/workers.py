@@ -59,6 +59,7 @@ from sweeps.runner import (
 )
 from sweeps.space import make_pruner, make_sampler
 from sweeps.spec import StudySpec
+from sweeps.spec.types import MAX_SAMPLER_SEED
 
 #: Default heartbeat: a beat every 10 s; silent for 60 s = dead.
 HEARTBEAT_INTERVAL_S = 10
@@ -146,6 +147,10 @@ def plan_devices(spec: StudySpec, n_workers: int,
         gpus = host.visible_gpus() if gpus is None else list(gpus)
         if wanted.startswith("cuda:"):
             # A pinned device: the user chose it; every worker uses it as it is.
+            if host.cuda_index(wanted) >= len(gpus):
+                raise SweepsError(f"the spec asks for device {wanted}, but this host has "
+                                  f"{len(gpus)} visible GPU(s) (nvidia-smi / "
+                                  f"{host.VISIBLE_DEVICES_ENV}); use device auto, cuda or cpu")
             return [WorkerDevice("cuda", {}, None, wanted) for _ in range(n_workers)]
         if gpus:
             return [WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: gpus[i % len(gpus)]}, None,
@@ -234,13 +239,19 @@ def target_trials(spec: StudySpec, study: optuna.Study, override: int | None) ->
     return int(stored) if isinstance(stored, int) else spec.study.n_trials
 
 
+def offset_seed(seed: int, offset: int) -> int:
+    """A resumed or joining process's sampler seed: the spec's plus ``offset``, kept in the
+    range samplers take."""
+    return (seed + offset) % (MAX_SAMPLER_SEED + 1)
+
+
 def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
                      seed_offset: int = 0) -> optuna.Study:
     """The study with the spec's sampler and pruner; ``seed_offset`` keeps a resumed or joining
     process from replaying the random draws of the first one."""
     if spec.study.seed is not None and seed_offset:
-        spec = dataclasses.replace(spec, study=dataclasses.replace(
-            spec.study, seed=spec.study.seed + seed_offset))
+        seed = offset_seed(spec.study.seed, seed_offset)
+        spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, seed=seed))
     from optuna.trial import Trial
 
     constraints = None if hasattr(Trial, "set_constraint") else constraints_from_attrs

@@ -62,6 +62,7 @@ def run(
     if dry_run:
         _print_plan(spec, url, workers, n_trials)
         return
+    service.check_host(spec, workers)
     _ensure_corpus(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
                                             grace=grace)
@@ -88,6 +89,7 @@ def worker(
     service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
     url = resolve_storage_url(storage, None)
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
+    service.check_host(spec, workers)
     _ensure_corpus(spec)
     err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False)
     _run(spec, st, study, runs_dir, workers, n_trials, launcher)

@@ -48,6 +48,12 @@ GRID_SAMPLERS = ("grid", "bruteforce")
 MAX_GRID_POINTS = 100_000
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: A study name is a run directory's name (at most 255 bytes) and a database key (Optuna's column
+#: holds 512): 200 characters leave room for both.
+MAX_NAME_LENGTH = 200
+#: Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1; a resumed or joining
+#: process adds an offset to the spec's seed modulo 2**32 (``sweeps.workers.load_for_workers``).
+MAX_SAMPLER_SEED = 2**32 - 1
 
 
 def parse_bytes(value: Any, *, key: str = "memory_budget") -> int:
@@ -183,6 +189,9 @@ class StudySection:
 
     def __post_init__(self) -> None:
         check_str(self, "name")
+        if len(self.name) > MAX_NAME_LENGTH:
+            raise FieldError("name", f"is {len(self.name):,} characters long; it names a run "
+                             f"directory and a database key: use at most {MAX_NAME_LENGTH}")
         if not _NAME.fullmatch(self.name):
             raise FieldError("name", f"{self.name!r} may use only letters, digits, '_', '.' "
                              "and '-' (it names run directories); rename it")
@@ -203,7 +212,8 @@ class StudySection:
             raise FieldError("pruner", f"pruner {self.pruner.name!r} needs a single objective; "
                              "use pruner = \"none\" (OOM, collapse and divergence rules still "
                              "apply)")
-        _optional_int(self, "seed", 0)
+        if self.seed is not None:
+            check_int(self, "seed", 0, MAX_SAMPLER_SEED)
         check_int(self, "n_trials", 1)
         if self.timeout is not None:
             check_number(self, "timeout", positive=True)

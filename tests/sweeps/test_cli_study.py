@@ -37,13 +37,12 @@ def main(*args: str) -> int:
 
 GOOD = """
 [study]
-name = "good"
 n_trials = 2
 {study}
 [corpus]
 dir = "{corpus_dir}"
 [fixed]
-device = "cpu"
+device = "{device}"
 d_model = 16
 n_heads = 2
 {fixed}
@@ -76,11 +75,29 @@ MALFORMED = [
     ("unreachable server", {"study": "storage = 'postgresql://alice:hunter2@127.0.0.1:1/db'"},
      ["alice:***@127.0.0.1:1", "cannot open storage"]),
     ("not TOML", {"extra": "[space.d_ff"}, ["not valid TOML"]),
+    # Gaps that used to pass --dry-run and crash every trial, or print a traceback after the
+    # database existed (the hardening pass):
+    ("ordering against a string", {"d_ff": "choices = [32]\nwhen = \"d_model > 'abc'\""},
+     ["space.d_ff.when", "'abc' is not a number"]),
+    ("ordering a string field", {"d_ff": "choices = [32]\nwhen = \"tokenizer > 3\""},
+     ["tokenizer is not a number"]),
+    ("study seed beyond 2**32", {"study": "seed = 4294967296"}, ["study.seed", "4294967295"]),
+    ("fixed seed beyond 2**64", {"fixed": "seed = 18446744073709551616"}, ["fixed.seed"]),
+    ("infinite bound", {"d_ff": "type = 'float'\nlow = 1.0\nhigh = inf"},
+     ["space.d_ff.high", "finite"]),
+    ("a name no directory can have", {"study": "name = '" + "n" * 600 + "'"},
+     ["study.name", "600 characters"]),
+    ("800 nested nots", {"d_ff": "choices = [32]\nwhen = \"" + "not " * 800 + "true\""},
+     ["nested more than"]),
+    ("a GPU this host does not have", {"fixed": "precision = 'fp32'", "device": "cuda:7"},
+     ["cuda:7", "visible GPU"]),
 ]
 
 
 def spec_text(corpus: Path, **parts: str) -> str:
-    values = {"study": "", "corpus_dir": str(corpus), "fixed": "", "d_ff": "choices = [32, 64]",
+    if "name =" not in parts.get("study", ""):
+        parts = {**parts, "study": 'name = "good"\n' + parts.get("study", "")}
+    values = {"study": "", "corpus_dir": str(corpus), "device": "cpu", "fixed": "", "d_ff": "choices = [32, 64]",
               "extra": ""}
     values.update(parts)
     return GOOD.format(**values)

@@ -94,11 +94,12 @@ def first_trial(spec: StudySpec) -> None:
     import optuna
 
     from sweeps.space import make_sampler, suggest, trial_config
+    from sweeps.workers import offset_seed
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if spec.study.seed is not None:  # a resume adds the trials already run to the seed
         spec = dataclasses.replace(spec, study=dataclasses.replace(
-            spec.study, seed=spec.study.seed + 10_000))
+            spec.study, seed=offset_seed(spec.study.seed, 10_000)))
     study = optuna.create_study(sampler=make_sampler(spec),
                                 directions=[o.direction for o in spec.study.objectives])
     trial = study.ask()
