@@ -1,12 +1,24 @@
-"""Terminal output shared by the CLI commands: progress bars and key/value summaries."""
+"""Terminal output shared by the CLI commands: progress bars and key/value summaries, and the
+one rule for text from outside the program on a terminal.
+
+Study names, trial reasons, parameter values and samples come from a database that others write
+to. Printed raw, ``\x1b]0;TITLE\x07`` retitles the terminal and other escape sequences move the
+cursor, erase lines or fake output; read as rich markup, ``[/x]`` crashes the command. So every
+control character (C0, DEL, C1) is shown escaped, as visible text (``\x1b``): ``console`` and
+``err_console`` do it to every string they render (``render_str``: print arguments, table cells
+and titles), keeping newlines and tabs, which rich lays out itself; ``plain`` makes a value one
+line and markup-free for a table cell; ``write_line`` is the same rule for plain stream writes.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape as escape_markup
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -17,8 +29,44 @@ from rich.progress import (
 )
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+_CONTROLS = (*range(0x20), 0x7F, *range(0x80, 0xA0))  # Unicode category Cc
+_NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_ESCAPE_ALL = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROLS}
+_ESCAPE_BUT_LAYOUT = {c: e for c, e in _ESCAPE_ALL.items() if c not in (0x09, 0x0A)}
+
+
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with each control character written as visible text: ESC as ``\\x1b``, a
+    newline as ``\\n`` (kept, with tabs, when ``keep_newlines``); plain spaces and every
+    printable character unchanged."""
+    return text.translate(_ESCAPE_BUT_LAYOUT if keep_newlines else _ESCAPE_ALL)
+
+
+def plain(value: object) -> str:
+    """A value from outside the program as one line of a rich table or print, shown as is:
+    control characters escaped, ``[...]`` never read as markup."""
+    return escape_markup(escape_controls(str(value)))
+
+
+def write_line(text: str, stream: IO[str] | None = None) -> None:
+    """One line to ``stream`` (stderr) without rich, control characters escaped."""
+    (stream or sys.stderr).write(escape_controls(text) + "\n")
+
+
+class _SafeConsole(Console):
+    """A rich console that escapes control characters in every string it renders."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(escape_controls(text, keep_newlines=True), **kwargs)
+
+
+console = _SafeConsole()
+err_console = _SafeConsole(stderr=True)
+
+
+def wide_console() -> Console:
+    """``console``, but not wrapped to 80 columns when stdout is a pipe or a file (tables)."""
+    return console if console.is_terminal else _SafeConsole(width=250)
 
 
 @contextmanager
@@ -48,11 +96,12 @@ def human_bytes(n: float) -> str:
 
 def print_summary(title: str, rows: list[tuple[str, object]]) -> None:
     """A two-column table: what, value."""
-    table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 2))
+    table = Table(title=plain(title), show_header=False, title_justify="left", box=None,
+                  padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     for key, value in rows:
-        table.add_row(key, _format(value))
+        table.add_row(plain(key), plain(_format(value)))
     console.print(table)
 
 

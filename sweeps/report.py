@@ -23,6 +23,7 @@ import plotly.offline
 
 from lm import outcomes
 from lm.errors import SweepsError
+from lm.files import output_target, write_output
 from sweeps import results as results_mod
 from sweeps.charts import (
     Chart,
@@ -119,12 +120,11 @@ def build(storage: results_mod.StorageLike, study_name: str) -> tuple[str, list[
 
 def write(storage: results_mod.StorageLike, study_name: str, out: Path) -> tuple[list[Chart],
                                                                                  StudyResults]:
-    """Write the report to ``out`` (atomically: a temporary name, then a rename)."""
+    """Write the report to ``out`` by ``lm.files.write_output``'s rules (atomic; a symlink
+    written through; a directory, FIFO or device refused; a failed write one line)."""
+    output_target(out)  # refuse a bad --out before the work of building the report
     text, charts, data = build(storage, study_name)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    write_output(out, lambda f: f.write(text.encode("utf-8")))
     return charts, data
 
 

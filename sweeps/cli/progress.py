@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lm import outcomes
 from sweeps import study as study_service
-from sweeps.console import err_console
+from sweeps.console import err_console, escape_controls, plain, write_line
 
 if TYPE_CHECKING:
     import optuna
@@ -90,9 +90,9 @@ class Board:
         with self.lock:
             for number, r in sorted(self.running.items()):
                 bpb = r.get("val_bpb")
-                table.add_row(str(number), r["worker"], _tokens(r),
+                table.add_row(str(number), plain(r["worker"]), _tokens(r),
                               "-" if bpb is None else f"{bpb:.4f}",
-                              " ".join(f"{k}={v}" for k, v in r["params"].items()))
+                              plain(" ".join(f"{k}={v}" for k, v in r["params"].items())))
         counts = "  ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
         return Group(counts or "no trial finished yet", table)
 
@@ -120,7 +120,8 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
             def tick() -> None:
                 board.refresh()
                 for message in board.drain():
-                    live.console.print(message, highlight=False, markup=False)
+                    live.console.print(escape_controls(message), highlight=False,
+                                       markup=False)
                 live.update(board.render())
 
             yield tick
@@ -131,11 +132,11 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     def tick() -> None:
         messages = board.drain()
         for message in messages:
-            sys.stderr.write(message + "\n")
+            write_line(message)
         dirty[0] = dirty[0] or bool(messages)
         if messages or time.monotonic() - last[0] > every_s:
             board.refresh(force=bool(messages))
-            sys.stderr.write(board.line() + "\n")
+            write_line(board.line())
             sys.stderr.flush()
             last[0] = time.monotonic()
             dirty[0] = False
@@ -143,7 +144,7 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     yield tick
     messages = board.drain()
     for message in messages:
-        sys.stderr.write(message + "\n")
+        write_line(message)
     if messages or dirty[0]:
         board.refresh(force=True)
-        sys.stderr.write(board.line() + "\n")
+        write_line(board.line())

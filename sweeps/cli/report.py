@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
+from lm.files import output_target, write_output
 from sweeps.cli.options import StorageOption
 from sweeps.console import human_bytes, print_summary
 
@@ -43,8 +44,6 @@ def report(
         raise SweepsError("--png needs the kaleido package, which is not installed; "
                           "run `pip install kaleido` or leave out --png")
     out = out or Path(f"{study}.html")
-    if out.is_dir():
-        raise SweepsError(f"--out {out} is a directory; give a file name such as {study}.html")
     started = time.perf_counter()
     charts, data = report_mod.write(resolve_storage_url(storage, None), study, out)
     pngs = report_mod.write_pngs(charts, png) if png is not None else []
@@ -83,11 +82,11 @@ def export(
     from sweeps.results import study_frame
     from sweeps.storage import resolve_storage_url
 
-    frame = study_frame(resolve_storage_url(storage, None), study)
     if format == "parquet" and out is None:
         out = Path(f"{study}.parquet")
-    if out is not None and out.is_dir():
-        raise SweepsError(f"--out {out} is a directory; give a file name")
+    if out is not None:
+        output_target(out)  # a bad --out is refused before any work
+    frame = study_frame(resolve_storage_url(storage, None), study)
     if format == "csv":
         text = frame.to_csv(index=False)
     elif format == "json":
@@ -96,12 +95,9 @@ def export(
     if out is None:
         sys.stdout.write(text)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     if format == "parquet":
-        frame.to_parquet(tmp, index=False)
+        write_output(out, lambda f: frame.to_parquet(f, index=False))
     else:
-        tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+        write_output(out, lambda f: f.write(text.encode("utf-8")))
     typer.echo(f"wrote {len(frame)} trials x {frame.shape[1]} columns to {out} "
                f"({human_bytes(out.stat().st_size)})", err=True)

@@ -23,7 +23,14 @@ from sweeps.cli.options import (
     StorageOption,
 )
 from sweeps.cli.progress import Board, live_display
-from sweeps.console import console, err_console, human_bytes, print_summary
+from sweeps.console import (
+    console,
+    err_console,
+    human_bytes,
+    plain,
+    print_summary,
+    wide_console,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -67,7 +74,7 @@ def run(
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
                                             grace=grace)
     err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
-                      f"{mask_url(url)}", highlight=False)
+                      f"{mask_url(url)}", highlight=False, markup=False)
     _run(spec, st, study, runs_dir, workers, n_trials, launcher)
 
 
@@ -91,7 +98,8 @@ def worker(
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
     service.check_host(spec, workers)
     _ensure_corpus(spec)
-    err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False)
+    err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False,
+                      markup=False)
     _run(spec, st, study, runs_dir, workers, n_trials, launcher)
 
 
@@ -106,7 +114,7 @@ def _ensure_corpus(spec: StudySpec) -> None:
     with progress_bar(f"preparing corpus {spec.corpus.dir}") as progress:
         service.prepare_corpus(spec, progress)
     err_console.print(f"prepared corpus {spec.corpus.dir} in "
-                      f"{time.perf_counter() - started:.1f} s", highlight=False)
+                      f"{time.perf_counter() - started:.1f} s", highlight=False, markup=False)
 
 
 def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers: int,
@@ -153,7 +161,7 @@ def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -
     for col in ("parameter", "type", "values", "when"):
         table.add_column(col, style="bold" if col == "parameter" else None)
     for row in p.space:
-        table.add_row(*row)
+        table.add_row(*(plain(cell) for cell in row))
     console.print(table)
     if p.largest is None:
         console.print("no point of the space makes a valid config")
@@ -176,19 +184,20 @@ def status(storage: StorageOption = None,
         typer.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        console.print(f"no studies in {mask_url(url)}", highlight=False)
+        console.print(f"no studies in {mask_url(url)}", highlight=False, markup=False)
         return
     from rich.table import Table
 
-    table = Table(box=None, padding=(0, 2), title=f"studies in {mask_url(url)}",
+    # Names, outcomes and reasons are others' text (a shared database): plain() for each.
+    table = Table(box=None, padding=(0, 2), title=plain(f"studies in {mask_url(url)}"),
                   title_justify="left")
     for col in ("study", "finished", "outcomes", "best", "calibration"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["study"], f"{r['finished']}/{r['n_trials']}",
-                      _counts_text(r["outcomes"]) or "-", r["best"],
+        table.add_row(plain(r["study"]), f"{r['finished']}/{r['n_trials']}",
+                      plain(_counts_text(r["outcomes"]) or "-"), plain(r["best"]),
                       f"{r['calibration_factor']:.3g}")
-    _wide().print(table)
+    wide_console().print(table)
 
 
 @app.command()
@@ -207,22 +216,17 @@ def trials(
         return
     from rich.table import Table
 
-    table = Table(box=None, padding=(0, 2), title=f"study {study_name}", title_justify="left")
+    table = Table(box=None, padding=(0, 2), title=plain(f"study {study_name}"),
+                  title_justify="left")
     for col in ("#", "params", "outcome", "val_bpb", "peak mem", "wall", "reason"):
         table.add_column(col, overflow="fold")
     for r in rows:
         bpb = r["val_bpb"]
-        table.add_row(str(r["number"]), " ".join(f"{k}={v}" for k, v in r["params"].items()),
-                      r["outcome"] + (" (retried)" if r["retried"] else ""),
+        table.add_row(str(r["number"]),
+                      plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
+                      plain(r["outcome"] + (" (retried)" if r["retried"] else "")),
                       "-" if bpb is None else f"{bpb:.4f}",
                       "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
                       "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
-                      r["reason"] or "")
-    _wide().print(table)
-
-
-def _wide() -> Any:
-    """Tables are not wrapped to 80 columns when stdout is a pipe or a file."""
-    from rich.console import Console
-
-    return console if console.is_terminal else Console(width=250)
+                      plain(r["reason"] or ""))
+    wide_console().print(table)
