@@ -23,19 +23,11 @@ from lm import outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
 from lm.corpus import prepare_synthetic
 from lm.errors import SweepsError
+from lm.generate import generate
 from lm.model import GPT
+from lm.run_files import METRIC_KEYS, RunResult, read_result
 from lm.tokens import load_tokens
-from lm.train import (
-    METRIC_KEYS,
-    RunResult,
-    accumulate_gradients,
-    generate,
-    lm_loss,
-    lr_at,
-    main,
-    read_result,
-    run,
-)
+from lm.train import accumulate_gradients, lm_loss, lr_at, main, run
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {f for f in RunResult.__dataclass_fields__}
