@@ -70,11 +70,7 @@ class BatchSampler:
     """Random windows of ``seq_len + 1`` tokens from a token memmap, from a seeded generator."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int) -> None:
-        if len(tokens) < seq_len + 1:
-            raise SweepsError(
-                f"the training split has {len(tokens)} tokens, fewer than seq_len + 1 = "
-                f"{seq_len + 1}; use a smaller seq_len or a bigger corpus"
-            )
+        # len(tokens) >= seq_len + 1: checked by _setup, before anything is written.
         self.tokens = tokens
         self.batch_size = batch_size
         self.offsets = np.arange(seq_len + 1)
