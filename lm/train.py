@@ -411,7 +411,9 @@ class _RunState:
         model.train()
         self.optimizer = optimizer = make_optimizer(model, cfg, device)
         autocast = autocast_for(device, cfg.precision)
-        scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        # Disabled (bf16, fp32) it passes everything through: scale() returns the loss, step()
+        # is optimizer.step(), unscale_() and update() do nothing.
+        scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
         next_eval = cfg.eval_every_tokens
         loss_sum, loss_n = 0.0, 0
@@ -423,8 +425,7 @@ class _RunState:
                 group["lr"] = lr
             micro = [sampler.next().to(device, non_blocking=True) for _ in range(cfg.grad_accum)]
             loss = accumulate_gradients(model, micro, autocast=autocast, scaler=scaler)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
+            scaler.unscale_(optimizer)  # clip the true gradients
             norm = (
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 if cfg.grad_clip > 0
@@ -436,16 +437,14 @@ class _RunState:
                     f"training loss is {loss_value} at step {self.step + 1} "
                     f"({self.tokens:,} tokens)"
                 )
-            if scaler is None and norm is not None and not math.isfinite(float(norm)):
+            # fp16 overflows are the scaler's to skip; any other non-finite norm is divergence.
+            if not scaler.is_enabled() and norm is not None and not math.isfinite(float(norm)):
                 raise _Diverged(
                     f"gradient norm is {float(norm)} at step {self.step + 1} "
                     f"({self.tokens:,} tokens)"
                 )
-            if scaler is not None:
-                scaler.step(optimizer)  # skips steps whose fp16 gradients overflowed
-                scaler.update()
-            else:
-                optimizer.step()
+            scaler.step(optimizer)  # skips steps whose fp16 gradients overflowed
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             self.step += 1
             self.tokens += cfg.tokens_per_step
