@@ -1,37 +1,24 @@
 """One training run, end to end: ``run(cfg, run_dir) -> RunResult``; the trial child's entry.
 
 ``python -m lm.train RUN_DIR`` reads ``RUN_DIR/config.json`` and calls ``run``; that is what
-every sweep trial executes. Files in ``run_dir`` (the contract with the orchestrator, which reads
-files and never parses log text):
-
-- ``config.json``: the full ``TrainConfig`` (every field, defaults included).
-- ``tokenizer.json``: the run's tokenizer, so ``generate`` needs nothing but the run dir.
-- ``metrics.jsonl``: one JSON object per evaluation (keys: ``METRIC_KEYS``), flushed as written.
-- ``best.pt``: weights only (``torch.load(..., weights_only=True)``) of the best evaluation:
-  ``{"state_dict", "fingerprint", "model_config", "tokens", "val_bpb"}``.
-- ``result.json``: the ``RunResult``, written atomically (temp file + ``os.replace``) at the end
-  whatever the outcome: complete, oom, diverged, timeout, interrupted (SIGTERM/SIGINT) or crashed.
-  Exit codes are in ``lm/outcomes.py``. Bad input (a ``SweepsError`` while checking the config,
-  corpus, token cache or device) writes nothing and exits 2.
-
-Non-finite floats are written as ``null`` so every file is strict JSON.
+every sweep trial executes. What it writes in ``run_dir`` is the contract in ``lm/run_files.py``;
+``result.json`` is written at the end whatever the outcome: complete, oom, diverged, timeout,
+interrupted (SIGTERM/SIGINT) or crashed. Exit codes are in ``lm/outcomes.py``. Bad input (a
+``SweepsError`` while checking the config, corpus, token cache or device) writes nothing and
+exits 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-import resource
-import signal
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,269 +26,40 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lm import metrics, outcomes
+from lm import host, metrics, outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
-from lm.files import write_json_atomic
+from lm.generate import prompt_ids, sample_tokens
 from lm.model import GPT
-from lm.serialization import prompt_to_marked
+from lm.run_files import (
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    TOKENIZER_FILE,
+    RunResult,
+    append_metrics,
+    read_config,
+    write_config,
+    write_result,
+)
+from lm.runtime import (
+    RunInterrupted,
+    autocast_for,
+    cpu_memory_limit,
+    is_oom,
+    peak_memory_bytes,
+    resolve_device,
+    signals_interrupt,
+)
 
 Progress = Callable[[int, int], None]
 OnEval = Callable[[dict[str, Any]], None]
-
-CONFIG_FILE = "config.json"
-TOKENIZER_FILE = "tokenizer.json"
-METRICS_FILE = "metrics.jsonl"
-RESULT_FILE = "result.json"
-CHECKPOINT_FILE = "best.pt"
-
-#: Keys of each ``metrics.jsonl`` object, in order.
-METRIC_KEYS = (
-    "step",
-    "tokens",
-    "lr",
-    "train_loss",
-    "val_loss",
-    "val_bpb",
-    "accuracy",
-    "unigram_entropy",
-    "unigram_bpb",
-    "unigram_gap",
-    "kl_mean_to_unigram",
-    "mean_kl_to_mean",
-    "top20_overlap",
-    "top_tokens",
-    "unk_rate_targets",
-    "unk_rate_samples",
-    "samples",
-    "peak_mem_bytes",
-    "tokens_per_s",
-    "elapsed_s",
-)
 
 #: The cosine schedule decays to this fraction of ``lr`` at ``max_tokens``.
 MIN_LR_FRACTION = 0.1
 #: Sampling of the evaluation samples (seeded with ``cfg.seed``, so runs are comparable).
 EVAL_SAMPLE_TEMPERATURE = 0.8
 EVAL_SAMPLE_TOP_K = 50
-
-
-# --- the result --------------------------------------------------------------------------------
-
-
-@dataclass
-class RunResult:
-    """What ``result.json`` holds; ``exit_code`` is the child's (``lm/outcomes.py``)."""
-
-    outcome: str
-    reason: str
-    exit_code: int
-    tokens_seen: int = 0
-    steps: int = 0
-    wall_s: float = 0.0
-    tokens_per_s: float = 0.0
-    peak_mem_bytes: int = 0
-    params: dict[str, int] = field(default_factory=dict)
-    final_metrics: dict[str, Any] | None = None
-    best_val_bpb: float | None = None
-    best_tokens: int | None = None
-    n_evals: int = 0
-    vocab_size: int | None = None
-    unigram_entropy: float | None = None
-    unigram_bpb: float | None = None
-    unk_rate: float | None = None
-    bytes_per_token: float | None = None
-    device: str = ""
-    fingerprint: str = ""
-    traceback: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _finite(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> RunResult:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
-
-
-def read_result(run_dir: Path) -> RunResult:
-    """The ``result.json`` of a finished run."""
-    path = Path(run_dir) / RESULT_FILE
-    try:
-        return RunResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise SweepsError(f"{path} does not exist; the run has not finished") from None
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise SweepsError(f"{path} is not a valid result file: {exc}") from None
-
-
-def read_config(run_dir: Path) -> TrainConfig:
-    """``run_dir/config.json`` as a ``TrainConfig`` (``SweepsError`` if missing or invalid)."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise SweepsError(f"{path} does not exist; give a run directory holding a config.json")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SweepsError(f"{path} is not valid JSON ({exc}); rewrite it") from None
-    try:
-        return TrainConfig.from_dict(values)
-    except SweepsError as exc:
-        raise SweepsError(f"{path}: {exc}") from None
-
-
-# --- files -------------------------------------------------------------------------------------
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with NaN/inf floats replaced by None (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-# --- device, precision, memory, signals --------------------------------------------------------
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when present, else the CPU; a CUDA device that is not there is bad input."""
-    if name == "auto":
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        return torch.device("cuda", torch.cuda.current_device())
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise SweepsError(f"device={name!r} but CUDA is not available; use device auto or cpu")
-        index = int(name.split(":")[1]) if ":" in name else 0
-        if index >= torch.cuda.device_count():
-            raise SweepsError(
-                f"device={name!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
-            )
-        # An explicit index: torch.cuda.set_device and the memory statistics need one.
-        return torch.device("cuda", index)
-    return torch.device(name)
-
-
-def cpu_threads() -> int:
-    """Threads for a CPU run: ``SWEEPS_NUM_THREADS`` (set by the orchestrator) or every core."""
-    env = os.environ.get("SWEEPS_NUM_THREADS")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise SweepsError(
-                f"SWEEPS_NUM_THREADS must be a positive integer, got {env!r}"
-            ) from None
-        if n < 1:
-            raise SweepsError(f"SWEEPS_NUM_THREADS must be a positive integer, got {env!r}")
-        return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _autocast(device: torch.device, precision: str) -> Callable[[], AbstractContextManager]:
-    if precision == "fp32":
-        return nullcontext
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: peak allocated by tensors; CPU: the process's peak resident set."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
-
-
-def _vm_data_bytes() -> int | None:
-    """The process's data segment size (what RLIMIT_DATA limits), from /proc on Linux."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmData:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-@contextmanager
-def cpu_memory_limit(limit_bytes: int | None) -> Iterator[int | None]:
-    """Limit what the process may allocate from here on to ``limit_bytes`` (RELATIVE).
-
-    The soft RLIMIT_DATA is set to the current data size (torch imported, its thread pool
-    started, tokens memory-mapped: file mappings do not count) plus ``limit_bytes``, so an
-    allocation beyond it fails inside the process (``MemoryError`` or torch's "can't allocate
-    memory" ``RuntimeError``: outcome ``oom``) instead of the kernel's OOM killer ending it with
-    SIGKILL. Relative, because the start-up footprint is mostly virtual reservations unrelated
-    to the memory the model will use. The previous soft limit is restored on exit (the hard
-    limit is never touched, so an in-process run leaves the process as it found it).
-    """
-    base = _vm_data_bytes() if limit_bytes is not None else None
-    if limit_bytes is None or base is None:
-        yield None
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    new = base + limit_bytes
-    if hard != resource.RLIM_INFINITY:
-        new = min(new, hard)
-    resource.setrlimit(resource.RLIMIT_DATA, (new, hard))
-    try:
-        yield new
-    finally:
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
-
-
-class RunInterrupted(BaseException):
-    """Raised by the SIGTERM handler. A BaseException, so no library's ``except Exception``
-    swallows it on its way to ``run``."""
-
-
-@contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into ``RunInterrupted`` (once: a second signal while the result is being
-    written is ignored). Only the main thread can install handlers; elsewhere this is a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired = False
-
-    def handler(signum: int, frame: object) -> None:
-        nonlocal fired
-        if fired:
-            return
-        fired = True
-        raise RunInterrupted(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-        return True
-    if isinstance(exc, RuntimeError):
-        msg = str(exc).lower()
-        return any(
-            s in msg
-            for s in (
-                "can't allocate memory",
-                "cannot allocate memory",
-                "out of memory",
-                "failed to allocate",
-            )
-        )
-    return False
 
 
 # --- data --------------------------------------------------------------------------------------
@@ -311,11 +69,7 @@ class BatchSampler:
     """Random windows of ``seq_len + 1`` tokens from a token memmap, from a seeded generator."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int) -> None:
-        if len(tokens) < seq_len + 1:
-            raise SweepsError(
-                f"the training split has {len(tokens)} tokens, fewer than seq_len + 1 = "
-                f"{seq_len + 1}; use a smaller seq_len or a bigger corpus"
-            )
+        # len(tokens) >= seq_len + 1: checked by _setup, before anything is written.
         self.tokens = tokens
         self.batch_size = batch_size
         self.offsets = np.arange(seq_len + 1)
@@ -410,47 +164,7 @@ def make_optimizer(
     )
 
 
-# --- evaluation and sampling -------------------------------------------------------------------
-
-
-@torch.no_grad()
-def sample_tokens(
-    model: GPT,
-    ids: Sequence[int],
-    max_new_tokens: int,
-    *,
-    temperature: float,
-    top_k: int | None,
-    generator: torch.Generator,
-    device: torch.device,
-) -> list[int]:
-    """Continue ``ids`` by ``max_new_tokens`` ids (temperature 0: greedy)."""
-    was_training = model.training
-    model.eval()
-    x = torch.tensor([list(ids)], dtype=torch.long, device=device)  # (1, t)
-    new: list[int] = []
-    for _ in range(max_new_tokens):
-        logits = model(x[:, -model.cfg.seq_len :])[:, -1, :].float()  # (1, V)
-        if temperature == 0:
-            nxt = int(logits.argmax(-1))
-        else:
-            logits = logits / temperature
-            if top_k is not None and top_k < logits.size(-1):
-                kth = torch.topk(logits, top_k).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = torch.softmax(logits, dim=-1).cpu()  # sample on the CPU: one seeded stream
-            nxt = int(torch.multinomial(probs, 1, generator=generator))
-        new.append(nxt)
-        x = torch.cat([x, torch.tensor([[nxt]], device=device)], dim=1)
-    model.train(was_training)
-    return new
-
-
-def _prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    ids, _ = tokenizer.encode_marked(prompt_to_marked(prompt))
-    ids = [int(i) for i in ids]
-    # An empty prompt starts a new document, as after a <D> in the corpus.
-    return ids or [int(tokenizer.special_ids["<D>"])]
+# --- evaluation --------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -542,7 +256,7 @@ def _setup(cfg: TrainConfig) -> _Setup:
             f"{cfg.seq_len + 1}; use a smaller seq_len or a bigger corpus"
         )
     model_cfg = cfg.model_config(vocab_size=int(cache.tokenizer.vocab_size))
-    threads = cpu_threads() if device.type == "cpu" else None
+    threads = host.cpu_threads() if device.type == "cpu" else None
     return _Setup(device, threads, cache, windows, window_nbytes, model_cfg)
 
 
@@ -560,7 +274,7 @@ def run(
     """
     run_dir = Path(run_dir)
     started = time.monotonic()
-    with _signals_interrupt():
+    with signals_interrupt():
         state = _RunState(cfg, run_dir, started)
         try:
             setup = _setup(cfg)
@@ -588,7 +302,7 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
         return state.finish(outcomes.INTERRUPTED, f"{name} at {state.where()}")
     if isinstance(exc, _Diverged):
         return state.finish(outcomes.DIVERGED, str(exc))
-    if _is_oom(exc):
+    if is_oom(exc):
         state.release_memory()
         lines = str(exc).strip().splitlines()
         first = f"{type(exc).__name__}" + (f": {lines[0][:300]}" if lines else "")
@@ -623,7 +337,7 @@ def _warm_up(device: torch.device, cfg: TrainConfig) -> None:
     model = GPT(tiny).to(device)
     optimizer = make_optimizer(model, cfg, device)
     batch = torch.zeros(2, 5, dtype=torch.long, device=device)
-    accumulate_gradients(model, [batch], autocast=_autocast(device, cfg.precision))
+    accumulate_gradients(model, [batch], autocast=autocast_for(device, cfg.precision))
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     with torch.no_grad():
@@ -663,7 +377,7 @@ class _RunState:
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (RESULT_FILE, CHECKPOINT_FILE):
             (run_dir / stale).unlink(missing_ok=True)
-        write_json_atomic(run_dir / CONFIG_FILE, _finite(cfg.to_dict()), indent=2)
+        write_config(run_dir, cfg)
         setup.cache.tokenizer.save(run_dir / TOKENIZER_FILE)
         (run_dir / METRICS_FILE).write_text("", encoding="utf-8")
 
@@ -695,8 +409,10 @@ class _RunState:
         self.model = model = GPT(setup.model_cfg).to(device)
         model.train()
         self.optimizer = optimizer = make_optimizer(model, cfg, device)
-        autocast = _autocast(device, cfg.precision)
-        scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        autocast = autocast_for(device, cfg.precision)
+        # Disabled (bf16, fp32) it passes everything through: scale() returns the loss, step()
+        # is optimizer.step(), unscale_() and update() do nothing.
+        scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
         next_eval = cfg.eval_every_tokens
         loss_sum, loss_n = 0.0, 0
@@ -708,8 +424,7 @@ class _RunState:
                 group["lr"] = lr
             micro = [sampler.next().to(device, non_blocking=True) for _ in range(cfg.grad_accum)]
             loss = accumulate_gradients(model, micro, autocast=autocast, scaler=scaler)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
+            scaler.unscale_(optimizer)  # clip the true gradients
             norm = (
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 if cfg.grad_clip > 0
@@ -721,16 +436,14 @@ class _RunState:
                     f"training loss is {loss_value} at step {self.step + 1} "
                     f"({self.tokens:,} tokens)"
                 )
-            if scaler is None and norm is not None and not math.isfinite(float(norm)):
+            # fp16 overflows are the scaler's to skip; any other non-finite norm is divergence.
+            if not scaler.is_enabled() and norm is not None and not math.isfinite(float(norm)):
                 raise _Diverged(
                     f"gradient norm is {float(norm)} at step {self.step + 1} "
                     f"({self.tokens:,} tokens)"
                 )
-            if scaler is not None:
-                scaler.step(optimizer)  # skips steps whose fp16 gradients overflowed
-                scaler.update()
-            else:
-                optimizer.step()
+            scaler.step(optimizer)  # skips steps whose fp16 gradients overflowed
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             self.step += 1
             self.tokens += cfg.tokens_per_step
@@ -758,7 +471,7 @@ class _RunState:
     def _evaluate(self, lr: float, train_loss: float, on_eval: OnEval | None) -> None:
         cfg, setup, model = self.cfg, self.setup, self.model
         assert setup is not None and model is not None
-        autocast = _autocast(setup.device, cfg.precision)
+        autocast = autocast_for(setup.device, cfg.precision)
         vals = evaluate(
             model,
             setup.windows,
@@ -777,7 +490,7 @@ class _RunState:
             with autocast():
                 new = sample_tokens(
                     model,
-                    _prompt_ids(tokenizer, prompt),
+                    prompt_ids(tokenizer, prompt),
                     cfg.sample_tokens,
                     temperature=EVAL_SAMPLE_TEMPERATURE,
                     top_k=EVAL_SAMPLE_TOP_K,
@@ -811,10 +524,7 @@ class _RunState:
             "tokens_per_s": self.tokens / self.train_s if self.train_s > 0 else 0.0,
             "elapsed_s": time.monotonic() - self.started,
         }
-        row = _finite(row)
-        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, allow_nan=False) + "\n")
-        self.last_metrics = row
+        self.last_metrics = row = append_metrics(self.run_dir, row)
         bpb = row["val_bpb"]
         if bpb is not None and (self.best_val_bpb is None or bpb < self.best_val_bpb):
             self.best_val_bpb, self.best_tokens = bpb, self.tokens
@@ -876,82 +586,8 @@ class _RunState:
             traceback=tb,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.run_dir / RESULT_FILE, _finite(result.to_dict()), indent=2)
+        write_result(self.run_dir, result)
         return result
-
-
-# --- generation from a finished run ------------------------------------------------------------
-
-
-def load_checkpoint(run_dir: Path, cfg: TrainConfig | None = None) -> tuple[GPT, TrainConfig]:
-    """The run's best weights in a CPU model (eval mode), checked against its ``config.json``."""
-    run_dir = Path(run_dir)
-    cfg = cfg or read_config(run_dir)
-    path = run_dir / CHECKPOINT_FILE
-    if not path.is_file():
-        raise SweepsError(
-            f"{path} does not exist; the run wrote no checkpoint (it is written at the first "
-            "evaluation); train it longer or pick another run"
-        )
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        fingerprint = ckpt["fingerprint"]
-        model_cfg = ModelConfig(**ckpt["model_config"])
-        state = ckpt["state_dict"]
-    except SweepsError:
-        raise
-    except Exception as exc:
-        raise SweepsError(f"{path} is not a valid checkpoint ({exc}); retrain the run") from None
-    if fingerprint != cfg.fingerprint():
-        raise SweepsError(
-            f"{path} was trained with another config (fingerprint {fingerprint}, but "
-            f"{run_dir / CONFIG_FILE} gives {cfg.fingerprint()}); use the run dir it came from"
-        )
-    model = GPT(model_cfg)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[0]
-        raise SweepsError(f"{path} does not fit its model config: {first}") from None
-    model.eval()
-    return model, cfg
-
-
-def generate(
-    run_dir: Path,
-    prompt: str,
-    *,
-    max_new_tokens: int = 100,
-    temperature: float = 0.8,
-    top_k: int | None = None,
-    seed: int = 0,
-) -> str:
-    """The prompt and its continuation by the run's best checkpoint, markers shown as ``<Q>``."""
-    from lm.tokenizers import load_tokenizer
-
-    if max_new_tokens < 0:
-        raise SweepsError(f"max_new_tokens must be >= 0, got max_new_tokens={max_new_tokens}")
-    if temperature < 0:
-        raise SweepsError(f"temperature must be >= 0, got temperature={temperature}")
-    if top_k is not None and top_k < 1:
-        raise SweepsError(f"top_k must be >= 1, got top_k={top_k}")
-    run_dir = Path(run_dir)
-    model, _ = load_checkpoint(run_dir)
-    tok_path = run_dir / TOKENIZER_FILE
-    if not tok_path.is_file():
-        raise SweepsError(f"{tok_path} does not exist; the run dir is incomplete, retrain it")
-    tokenizer = load_tokenizer(tok_path)
-    ids = _prompt_ids(tokenizer, prompt)
-    new = sample_tokens(
-        model,
-        ids,
-        max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        generator=torch.Generator().manual_seed(seed),
-        device=torch.device("cpu"),
-    )
-    return tokenizer.decode(ids + new)
 
 
 # --- the child entry ---------------------------------------------------------------------------

@@ -49,17 +49,20 @@ from optuna.trial import TrialState
 from lm import outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
+from lm.run_files import (
+    LOG_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    TOKENIZER_FILE,
+    jsonable,
+    read_result_dict,
+    write_config,
+)
 from sweeps import optuna_compat, pruning, storage
 from sweeps.launchers import Launcher
 from sweeps.pruning import Verdict
 from sweeps.space import suggest, trial_config
 from sweeps.spec import Limits, StudySpec
-
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-RESULT_FILE = "result.json"
-TOKENIZER_FILE = "tokenizer.json"
-LOG_FILE = "train.log"
 
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
@@ -262,8 +265,7 @@ class _TrialRun:
         if run_dir.exists():
             shutil.rmtree(run_dir)  # a previous attempt of this trial number
         run_dir.mkdir(parents=True)
-        (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n",
-                                           encoding="utf-8")
+        write_config(run_dir, cfg)
         launched_at = time.time()
         started = time.monotonic()
         child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE, env=self.device.env,
@@ -327,7 +329,7 @@ class _TrialRun:
             # it ended (a collapsed model that completes its budget is still collapsed). An
             # Optuna prune at that moment is moot: the trial is complete.
             stopped = verdict
-        result = _read_result(run_dir)
+        result = read_result_dict(run_dir)
         outcome, reason = classify(rc, result, stopped, run_dir)
         times.poll()
         return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc)
@@ -359,14 +361,6 @@ class _TrialRun:
                 return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
                     ctx.spec.study.pruner.name, metric, value, index, row))
         return None
-
-
-def _read_result(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) and "outcome" in value else None
 
 
 def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Verdict | None,
@@ -554,7 +548,7 @@ def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
     told = True
     try:
         optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial),
-                                       {k: _jsonable(v) for k, v in attrs.items()})
+                                       {k: jsonable(v) for k, v in attrs.items()})
         if state != TrialState.FAIL and hasattr(trial, "set_constraint"):
             trial.set_constraint(CONSTRAINT_KEY, attrs["constraint"])
         if state == TrialState.COMPLETE:
@@ -574,17 +568,6 @@ def _update_study_attrs(ctx: RunnerContext) -> None:
     with contextlib.suppress(Exception):  # informational only
         factor = float(ctx.preflight.calibration_factor(ctx.study))
         ctx.study.set_user_attr("calibration_factor", factor)
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON-safe (non-finite floats -> None) so every attribute survives storage and reports."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 def constraints_from_attrs(trial: optuna.trial.FrozenTrial) -> list[float]:

@@ -103,7 +103,7 @@ def generate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
 ) -> None:
     """Continue a prompt with a trained run's best checkpoint."""
-    from lm.train import generate as generate_text
+    from lm.generate import generate as generate_text
 
     if temperature < 0:
         raise SweepsError(f"--temperature must be >= 0, got {temperature}")

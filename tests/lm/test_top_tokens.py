@@ -11,7 +11,8 @@ import torch
 from lm import metrics
 from lm.config import TrainConfig
 from lm.corpus import prepare_synthetic
-from lm.train import METRIC_KEYS, run
+from lm.run_files import METRIC_KEYS
+from lm.train import run
 
 
 def test_top_tokens_is_the_union_of_both_top_k_corpus_order_first() -> None:

@@ -5,6 +5,7 @@ One small synthetic corpus (built once per module) and tiny 2-layer models on th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,19 +24,11 @@ from lm import outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
 from lm.corpus import prepare_synthetic
 from lm.errors import SweepsError
+from lm.generate import generate
 from lm.model import GPT
+from lm.run_files import METRIC_KEYS, RunResult, read_result
 from lm.tokens import load_tokens
-from lm.train import (
-    METRIC_KEYS,
-    RunResult,
-    accumulate_gradients,
-    generate,
-    lm_loss,
-    lr_at,
-    main,
-    read_result,
-    run,
-)
+from lm.train import accumulate_gradients, lm_loss, lr_at, main, run
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {f for f in RunResult.__dataclass_fields__}
@@ -289,6 +282,33 @@ def test_nan_loss_ends_as_diverged(
     assert "nan" in result.reason and result.steps == 0
 
 
+def test_an_infinite_gradient_norm_without_fp16_ends_as_diverged(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only an enabled (fp16) scaler may skip such a step; a disabled one must not hide it.
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: torch.tensor(math.inf))
+    result = run(tiny_config(corpus), tmp_path / "r")
+    assert result.outcome == "diverged" and result.exit_code == 4
+    assert result.reason.startswith("gradient norm is inf at step 1") and result.steps == 0
+
+
+def test_without_fp16_every_step_updates_the_weights(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stepped: list[int] = []
+    real = train_mod.make_optimizer
+
+    def counted(*args: Any, **kwargs: Any) -> torch.optim.Optimizer:
+        optimizer = real(*args, **kwargs)
+        optimizer.register_step_post_hook(lambda *_: stepped.append(1))
+        return optimizer
+
+    monkeypatch.setattr(train_mod, "make_optimizer", counted)
+    result = run(tiny_config(corpus), tmp_path / "r")
+    assert result.outcome == "complete" and result.steps == 16
+    assert len(stepped) == 1 + result.steps  # the warm-up's step, then every training step
+
+
 def test_wall_limit_ends_as_timeout_with_final_metrics(corpus: Path, tmp_path: Path) -> None:
     result = run(tiny_config(corpus, max_wall_s=1e-6), tmp_path / "r")
     assert result.outcome == "timeout" and result.exit_code == 5
@@ -346,6 +366,23 @@ def test_child_entry_rejects_a_missing_corpus_and_writes_nothing(
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
     assert main([str(tmp_path / "missing")]) == 2
     assert main([]) == 2
+
+
+def test_a_training_split_shorter_than_a_window_is_bad_input(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lm.tokens
+
+    real = lm.tokens.load_tokens
+
+    def short(*args: Any, **kwargs: Any) -> Any:
+        cache = real(*args, **kwargs)
+        return dataclasses.replace(cache, train=cache.train[:64])
+
+    monkeypatch.setattr(lm.tokens, "load_tokens", short)
+    with pytest.raises(SweepsError, match="the training split has 64 tokens, fewer than seq_len"):
+        run(tiny_config(corpus, seq_len=64), tmp_path / "r")
+    assert not (tmp_path / "r").exists()  # checked before anything is written
 
 
 def test_fp16_on_a_cpu_only_machine_is_bad_input(corpus: Path, tmp_path: Path) -> None:

@@ -97,8 +97,8 @@ MALFORMED = [
 def spec_text(corpus: Path, **parts: str) -> str:
     if "name =" not in parts.get("study", ""):
         parts = {**parts, "study": 'name = "good"\n' + parts.get("study", "")}
-    values = {"study": "", "corpus_dir": str(corpus), "device": "cpu", "fixed": "", "d_ff": "choices = [32, 64]",
-              "extra": ""}
+    values = {"study": "", "corpus_dir": str(corpus), "device": "cpu", "fixed": "",
+              "d_ff": "choices = [32, 64]", "extra": ""}
     values.update(parts)
     return GOOD.format(**values)
 

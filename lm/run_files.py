@@ -1,0 +1,173 @@
+"""The files of one trial's run directory: the contract between the trial child and the parent.
+
+The child (``lm.train``) writes them and the orchestrator (``sweeps.runner``) reads them; it
+reads files and never parses log text. Both import this module, which imports no torch (the
+orchestrator must not).
+
+- ``config.json`` (``CONFIG_FILE``): the full ``TrainConfig`` (every field, defaults included).
+- ``tokenizer.json`` (``TOKENIZER_FILE``): the run's tokenizer, so generation needs nothing but
+  the run dir.
+- ``metrics.jsonl`` (``METRICS_FILE``): one JSON object per evaluation (keys: ``METRIC_KEYS``),
+  flushed as written (``append_metrics``).
+- ``best.pt`` (``CHECKPOINT_FILE``): weights only (``torch.load(..., weights_only=True)``) of the
+  best evaluation: ``{"state_dict", "fingerprint", "model_config", "tokens", "val_bpb"}``.
+- ``result.json`` (``RESULT_FILE``): the ``RunResult``, written atomically at the end whatever
+  the outcome (``write_result``). Exit codes are in ``lm/outcomes.py``.
+- ``train.log`` (``LOG_FILE``): the child's stdout and stderr, captured by the parent; for people
+  only (a reason may quote its last line; no outcome depends on it).
+
+Non-finite floats are written as ``null`` (``jsonable``) so every file is strict JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lm.config import TrainConfig
+from lm.errors import SweepsError
+from lm.files import write_json_atomic
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+METRICS_FILE = "metrics.jsonl"
+RESULT_FILE = "result.json"
+CHECKPOINT_FILE = "best.pt"
+LOG_FILE = "train.log"
+
+#: Keys of each ``metrics.jsonl`` object, in order.
+METRIC_KEYS = (
+    "step",
+    "tokens",
+    "lr",
+    "train_loss",
+    "val_loss",
+    "val_bpb",
+    "accuracy",
+    "unigram_entropy",
+    "unigram_bpb",
+    "unigram_gap",
+    "kl_mean_to_unigram",
+    "mean_kl_to_mean",
+    "top20_overlap",
+    "top_tokens",
+    "unk_rate_targets",
+    "unk_rate_samples",
+    "samples",
+    "peak_mem_bytes",
+    "tokens_per_s",
+    "elapsed_s",
+)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with NaN/inf floats replaced by None and dict keys as strings (strict JSON), so
+    it survives every file, the database and the reports."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+@dataclass
+class RunResult:
+    """What ``result.json`` holds; ``exit_code`` is the child's (``lm/outcomes.py``)."""
+
+    outcome: str
+    reason: str
+    exit_code: int
+    tokens_seen: int = 0
+    steps: int = 0
+    wall_s: float = 0.0
+    tokens_per_s: float = 0.0
+    peak_mem_bytes: int = 0
+    params: dict[str, int] = field(default_factory=dict)
+    final_metrics: dict[str, Any] | None = None
+    best_val_bpb: float | None = None
+    best_tokens: int | None = None
+    n_evals: int = 0
+    vocab_size: int | None = None
+    unigram_entropy: float | None = None
+    unigram_bpb: float | None = None
+    unk_rate: float | None = None
+    bytes_per_token: float | None = None
+    device: str = ""
+    fingerprint: str = ""
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunResult:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+# --- the child writes ----------------------------------------------------------------------------
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """``config.json``: every field of ``cfg``, defaults included, atomically."""
+    write_json_atomic(Path(run_dir) / CONFIG_FILE, jsonable(cfg.to_dict()), indent=2)
+
+
+def append_metrics(run_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """Append one evaluation to ``metrics.jsonl`` (one line, flushed on close); returns the row
+    as written (non-finite floats as None)."""
+    row = jsonable(row)
+    with open(Path(run_dir) / METRICS_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, allow_nan=False) + "\n")
+    return row
+
+
+def write_result(run_dir: Path, result: RunResult) -> None:
+    """``result.json``, atomically: the parent never reads half a result."""
+    write_json_atomic(Path(run_dir) / RESULT_FILE, result.to_dict(), indent=2)
+
+
+# --- readers -------------------------------------------------------------------------------------
+
+
+def read_result(run_dir: Path) -> RunResult:
+    """The ``result.json`` of a finished run (``SweepsError`` if missing or invalid)."""
+    path = Path(run_dir) / RESULT_FILE
+    try:
+        return RunResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise SweepsError(f"{path} does not exist; the run has not finished") from None
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise SweepsError(f"{path} is not a valid result file: {exc}") from None
+
+
+def read_result_dict(run_dir: Path) -> dict[str, Any] | None:
+    """The orchestrator's lenient read: ``result.json`` as a dict, or None when it is missing,
+    unreadable or has no ``outcome`` (a child killed before writing it; the parent then goes by
+    the exit code)."""
+    try:
+        value = json.loads((Path(run_dir) / RESULT_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) and "outcome" in value else None
+
+
+def read_config(run_dir: Path) -> TrainConfig:
+    """``run_dir/config.json`` as a ``TrainConfig`` (``SweepsError`` if missing or invalid)."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise SweepsError(f"{path} does not exist; give a run directory holding a {CONFIG_FILE}")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SweepsError(f"{path} is not valid JSON ({exc}); rewrite it") from None
+    try:
+        return TrainConfig.from_dict(values)
+    except SweepsError as exc:
+        raise SweepsError(f"{path}: {exc}") from None

@@ -1,0 +1,143 @@
+"""What a run needs from the process it runs in: its device and precision, its memory (measured
+peak, enforced CPU limit), its threads, and its signals and out-of-memory errors.
+
+Everything here is torch or process state, not training: ``lm.train`` sets a run up with it.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+import torch
+
+from lm import host
+from lm.errors import SweepsError
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of a run. ``lm.host.device_kind`` decides cpu or cuda (``auto``: CUDA when
+    a GPU is visible), as it does for the orchestrator's plans; torch then confirms CUDA really
+    works here. A visible GPU that this torch cannot use (a CPU build) leaves ``auto`` on the CPU;
+    a CUDA device that is not there is bad input."""
+    if host.device_kind(name) == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        if name == "auto":
+            return torch.device("cpu")
+        raise SweepsError(f"device={name!r} but CUDA is not available; use device auto or cpu")
+    if name == "auto":
+        return torch.device("cuda", torch.cuda.current_device())
+    index = host.cuda_index(name)
+    if index >= torch.cuda.device_count():
+        raise SweepsError(
+            f"device={name!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
+        )
+    # An explicit index: torch.cuda.set_device and the memory statistics need one.
+    return torch.device("cuda", index)
+
+
+def autocast_for(device: torch.device, precision: str) -> Callable[[], AbstractContextManager]:
+    """A factory of the autocast context of ``precision`` (fp32: none), one per forward pass."""
+    if precision == "fp32":
+        return nullcontext
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: peak allocated by tensors; CPU: the process's peak resident set."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+
+
+def _vm_data_bytes() -> int | None:
+    """The process's data segment size (what RLIMIT_DATA limits), from /proc on Linux."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@contextmanager
+def cpu_memory_limit(limit_bytes: int | None) -> Iterator[int | None]:
+    """Limit what the process may allocate from here on to ``limit_bytes`` (RELATIVE).
+
+    The soft RLIMIT_DATA is set to the current data size (torch imported, its thread pool
+    started, tokens memory-mapped: file mappings do not count) plus ``limit_bytes``, so an
+    allocation beyond it fails inside the process (``MemoryError`` or torch's "can't allocate
+    memory" ``RuntimeError``: outcome ``oom``) instead of the kernel's OOM killer ending it with
+    SIGKILL. Relative, because the start-up footprint is mostly virtual reservations unrelated
+    to the memory the model will use. The previous soft limit is restored on exit (the hard
+    limit is never touched, so an in-process run leaves the process as it found it).
+    """
+    base = _vm_data_bytes() if limit_bytes is not None else None
+    if limit_bytes is None or base is None:
+        yield None
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    new = base + limit_bytes
+    if hard != resource.RLIM_INFINITY:
+        new = min(new, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (new, hard))
+    try:
+        yield new
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+class RunInterrupted(BaseException):
+    """Raised by the SIGTERM handler. A BaseException, so no library's ``except Exception``
+    swallows it on its way to ``run``."""
+
+
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into ``RunInterrupted`` (once: a second signal while the result is being
+    written is ignored). Only the main thread can install handlers; elsewhere this is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def handler(signum: int, frame: object) -> None:
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        raise RunInterrupted(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is running out of memory: CUDA's, or an allocation refused under the CPU
+    limit (``cpu_memory_limit``), which torch reports as a ``RuntimeError``."""
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    if isinstance(exc, RuntimeError):
+        msg = str(exc).lower()
+        return any(
+            s in msg
+            for s in (
+                "can't allocate memory",
+                "cannot allocate memory",
+                "out of memory",
+                "failed to allocate",
+            )
+        )
+    return False
