@@ -23,7 +23,8 @@ someone deleted a dir by hand. Only a cache that fails its checks right after be
 error (the disk does not keep what is written). The files are checked with plain reads into one
 small buffer, not through the memmaps: a page read through a mapping counts in the process's
 resident set (``ru_maxrss``, what a CPU trial's peak memory is), and the memory model counts only
-the token pages a trial touches. Cost: about 1 s per GB of cache on one core, once per open.
+the token pages a trial touches. Cost, once per open: about 1.5 s per GB of cache on one core
+(0.5 s for 400 MB in the page cache; 40 ms for a 13 MB cache, twice an unchecked open).
 
 Concurrency: a caller that misses takes an ``flock`` beside the cache dir, looks again (another
 process may have built it meanwhile), builds into a temporary dir in the same parent and renames
@@ -68,7 +69,7 @@ FILES: dict[str, str] = {
     "tokenizer": "tokenizer.json",
 }
 _UINT16_MAX = np.iinfo(np.uint16).max
-_SCAN_BYTES = 4 << 20  # a multiple of every dtype's itemsize, so no id straddles two pieces
+_SCAN_BYTES = 1 << 20  # a multiple of every dtype's itemsize, so no id straddles two pieces
 
 
 @dataclass
@@ -196,7 +197,7 @@ def _scan(file: Path, ids: np.dtype | None = None) -> tuple[str, int | None]:
     """The file's CRC-32 (8 hex digits) and, for an ids file (``ids`` its dtype), its largest id.
 
     Read in pieces into one buffer rather than through a memmap, so that checking a large cache
-    adds 4 MiB to the resident set instead of the whole file (see the module docstring).
+    adds 1 MiB to the resident set instead of the whole file (see the module docstring).
     """
     crc, top = 0, None
     buffer = bytearray(_SCAN_BYTES)

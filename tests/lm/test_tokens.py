@@ -405,3 +405,34 @@ def test_sweeps_tokenize_rebuilds_a_damaged_cache(small: Path) -> None:
     assert re.search(r"cache\s+built", first), first
     assert re.search(r"cache\s+hit", second), second
     assert int(tokens.load_tokens(small, "word", 8).train.max()) < 8
+
+
+RSS_CHILD = r"""
+import json, sys
+from pathlib import Path
+from lm import tokens
+
+def peak():  # VmHWM, not ru_maxrss: Linux carries a parent's ru_maxrss over fork and exec
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+before = peak()
+cache = tokens.load_tokens(Path(sys.argv[1]), "byte", 260)
+print(json.dumps({"hit": cache.hit, "grew": peak() - before}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads VmHWM from /proc")
+def test_checking_a_cache_does_not_add_it_to_the_resident_set(tmp_path: Path) -> None:
+    # A CPU trial's peak memory is its peak resident set, and the memory model counts only the token
+    # pages training touches: the check must not read 70 MB of cache through the memmaps.
+    text = "the quick brown fox jumps over the lazy dog " * 2000
+    corpus = make_corpus(tmp_path / "c", [(text, text)] * 100, [("a b", "c d")])
+    cache = tokens.load_tokens(corpus, "byte", 260)
+    file_bytes = sum(getattr(cache, n).nbytes for n in ("train", "train_nbytes"))
+    assert file_bytes > 64 * 2**20
+    proc = subprocess.run([sys.executable, "-c", RSS_CHILD, str(corpus)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(proc.stdout)
+    assert result["hit"] is True
+    assert result["grew"] < 16 * 2**20, result
