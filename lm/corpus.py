@@ -506,15 +506,24 @@ def prepare(
     raise SweepsError(f"unknown --format {format!r}; use posts or text")
 
 
-def _expand_sources(sources: list[str]) -> list[Path]:
-    """Paths and glob patterns -> files, deduplicated; a pattern matching nothing is an error."""
+def _expand_sources(sources: list[str]) -> tuple[list[Path], int]:
+    """Paths and glob patterns -> files, each real file once; a pattern matching nothing is an
+    error. Also returns how many names were dropped as another name of a file already listed.
+
+    A file reached under several names (a symlink to it, a hard link, a path through a linked
+    dir or a symlink loop such as ``ln -s . loop``) is one document: read twice, it would count
+    twice and could land in both splits, since the split hashes the name. It keeps the name with
+    the fewest symlinks on its path (its own name, whenever that is matched too, so the links
+    change nothing in the split), the first of those in the order given (hard links: the first,
+    as no name of the file is more its own than another).
+    """
     if not sources:
         raise SweepsError("no text sources given; pass files or glob patterns such as notes/*.txt")
-    files: dict[str, Path] = {}
+    names: dict[str, Path] = {}  # one entry per path as written, in order
     for source in sources:
         pattern = os.path.expanduser(str(source))
         if any(c in pattern for c in "*?["):
-            matches = [Path(m) for m in sorted(glob.glob(pattern, recursive=True))]
+            matches = [Path(m) for m in sorted(_glob(pattern))]
             matches = [m for m in matches if m.is_file()]
             if not matches:
                 raise SweepsError(f"{source}: the pattern matches no file; check the path")
@@ -529,8 +538,91 @@ def _expand_sources(sources: list[str]) -> list[Path]:
                 )
             matches = [path]
         for m in matches:
-            files.setdefault(os.path.abspath(m), m)
-    return [Path(p) for p in files]
+            names.setdefault(os.path.abspath(m), m)
+    best: dict[tuple[int, int], tuple[tuple[int, int], Path]] = {}  # file id -> (rank, name)
+    links = _SymlinkCounter()
+    for order, name in enumerate(names.values()):
+        st = name.stat()
+        rank = (links.on_path(name), order)
+        key = (st.st_dev, st.st_ino)
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, name)
+    files = [name for _, name in sorted(best.values(), key=lambda v: v[0][1])]  # given order
+    return files, len(names) - len(files)
+
+
+class _SymlinkCounter:
+    """How many symlinks lie on a path (the file and every dir above it); dirs memoized."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, int] = {}
+
+    def on_path(self, path: Path) -> int:
+        absolute = os.path.abspath(path)
+        return int(os.path.islink(absolute)) + self._dir(os.path.dirname(absolute))
+
+    def _dir(self, d: str) -> int:
+        if d not in self._dirs:
+            parent = os.path.dirname(d)
+            above = self._dir(parent) if parent != d else 0
+            self._dirs[d] = int(os.path.islink(d)) + above
+        return self._dirs[d]
+
+
+def _glob(pattern: str) -> list[str]:
+    """``glob.glob(pattern, recursive=True)``, except that a ``**`` walks each real dir once.
+
+    glob's own ``**`` follows symlinked dirs with no memory of where it has been: ``ln -s .
+    loop`` lists every file 41 times (until the kernel's ELOOP), and two such links make it run
+    for ever (2**40 paths). Patterns without ``**`` go to glob as they are: their depth bounds
+    them.
+    """
+    parts = pattern.split(os.sep)
+    if "**" not in parts:
+        return glob.glob(pattern)
+    i = parts.index("**")
+    head, tail = os.sep.join(parts[:i]), parts[i + 1 :] or ["*"]
+    if i == 1 and head == "":
+        head = os.sep  # the pattern starts with /**
+    if any(c in head for c in "*?["):
+        tops = [t for t in glob.glob(head) if os.path.isdir(t)]
+    else:
+        tops = [head] if head == "" or os.path.isdir(head) else []
+    seen: set[tuple[int, int]] = set()
+    found = []
+    for top in tops:
+        for d in _real_dirs(top, seen):
+            found += _glob(os.path.join(glob.escape(d), *tail))
+    return found
+
+
+def _real_dirs(top: str, seen: set[tuple[int, int]]) -> list[str]:
+    """``top`` and the dirs below it that ``**`` matches (hidden ones skipped, as glob does), each
+    real dir once (``seen`` holds their ids): dirs reached without a symlink first, so a dir is
+    named by its own path when it has one, and a loop ends where it starts. ``""`` is the cwd.
+    """
+    plain, linked, found = [top], [], []
+    while plain or linked:
+        d = plain.pop() if plain else linked.pop(0)
+        try:
+            st = os.stat(d or os.curdir)
+            entries = sorted(os.scandir(d or os.curdir), key=lambda e: e.name)
+        except OSError:  # vanished, unreadable, or a dangling link
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        found.append(d)
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir():  # follows a symlink
+                    path = os.path.join(d, entry.name)
+                    (linked if entry.is_symlink() else plain).append(path)
+            except OSError:
+                continue
+    return found
 
 
 def _relative_names(files: list[Path]) -> list[str]:
@@ -552,12 +644,13 @@ def prepare_text(
 
     Documents are joined with the ``<D>`` mark, ordered by relative path; reserved control
     characters are removed, line ends normalized to ``\\n``, and leading whitespace dropped; a
-    file with no text is skipped. Split by a hash of the relative path.
+    file with no text is skipped, and so is a further name of a file already read (a symlink or
+    a hard link to it; see ``_expand_sources``). Split by a hash of the relative path.
     """
     val_fraction = _check_val_fraction(val_fraction)
     if isinstance(sources, (str, os.PathLike)):  # one path, not a sequence of characters
         sources = [str(sources)]
-    found = _expand_sources(list(sources))
+    found, duplicates = _expand_sources(list(sources))
     files = [f for f in found if f.stat().st_size > 0]
     names = _relative_names(files) if files else []
     documents = sorted(zip(names, files, strict=True))
@@ -592,6 +685,8 @@ def prepare_text(
             "pairs": 0,
             "documents": n_docs,
             "files_skipped_empty": len(found) - n_docs,
+            # names of a file already read: a symlink, a hard link, a path through a symlink loop
+            "files_skipped_duplicate": duplicates,
             "train_documents": splits.train.items,
             "val_documents": splits.val.items,
             "train_pairs": 0,

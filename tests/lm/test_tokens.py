@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -299,3 +300,139 @@ def test_a_corpus_file_that_is_not_utf8_is_a_one_line_error(small: Path) -> None
     write_manifest(small)
     with pytest.raises(SweepsError, match=r"val\.txt: not valid UTF-8"):
         tokens.load_tokens(small, "byte", 260)
+
+
+# --- a damaged cache of the right size ------------------------------------------------------------
+
+
+def _damage(file: Path, offset: int, data: bytes) -> None:
+    with open(file, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_ids_out_of_range_of_the_same_size_are_rebuilt(small: Path) -> None:
+    cache = tokens.load_tokens(small, "word", 8)
+    expected = np.array(cache.train)
+    size = (cache.path / "train.bin").stat().st_size
+    (cache.path / "train.bin").write_bytes(b"\xff" * size)  # the size check alone passes this
+    again = tokens.load_tokens(small, "word", 8)
+    assert again.hit is False
+    assert np.array_equal(again.train, expected) and int(again.train.max()) < 8
+    assert tokens.load_tokens(small, "word", 8).hit is True
+
+
+def test_a_flipped_id_inside_the_vocabulary_is_rebuilt(small: Path) -> None:
+    cache = tokens.load_tokens(small, "word", 8)
+    expected = np.array(cache.val)
+    assert expected[1] == 6  # "the"; 7 (" dog") is just as valid an id, only the wrong one
+    _damage(cache.path / "val.bin", 2, bytes([7]))  # uint16 little-endian: the low byte
+    again = tokens.load_tokens(small, "word", 8)
+    assert again.hit is False and np.array_equal(again.val, expected)
+
+
+def test_a_flipped_byte_in_the_nbytes_or_the_tokenizer_is_rebuilt(small: Path) -> None:
+    cache = tokens.load_tokens(small, "word", 8)
+    expected = np.array(cache.val_nbytes)
+    _damage(cache.path / "val_nbytes.bin", 2, bytes([9]))  # bits per byte would divide by it
+    assert tokens.load_tokens(small, "word", 8).hit is False
+    text = (cache.path / "tokenizer.json").read_text(encoding="utf-8")
+    (cache.path / "tokenizer.json").write_text(text.replace(" dog", " dig"), encoding="utf-8")
+    again = tokens.load_tokens(small, "word", 8)
+    assert again.hit is False and np.array_equal(again.val_nbytes, expected)
+    assert again.tokenizer.token_strings()[-1] == " dog"
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        [0, 3, 2, 2, 1, 3, 3],  # truncated: one id short
+        [0, 3, 2, 2, 1, 3, 3, 1, 0],  # one too many
+        [0, 3, 2, 2, 1, 3, 3, 5],  # the right length, not the train tokens' count
+        [-1, 3, 2, 2, 1, 3, 3, 2],  # negative, same sum
+        [0, 3, 2, 2, 1, 3, 3, "1"],  # non-numeric
+        [0, 3, 2, 2, 1, 3, 3, 1.5],  # not an integer
+        [0, 3, 2, 2, 1, 3, 3, True],  # JSON true, an int to Python
+        None,
+    ],
+)
+def test_bad_unigram_counts_are_rebuilt(small: Path, counts: object) -> None:
+    cache = tokens.load_tokens(small, "word", 8)
+    expected = cache.meta["unigram_counts"]
+    meta = json.loads((cache.path / "meta.json").read_text())
+    meta["unigram_counts"] = counts
+    (cache.path / "meta.json").write_text(json.dumps(meta))
+    again = tokens.load_tokens(small, "word", 8)
+    assert again.hit is False and again.meta["unigram_counts"] == expected
+
+
+def test_an_intact_cache_is_a_hit_and_keeps_its_files(small: Path) -> None:
+    cache = tokens.load_tokens(small, "bpe", 270)
+    assert set(cache.meta["checksums"]) == set(tokens.FILES)
+    before = {p.name: p.stat().st_mtime_ns for p in cache.path.iterdir()}
+    inode = cache.path.stat().st_ino
+    for _ in range(2):
+        again = tokens.load_tokens(small, "bpe", 270)
+        assert again.hit is True
+    assert cache.path.stat().st_ino == inode  # not replaced by a rebuild
+    assert {p.name: p.stat().st_mtime_ns for p in cache.path.iterdir()} == before
+
+
+def test_a_cache_of_the_previous_format_is_rebuilt(small: Path) -> None:
+    cache = tokens.load_tokens(small, "byte", 260)
+    meta = json.loads((cache.path / "meta.json").read_text())
+    meta["format"] = "lm.tokens/1"  # no checksums: nothing to check it against
+    del meta["checksums"]
+    (cache.path / "meta.json").write_text(json.dumps(meta))
+    assert tokens.load_tokens(small, "byte", 260).hit is False
+
+
+def test_sweeps_tokenize_rebuilds_a_damaged_cache(small: Path) -> None:
+    cache = tokens.load_tokens(small, "word", 8)
+    size = (cache.path / "train.bin").stat().st_size
+    (cache.path / "train.bin").write_bytes(b"\xff" * size)
+
+    def tokenize() -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sweeps", "tokenize", str(small), "--tokenizer", "word",
+             "--vocab-size", "8"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    first, second = tokenize(), tokenize()
+    assert re.search(r"cache\s+built", first), first
+    assert re.search(r"cache\s+hit", second), second
+    assert int(tokens.load_tokens(small, "word", 8).train.max()) < 8
+
+
+RSS_CHILD = r"""
+import json, sys
+from pathlib import Path
+from lm import tokens
+
+def peak():  # VmHWM, not ru_maxrss: Linux carries a parent's ru_maxrss over fork and exec
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+before = peak()
+cache = tokens.load_tokens(Path(sys.argv[1]), "byte", 260)
+print(json.dumps({"hit": cache.hit, "grew": peak() - before}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads VmHWM from /proc")
+def test_checking_a_cache_does_not_add_it_to_the_resident_set(tmp_path: Path) -> None:
+    # A CPU trial's peak memory is its peak resident set, and the memory model counts only the token
+    # pages training touches: the check must not read 70 MB of cache through the memmaps.
+    text = "the quick brown fox jumps over the lazy dog " * 2000
+    corpus = make_corpus(tmp_path / "c", [(text, text)] * 100, [("a b", "c d")])
+    cache = tokens.load_tokens(corpus, "byte", 260)
+    file_bytes = sum(getattr(cache, n).nbytes for n in ("train", "train_nbytes"))
+    assert file_bytes > 64 * 2**20
+    proc = subprocess.run([sys.executable, "-c", RSS_CHILD, str(corpus)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(proc.stdout)
+    assert result["hit"] is True
+    assert result["grew"] < 16 * 2**20, result
