@@ -39,29 +39,31 @@ RESULT_FILE = "result.json"
 CHECKPOINT_FILE = "best.pt"
 LOG_FILE = "train.log"
 
-#: Keys of each ``metrics.jsonl`` object, in order.
-METRIC_KEYS = (
-    "step",
-    "tokens",
-    "lr",
-    "train_loss",
-    "val_loss",
-    "val_bpb",
-    "accuracy",
-    "unigram_entropy",
-    "unigram_bpb",
-    "unigram_gap",
-    "kl_mean_to_unigram",
-    "mean_kl_to_mean",
-    "top20_overlap",
-    "top_tokens",
-    "unk_rate_targets",
-    "unk_rate_samples",
-    "samples",
-    "peak_mem_bytes",
-    "tokens_per_s",
-    "elapsed_s",
-)
+#: Keys of each ``metrics.jsonl`` object, in order, with the type of their value (``float``: any
+#: finite number; every value may also be None, a non-finite number written as null).
+METRIC_TYPES: dict[str, type] = {
+    "step": int,
+    "tokens": int,
+    "lr": float,
+    "train_loss": float,
+    "val_loss": float,
+    "val_bpb": float,
+    "accuracy": float,
+    "unigram_entropy": float,
+    "unigram_bpb": float,
+    "unigram_gap": float,
+    "kl_mean_to_unigram": float,
+    "mean_kl_to_mean": float,
+    "top20_overlap": float,
+    "top_tokens": dict,
+    "unk_rate_targets": float,
+    "unk_rate_samples": float,
+    "samples": list,
+    "peak_mem_bytes": int,
+    "tokens_per_s": float,
+    "elapsed_s": float,
+}
+METRIC_KEYS = tuple(METRIC_TYPES)
 
 
 def jsonable(value: Any) -> Any:
@@ -133,6 +135,77 @@ def write_result(run_dir: Path, result: RunResult) -> None:
     write_json_atomic(Path(run_dir) / RESULT_FILE, result.to_dict(), indent=2)
 
 
+# --- what the parent accepts from a child --------------------------------------------------------
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if value is None:
+        return True
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _samples(value: list[Any]) -> list[dict[str, str]]:
+    return [v for v in value if isinstance(v, dict) and isinstance(v.get("prompt"), str)
+            and isinstance(v.get("text"), str)]
+
+
+def check_metrics_row(value: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """One ``metrics.jsonl`` object as the parent may use it, and what was wrong with it: not an
+    object -> None (the line is skipped); a known key with a value of the wrong type -> the key
+    is dropped (the row is judged on what is valid); unknown keys are kept as they are."""
+    if not isinstance(value, dict):
+        return None, [f"a {METRICS_FILE} line is {type(value).__name__}, not an object"]
+    row, problems = {}, []
+    for key, v in value.items():
+        kind = METRIC_TYPES.get(key)
+        if kind is None or _fits(v, kind):
+            row[key] = _samples(v) if key == "samples" and v is not None else v
+        else:
+            problems.append(_wrong(key, v, kind))
+    return row, problems
+
+
+def _result_types() -> dict[str, type]:
+    """The type of each ``RunResult`` field's value, from the dataclass itself."""
+    simple = {"int": int, "float": float, "str": str}
+    out = {}
+    for f in dataclasses.fields(RunResult):
+        name = str(f.type).split(" | ")[0].split("[")[0]
+        out[f.name] = simple.get(name) or {"dict": dict}.get(name, object)
+    return out
+
+
+def check_result(value: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """``result.json`` as the parent may use it: an object with a string ``outcome``, else None
+    (the parent then goes by the exit code); a field of the wrong type is dropped and named, and
+    ``final_metrics`` is checked as a metrics row."""
+    if not isinstance(value, dict) or not isinstance(value.get("outcome"), str):
+        return None, [] if value is None else [f"{RESULT_FILE} holds no outcome"]
+    types = _result_types()
+    out, problems = {}, []
+    for key, v in value.items():
+        kind = types.get(key, object)
+        if key == "final_metrics" and v is not None:
+            v, more = check_metrics_row(v)
+            problems += [f"final_metrics: {p}" for p in more]
+        elif not _fits(v, kind):
+            problems.append(_wrong(key, v, kind))
+            continue
+        out[key] = v
+    return out, problems
+
+
+def _wrong(key: str, value: Any, kind: type) -> str:
+    text = repr(value)
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    return f"{key}={shown} is not {'a number' if kind is float else 'a ' + kind.__name__}"
+
+
 # --- readers -------------------------------------------------------------------------------------
 
 
@@ -147,15 +220,17 @@ def read_result(run_dir: Path) -> RunResult:
         raise SweepsError(f"{path} is not a valid result file: {exc}") from None
 
 
-def read_result_dict(run_dir: Path) -> dict[str, Any] | None:
-    """The orchestrator's lenient read: ``result.json`` as a dict, or None when it is missing,
-    unreadable or has no ``outcome`` (a child killed before writing it; the parent then goes by
-    the exit code)."""
+def read_result_dict(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The orchestrator's lenient read: ``result.json`` checked (``check_result``), or None when
+    it is missing, unreadable or has no ``outcome`` (a child killed before writing it; the
+    parent then goes by the exit code); and what was wrong with it."""
     try:
         value = json.loads((Path(run_dir) / RESULT_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) and "outcome" in value else None
+    except OSError:
+        return None, []
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return None, [f"{RESULT_FILE} is not valid JSON ({exc})"]
+    return check_result(value)
 
 
 def read_config(run_dir: Path) -> TrainConfig:

@@ -52,7 +52,8 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
         return None
     last = history[-1]
     n = len(history)
-    if not _finite(last.get("val_loss")):
+    # A row without the key had a value of the wrong type (dropped by the runner): not judged.
+    if "val_loss" in last and not _finite(last["val_loss"]):
         return Verdict(outcomes.DIVERGED, f"val_loss is not finite ({last.get('val_loss')}) at "
                        f"evaluation {n} ({_tokens(last)} tokens)")
     if n <= limits.patience:
@@ -61,8 +62,8 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
     if not earlier:
         return None
     best = min(earlier)
-    recent = [r["val_loss"] for r in history[n - limits.patience:]]
-    if best > 0 and all(v > limits.ratio * best for v in recent):
+    recent = [r.get("val_loss") for r in history[n - limits.patience:]]
+    if best > 0 and all(_finite(v) and v > limits.ratio * best for v in recent):
         return Verdict(outcomes.DIVERGED, f"val_loss {recent[-1]:.4g} above {limits.ratio:g} x the "
                        f"best {best:.4g} for {limits.patience} evaluation(s), at "
                        f"{_tokens(last)} tokens")

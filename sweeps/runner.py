@@ -54,6 +54,7 @@ from lm.run_files import (
     METRICS_FILE,
     RESULT_FILE,
     TOKENIZER_FILE,
+    check_metrics_row,
     jsonable,
     read_result_dict,
     write_config,
@@ -158,12 +159,15 @@ def hard_wall_s(limits: Limits) -> float | None:
 
 
 class MetricsFollower:
-    """Complete new lines of a growing JSON-lines file, by polling."""
+    """Complete new lines of a growing JSON-lines file, by polling, each checked as a metrics row
+    (``lm.run_files.check_metrics_row``): a line that is not a JSON object is skipped, a value of
+    the wrong type dropped, and both noted in ``problems``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.partial = b""
+        self.problems: list[str] = []
 
     def read(self) -> list[dict[str, Any]]:
         try:
@@ -178,9 +182,17 @@ class MetricsFollower:
         self.partial = lines.pop()  # an incomplete last line waits for the next poll
         rows = []
         for line in lines:
-            if line.strip():
-                with contextlib.suppress(json.JSONDecodeError):
-                    rows.append(json.loads(line))
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                self.problems.append(f"a {METRICS_FILE} line is not JSON: {line[:60]!r}")
+                continue
+            row, problems = check_metrics_row(value)
+            self.problems += problems
+            if row is not None:
+                rows.append(row)
         return rows
 
 
@@ -243,6 +255,8 @@ class Attempt:
     peak_rss: int | None
     child_pid: int | None
     returncode: int | None
+    #: What was wrong in the child's files (skipped lines, dropped values), for the record.
+    problems: list[str] = field(default_factory=list)
 
 
 class _TrialRun:
@@ -329,10 +343,11 @@ class _TrialRun:
             # it ended (a collapsed model that completes its budget is still collapsed). An
             # Optuna prune at that moment is moot: the trial is complete.
             stopped = verdict
-        result = read_result_dict(run_dir)
+        result, problems = read_result_dict(run_dir)
         outcome, reason = classify(rc, result, stopped, run_dir)
         times.poll()
-        return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc)
+        return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc,
+                       follower.problems + problems)
 
     def on_eval(self, row: dict[str, Any], history: list[dict[str, Any]],
                 attempt_no: int) -> Verdict | None:
@@ -486,6 +501,9 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
         out["cold_start_s"] = round(a.times.cold_start_s, 3)
     if a.times.setup_s is not None:
         out["setup_s"] = round(a.times.setup_s, 3)
+    if a.problems:  # the trial is judged on what was valid; what was not is kept, in short
+        out["child_file_problems"] = a.problems[:10] + (
+            [f"... and {len(a.problems) - 10} more"] if len(a.problems) > 10 else [])
     r = a.result or {}
     last = a.history[-1] if a.history else {}
     final = r.get("final_metrics") or last

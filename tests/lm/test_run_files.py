@@ -84,7 +84,7 @@ def test_a_written_result_reads_back_strictly_and_leniently(tmp_path: Path) -> N
     result = RunResult("complete", "done", 0, best_val_bpb=math.nan, params={"total": 7})
     write_result(tmp_path, result)
     assert read_result(tmp_path) == RunResult("complete", "done", 0, params={"total": 7})
-    assert read_result_dict(tmp_path) == result.to_dict()
+    assert read_result_dict(tmp_path) == (result.to_dict(), [])
     assert [p.name for p in tmp_path.iterdir()] == [run_files.RESULT_FILE]  # no temp file left
 
 
@@ -94,7 +94,34 @@ def test_the_lenient_reader_returns_none_for_a_missing_or_partial_result(
 ) -> None:
     if text is not None:
         (tmp_path / run_files.RESULT_FILE).write_text(text, encoding="utf-8")
-    assert read_result_dict(tmp_path) is None
+    assert read_result_dict(tmp_path)[0] is None
+
+
+@pytest.mark.parametrize("value", [[1, 2, 3], "text", 7, None, True])
+def test_a_metrics_line_that_is_not_an_object_is_skipped_and_noted(value: object) -> None:
+    row, problems = run_files.check_metrics_row(value)
+    assert row is None and len(problems) == 1 and "not an object" in problems[0]
+
+
+def test_a_metrics_value_of_the_wrong_type_is_dropped_and_named() -> None:
+    row, problems = run_files.check_metrics_row({
+        "step": 3, "tokens": "many", "val_bpb": "1.2", "val_loss": True, "lr": None,
+        "samples": [{"prompt": "<Q>", "text": "ok"}, [1], {"prompt": 5, "text": "x"}],
+        "top_tokens": "x", "extra": [1]})
+    assert row == {"step": 3, "lr": None, "samples": [{"prompt": "<Q>", "text": "ok"}],
+                   "extra": [1]}
+    assert [p.split("=")[0] for p in problems] == ["tokens", "val_bpb", "val_loss", "top_tokens"]
+
+
+def test_a_result_field_of_the_wrong_type_is_dropped_and_named() -> None:
+    result, problems = run_files.check_result({
+        "outcome": "complete", "reason": "done", "exit_code": 0, "peak_mem_bytes": "big",
+        "params": [1], "final_metrics": {"val_bpb": "low", "tokens": 10}, "wall_s": 1.5})
+    assert result == {"outcome": "complete", "reason": "done", "exit_code": 0,
+                      "final_metrics": {"tokens": 10}, "wall_s": 1.5}
+    assert [p.split("=")[0] for p in problems] == ["peak_mem_bytes", "params",
+                                                   "final_metrics: val_bpb"]
+    assert run_files.check_result({"outcome": 3})[0] is None
 
 
 def test_the_strict_reader_says_what_is_wrong(tmp_path: Path) -> None:

@@ -89,6 +89,11 @@ def test_metrics_follower_returns_complete_lines_only(tmp_path: Path) -> None:
         fh.write(', "tokens": 5}\n\n')
     assert follower.read() == [{"step": 2, "tokens": 5}]
     assert follower.read() == []
+    assert follower.problems == []
+    with open(path, "a") as fh:  # well-formed JSON of the wrong shape, and a broken line
+        fh.write('[1, 2, 3]\n"text"\n{"step": 3, "tokens": "many"}\n{oops\n')
+    assert follower.read() == [{"step": 3}]
+    assert len(follower.problems) == 4
 
 
 @pytest.mark.parametrize(("rc", "result", "stopped", "expected"), [
@@ -365,3 +370,43 @@ def test_the_fork_server_serves_only_its_own_orchestrator(server: Any, tmp_path:
                            capture_output=True, text=True, timeout=30)
     assert other.returncode == 0, other.stderr
     assert other.stdout.strip() in ("b''", "closed")  # closed unanswered: nothing forked
+
+
+# --- a child whose files are well-formed but wrong-shaped ----------------------------------------
+
+
+class GarbledLauncher:
+    """Children that write wrong-shaped metrics lines and a result with a non-number peak, then
+    exit 0, as a buggy or hostile child could."""
+
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
+               cpus: list[int] | None = None) -> PopenChild:
+        code = (
+            "import json, sys, pathlib; d = pathlib.Path(sys.argv[1])\n"
+            "lines = ['[1,2,3]', '\"text\"', '{\"step\": \"one\", \"tokens\": 100, "
+            "\"val_bpb\": \"low\", \"samples\": \"none\"}', "
+            "'{\"step\": 2, \"tokens\": 200, \"val_bpb\": 3.5, \"val_loss\": 2.0}']\n"
+            "(d / 'metrics.jsonl').write_text('\\n'.join(lines) + '\\n')\n"
+            "(d / 'result.json').write_text(json.dumps({'outcome': 'complete', 'reason': 'ok',"
+            " 'exit_code': 0, 'peak_mem_bytes': 'big', 'tokens_seen': 200, 'params': [1],"
+            " 'final_metrics': {'val_bpb': 3.5, 'val_loss': 2.0, 'tokens': 200}}))\n")
+        return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir)],
+                                           start_new_session=True))
+
+    def close(self) -> None:
+        pass
+
+
+def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(tmp_path: Path,
+                                                                  corpus: Path) -> None:
+    spec, storage, study = open_study(tmp_path, spec_dict("garbled", corpus))
+    report = run_trial(context(spec, storage, study, tmp_path, GarbledLauncher()), CPU,
+                       study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "complete" and t.values == [3.5]  # judged on what was valid
+    problems = t.user_attrs["child_file_problems"]
+    assert [p.split("=")[0] for p in problems[2:]] == ["step", "val_bpb", "samples",
+                                                       "peak_mem_bytes", "params"]
+    assert all("not an object" in p for p in problems[:2])
+    evals = st.read_evals(storage, "garbled")
+    assert [e["tokens"] for e in evals] == [100, 200]
