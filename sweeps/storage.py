@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import optuna
 import sqlalchemy as sa
@@ -71,35 +72,46 @@ def resolve_storage_url(cli: str | None, spec_url: str | None) -> str:
 
 
 def mask_url(url: str) -> str:
-    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db`` (also a
-    ``password=`` query parameter). Works on strings that are not valid URLs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc_end = len(rest)
-    for stop in "/?#":
-        i = rest.find(stop)
-        if i != -1:
-            netloc_end = min(netloc_end, i)
-    netloc, tail = rest[:netloc_end], rest[netloc_end:]
-    at = netloc.rfind("@")
-    if at != -1:
-        userinfo, host = netloc[:at], netloc[at + 1:]
-        user, colon, _password = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else netloc
-    if "?" in tail:
-        path, _, query = tail.partition("?")
-        parts = [(p.split("=", 1)[0] + "=***") if p.lower().startswith("password=") else p
-                 for p in query.split("&")]
-        tail = f"{path}?{'&'.join(parts)}"
-    return f"{scheme}://{netloc}{tail}"
+    """The URL with its password shown as ``***`` (in the user info and a ``password=`` query
+    parameter), read the way SQLAlchemy reads it, so what is hidden is what would be sent:
+    ``postgresql://user:a/b#c@host/db`` -> ``postgresql://user:***@host/db``. A URL SQLAlchemy
+    cannot parse keeps only what follows its last ``@``: nothing there can be a password."""
+    parsed = _parsed(url)
+    if parsed is None:
+        return _mask_unparsed(url)
+    query_secret = any(k.lower() == "password" for k in parsed.query)
+    if parsed.password is None and "@" not in (parsed.host or "") and not query_secret:
+        return url  # nothing to hide: shown exactly as written
+    if parsed.host and "@" in parsed.host:
+        # SQLAlchemy ends the password at the first "@"; a literal "@" in a password leaves the
+        # rest of it in the host. None of it is shown.
+        parsed = parsed.set(host=parsed.host.rpartition("@")[2])
+    shown = parsed.set(query={}).render_as_string(hide_password=True)
+    if parsed.query:
+        pairs = [(k, v) for k, vs in parsed.query.items()
+                 for v in (vs if isinstance(vs, tuple) else (vs,))]
+        shown += "?" + "&".join(f"{quote_plus(k)}=" + ("***" if k.lower() == "password"
+                                                       else quote_plus(v)) for k, v in pairs)
+    return shown
+
+
+def _mask_unparsed(url: str) -> str:
+    scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
+    _, at, host = rest.rpartition("@")
+    if at:
+        rest = f"***@{host}"
+    path, q, query = rest.partition("?")
+    if q:
+        query = "&".join((p.split("=", 1)[0] + "=***") if p.lower().startswith("password=")
+                         else p for p in query.split("&"))
+    return f"{scheme}{sep}{path}{q}{query}"
 
 
 def normalize_url(url: str) -> str:
     """Validate the URL's form; ``postgres(ql)://`` gets the psycopg 3 driver."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise SweepsError(f"storage URL {mask_url(url)!r} is not a database URL; use e.g. "
                           f"{DEFAULT_URL} or postgresql://user@host/dbname") from None
     if parsed.drivername in ("postgresql", "postgres"):
@@ -226,11 +238,14 @@ def _is_create_race(exc: Exception) -> bool:
 
 def _storage_error(url: str, exc: BaseException) -> SweepsError:
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    first = detail[0].strip() if detail else type(exc).__name__
+    first = _scrub(detail[0].strip() if detail else type(exc).__name__, url)
     masked = mask_url(url)
     if "password" in first.lower():
         first = "authentication failed"
-    if "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
+    parsed = _parsed(url)
+    if parsed is not None and "@" in (parsed.host or ""):
+        hint = "write an @ in the password as %40 (the URL's host part holds an @)"
+    elif "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
         hint = f"upgrade it with `optuna storage upgrade --storage {masked}`"
     elif url.startswith("sqlite"):
         hint = "check the file is a SQLite database written by sweeps/Optuna"
@@ -238,6 +253,30 @@ def _storage_error(url: str, exc: BaseException) -> SweepsError:
         hint = ("check host, port, user and database name (create the database first, e.g. "
                 "`createdb sweeps`), or use sqlite:///sweeps.db")
     return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
+
+
+def _parsed(url: str) -> sa.URL | None:
+    try:
+        return sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return None
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (a driver's message) without any part of the URL's password: a literal ``@``
+    in it leaves the rest in the host, which the driver names (``failed to resolve host``)."""
+    parsed = _parsed(url)
+    if parsed is None:
+        return text
+    host = parsed.host or ""
+    if "@" in host:
+        leaked, _, clean = host.rpartition("@")
+        text = text.replace(host, f"***@{clean}").replace(leaked, "***")
+    secrets = [parsed.password or ""] + [str(v) for k, v in parsed.query.items()
+                                          if k.lower() == "password"]
+    for secret in filter(None, secrets):
+        text = text.replace(secret, "***")
+    return text
 
 
 _CALLBACK_ARG = optuna_compat.stale_callback_arg()
