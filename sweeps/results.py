@@ -9,9 +9,8 @@
 Optuna's own reader (``get_all_trials``) builds a ``FrozenTrial`` per trial through the ORM: ~6 s
 for 2,000 trials with ~40 user attributes each. The tables are read here directly instead (one
 query per table, through Optuna's own table definitions, so the schema is the installed
-Optuna's): ~0.7 s for the same study, evaluations and samples included. Reading never writes
-Optuna's tables and never creates a SQLite file that is not there (``storage.open_engine`` does
-add the project's ``sweeps_*`` tables where they are missing).
+Optuna's): ~0.7 s for the same study, evaluations and samples included. Reading a URL writes
+nothing: the database is opened read-only (``storage.read_only_engine``).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -79,30 +77,24 @@ class StudyResults:
 
 @contextlib.contextmanager
 def reader(storage: StorageLike) -> Iterator[tuple[sa.Connection, str]]:
-    """(connection, masked URL) for reading; ``SweepsError`` when the URL is bad, the database
-    unreachable, a SQLite file missing (it is not created) or without any Optuna study. An engine
-    made here from a URL is disposed on exit."""
+    """(connection, masked URL) for reading; ``SweepsError`` when the URL is bad or in memory, the
+    database unreachable, a SQLite file missing, or the database not a sweeps one. A URL is opened
+    read-only (``storage.read_only_engine``: nothing created or changed, a read-only mount is
+    fine) and its engine disposed on exit."""
     owned = None
     if isinstance(storage, RDBStorage):
         engine = storage.engine
     elif isinstance(storage, sa.Engine):
         engine = storage
     else:
-        url = st.normalize_url(storage)
-        parsed = sa.engine.make_url(url)
-        database = parsed.database or ""
-        if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") \
-                and not database.startswith("file:") and not Path(database).expanduser().exists():
-            raise SweepsError(f"storage {st.mask_url(storage)}: {database} does not exist; pass "
-                              "--storage with the database the study was run against")
-        engine = owned = st.open_engine(storage)
+        engine = owned = st.read_only_engine(storage)
     shown = st.mask_url(storage if isinstance(storage, str)
                         else engine.url.render_as_string(hide_password=False))
     try:
         with engine.connect() as conn:
-            if not sa.inspect(conn).has_table(models.StudyModel.__tablename__):
-                raise SweepsError(f"storage {shown} holds no Optuna study (no `studies` table); "
-                                  "run a study first or check --storage")
+            st.require_sweeps_database(conn, shown)
+            if owned is not None:
+                st.stand_in_tables(conn)  # a database Optuna wrote alone: no evaluations
             yield conn, shown
     finally:
         if owned is not None:

@@ -12,6 +12,11 @@
 - A URL that is invalid or unreachable is a one-line ``SweepsError`` raised *before* Optuna
   touches the database, so a typo creates nothing (for SQLite: a missing directory is an error,
   never created).
+- Read-only commands (``status``, ``trials``, ``report``, ``export``) open the database with
+  ``read_only_engine``/``read_only_storage``: no table created, no WAL switch, nothing written
+  (SQLite ``mode=ro``, so a file on a read-only mount is readable), and a database without
+  Optuna's tables is "not a sweeps database". An in-memory SQLite URL is refused: every process
+  would see its own empty database.
 - Heartbeats: a trial whose worker stops beating for ``grace_period`` is failed by the next
   worker that starts a trial, and ``RequeueCallback`` queues its parameters again (at most
   ``max_retries`` times). ``stale_local_trials`` + ``fail_and_requeue`` do the same at once for
@@ -34,6 +39,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import optuna
 import sqlalchemy as sa
@@ -71,37 +77,56 @@ def resolve_storage_url(cli: str | None, spec_url: str | None) -> str:
 
 
 def mask_url(url: str) -> str:
-    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db`` (also a
-    ``password=`` query parameter). Works on strings that are not valid URLs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc_end = len(rest)
-    for stop in "/?#":
-        i = rest.find(stop)
-        if i != -1:
-            netloc_end = min(netloc_end, i)
-    netloc, tail = rest[:netloc_end], rest[netloc_end:]
-    at = netloc.rfind("@")
-    if at != -1:
-        userinfo, host = netloc[:at], netloc[at + 1:]
-        user, colon, _password = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else netloc
-    if "?" in tail:
-        path, _, query = tail.partition("?")
-        parts = [(p.split("=", 1)[0] + "=***") if p.lower().startswith("password=") else p
-                 for p in query.split("&")]
-        tail = f"{path}?{'&'.join(parts)}"
-    return f"{scheme}://{netloc}{tail}"
+    """The URL with its password shown as ``***`` (in the user info and a ``password=`` query
+    parameter), read the way SQLAlchemy reads it, so what is hidden is what would be sent:
+    ``postgresql://user:a/b#c@host/db`` -> ``postgresql://user:***@host/db``. A URL SQLAlchemy
+    cannot parse keeps only what follows its last ``@``: nothing there can be a password."""
+    parsed = _parsed(url)
+    if parsed is None:
+        return _mask_unparsed(url)
+    query_secret = any(k.lower() == "password" for k in parsed.query)
+    if parsed.password is None and "@" not in (parsed.host or "") and not query_secret:
+        return url  # nothing to hide: shown exactly as written
+    if parsed.host and "@" in parsed.host:
+        # SQLAlchemy ends the password at the first "@"; a literal "@" in a password leaves the
+        # rest of it in the host. None of it is shown.
+        parsed = parsed.set(host=parsed.host.rpartition("@")[2])
+    shown = parsed.set(query={}).render_as_string(hide_password=True)
+    if parsed.query:
+        pairs = [(k, v) for k, vs in parsed.query.items()
+                 for v in (vs if isinstance(vs, tuple) else (vs,))]
+        shown += "?" + "&".join(f"{quote_plus(k)}=" + ("***" if k.lower() == "password"
+                                                       else quote_plus(v)) for k, v in pairs)
+    return shown
+
+
+def _mask_unparsed(url: str) -> str:
+    scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
+    _, at, host = rest.rpartition("@")
+    if at:
+        rest = f"***@{host}"
+    path, q, query = rest.partition("?")
+    if q:
+        query = "&".join((p.split("=", 1)[0] + "=***") if p.lower().startswith("password=")
+                         else p for p in query.split("&"))
+    return f"{scheme}{sep}{path}{q}{query}"
 
 
 def normalize_url(url: str) -> str:
     """Validate the URL's form; ``postgres(ql)://`` gets the psycopg 3 driver."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise SweepsError(f"storage URL {mask_url(url)!r} is not a database URL; use e.g. "
                           f"{DEFAULT_URL} or postgresql://user@host/dbname") from None
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and (
+            database in ("", ":memory:") or database.startswith("file::memory:")
+            or "mode=memory" in database or parsed.query.get("mode") == "memory"):
+        # Each connection would get its own empty database: workers and trial processes could
+        # never see the study.
+        raise SweepsError(f"storage {mask_url(url)} is an in-memory SQLite database, which "
+                          "every process sees empty; use a file, e.g. sqlite:///sweeps.db")
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
         return parsed.render_as_string(hide_password=False)
@@ -195,9 +220,8 @@ def _engine_kwargs(url: str, shown: str) -> dict[str, Any]:
 
 def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
     database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:") \
-            or parsed.query.get("uri") == "true":
-        return {}  # in-memory or URI form: nothing to check, no file to configure
+    if database.startswith("file:") or parsed.query.get("uri") == "true":
+        return {}  # the URI form: opened as written, nothing to check
     path = Path(database).expanduser()
     if path.is_dir():
         raise SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
@@ -219,6 +243,103 @@ def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
     return {"creator": connect, "pool_pre_ping": True}
 
 
+# --- reading without writing -------------------------------------------------------------------
+
+
+def read_only_engine(url: str) -> sa.Engine:
+    """A plain engine on an existing sweeps database that writes nothing to it: SQLite opened
+    ``mode=ro`` (no WAL switch, no ``-wal``/``-shm`` left behind, readable on a read-only mount),
+    no table created anywhere. ``SweepsError`` (one line, masked URL) when the URL is invalid or
+    in memory, the file missing, the server unreachable, or the database not a sweeps one."""
+    return _read_only(url)[0]
+
+
+def read_only_storage(url: str) -> RDBStorage:
+    """Optuna's storage on an existing sweeps database, with ``read_only_engine``'s guarantees
+    (for ``status``, ``trials``, and a joining worker reading the study's spec)."""
+    engine, normalized, kwargs, shown = _read_only(url)
+    engine.dispose()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(normalized, engine_kwargs=kwargs, skip_table_creation=True)
+    except (sa.exc.SQLAlchemyError, sqlite3.Error, RuntimeError, ValueError) as exc:
+        raise _storage_error(shown, exc) from None
+
+
+def require_sweeps_database(conn: sa.Connection, shown: str) -> None:
+    """``SweepsError`` unless the database holds Optuna's tables (those of sweeps' studies)."""
+    names = set(sa.inspect(conn).get_table_names())
+    if not {"studies", "version_info"} <= names:
+        raise SweepsError(f"storage {mask_url(shown)} is not a sweeps database: it holds no "
+                          "Optuna study (no `studies` table); check --storage, or run a study "
+                          "first with `sweeps run SPEC`")
+
+
+def stand_in_tables(conn: sa.Connection) -> None:
+    """The project's tables a database lacks (one written by Optuna alone), as empty temporary
+    tables of this connection: readers query them as usual and the database stays unchanged."""
+    present = set(sa.inspect(conn).get_table_names())
+    for table in metadata.sorted_tables:
+        if table.name not in present:
+            temp = sa.Table(table.name, sa.MetaData(),
+                            *(sa.Column(c.name, c.type) for c in table.columns),
+                            prefixes=["TEMPORARY"])
+            temp.create(conn)
+
+
+def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
+    """(checked engine, normalized URL, engine settings, URL as written) for the readers."""
+    shown, url = url, normalize_url(url)
+    parsed = sa.engine.make_url(url)
+    kwargs = (_sqlite_read_only_kwargs(shown, parsed) if parsed.get_backend_name() == "sqlite"
+              else _engine_kwargs(url, shown))  # PostgreSQL: readers issue no DDL at all
+    engine = sa.create_engine(url, **kwargs)
+    try:
+        with engine.connect() as conn:
+            require_sweeps_database(conn, shown)
+    except SweepsError:
+        engine.dispose()
+        raise
+    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+        engine.dispose()
+        raise _storage_error(shown, exc) from None
+    return engine, url, kwargs, shown
+
+
+def _sqlite_read_only_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
+    database = parsed.database or ""
+    if database.startswith("file:") or parsed.query.get("uri") == "true":
+        return {}  # the URI form: opened as written
+    path = Path(database).expanduser()
+    if not path.is_file():
+        raise SweepsError(f"no database at {mask_url(url)} ({path} does not exist); run a study "
+                          "first with `sweeps run SPEC`, or pass --storage")
+    target = path.resolve().as_uri()
+
+    def connect() -> sqlite3.Connection:
+        # A WAL database that no process has open (no -wal file) is opened immutable: plain
+        # mode=ro would create -wal and -shm next to it (and cannot open it at all on a
+        # read-only mount). While a writer has it open, mode=ro reads through its WAL.
+        idle = _wal_mode(path) and not Path(f"{path}-wal").exists()
+        uri = f"{target}?mode=ro" + ("&immutable=1" if idle else "")
+        conn = sqlite3.connect(uri, uri=True, timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(SQLITE_TIMEOUT_S * 1000)}")
+        return conn
+
+    return {"creator": connect, "pool_pre_ping": True}
+
+
+def _wal_mode(path: Path) -> bool:
+    """Whether a SQLite file's header says WAL (bytes 18 and 19, the format versions, are 2)."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
+
+
 def _is_create_race(exc: Exception) -> bool:
     text = str(getattr(exc, "orig", exc)).lower()
     return "already exists" in text or "duplicate" in text or "unique constraint" in text
@@ -226,11 +347,14 @@ def _is_create_race(exc: Exception) -> bool:
 
 def _storage_error(url: str, exc: BaseException) -> SweepsError:
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    first = detail[0].strip() if detail else type(exc).__name__
+    first = _scrub(detail[0].strip() if detail else type(exc).__name__, url)
     masked = mask_url(url)
     if "password" in first.lower():
         first = "authentication failed"
-    if "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
+    parsed = _parsed(url)
+    if parsed is not None and "@" in (parsed.host or ""):
+        hint = "write an @ in the password as %40 (the URL's host part holds an @)"
+    elif "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
         hint = f"upgrade it with `optuna storage upgrade --storage {masked}`"
     elif url.startswith("sqlite"):
         hint = "check the file is a SQLite database written by sweeps/Optuna"
@@ -238,6 +362,30 @@ def _storage_error(url: str, exc: BaseException) -> SweepsError:
         hint = ("check host, port, user and database name (create the database first, e.g. "
                 "`createdb sweeps`), or use sqlite:///sweeps.db")
     return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
+
+
+def _parsed(url: str) -> sa.URL | None:
+    try:
+        return sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return None
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (a driver's message) without any part of the URL's password: a literal ``@``
+    in it leaves the rest in the host, which the driver names (``failed to resolve host``)."""
+    parsed = _parsed(url)
+    if parsed is None:
+        return text
+    host = parsed.host or ""
+    if "@" in host:
+        leaked, _, clean = host.rpartition("@")
+        text = text.replace(host, f"***@{clean}").replace(leaked, "***")
+    secrets = [parsed.password or ""] + [str(v) for k, v in parsed.query.items()
+                                          if k.lower() == "password"]
+    for secret in filter(None, secrets):
+        text = text.replace(secret, "***")
+    return text
 
 
 _CALLBACK_ARG = optuna_compat.stale_callback_arg()

@@ -10,7 +10,6 @@ message. Optuna, SQLAlchemy and the workers are imported inside the functions, s
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lm import outcomes
@@ -81,25 +80,19 @@ def quiet_optuna() -> None:
 
 
 def require_database(url: str) -> None:
-    """Read-only commands never create a SQLite file."""
-    import sqlalchemy as sa
+    """The URL names an existing sweeps database (``SweepsError`` otherwise); nothing is created
+    or changed, and no file is left open."""
+    from sweeps import storage as st_mod
 
-    from sweeps.storage import mask_url, normalize_url
-
-    parsed = sa.engine.make_url(normalize_url(url))
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database).expanduser()
-        if not path.is_file():
-            raise SweepsError(f"no database at {mask_url(url)} ({path} does not exist); run a "
-                              "study first with `sweeps run SPEC`, or pass --storage")
+    st_mod.read_only_engine(url).dispose()
 
 
 def open_existing(url: str) -> Any:
-    """The storage of a database that must already exist (read-only commands)."""
+    """Optuna's storage on a database that must already exist, opened read-only (read-only
+    commands): a SQLite file is neither created nor changed, even on a read-only mount."""
     from sweeps import storage as st_mod
 
-    require_database(url)
-    return st_mod.open_storage(url)
+    return st_mod.read_only_storage(url)
 
 
 def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: int,

@@ -183,13 +183,15 @@ def create_or_resume(spec: StudySpec, storage: RDBStorage, *,
     """The study named by the spec: created (spec stored, ``[[enqueue]]``/ablation trials queued
     once), or resumed after checking the stored spec agrees. Returns (study, created)."""
     name = spec.name
+    # The creator is the process whose create_study succeeded: of several started at once, the
+    # others see DuplicatedStudyError and resume.
     try:
+        study = optuna.create_study(study_name=name, storage=storage,
+                                    directions=spec.study.directions)
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage)
         created = False
-    except KeyError:
-        study = optuna.create_study(study_name=name, storage=storage,
-                                    directions=spec.study.directions, load_if_exists=True)
-        created = True
     directions = [d.name.lower() for d in study.directions]
     if directions != spec.study.directions:
         raise SweepsError(f"study {name!r} already exists with directions {directions}, but the "
@@ -207,10 +209,10 @@ def create_or_resume(spec: StudySpec, storage: RDBStorage, *,
     # The latest run's target, so workers joining later stop at the same count.
     study.set_user_attr(N_TRIALS_ATTR, int(n_trials if n_trials is not None
                                            else spec.study.n_trials))
-    if not study.user_attrs.get(ENQUEUED_ATTR):
-        for params in spec.initial_trials():
-            study.enqueue_trial(params, skip_if_exists=False)
-        study.set_user_attr(ENQUEUED_ATTR, True)
+    if ENQUEUED_ATTR not in study.user_attrs:
+        # Exactly once, whoever gets there first (a marker written with the trials).
+        optuna_compat.enqueue_once(storage, storage.get_study_id_from_name(name), ENQUEUED_ATTR,
+                                   spec.initial_trials())
     return study, created
 
 
