@@ -83,6 +83,10 @@ UNKNOWN_COLOR = "#17becf"
 
 #: Exit code of a bad-input error (``SweepsError.exit_code``): nothing was written.
 BAD_INPUT_EXIT_CODE = 2
+#: Exit code of a run the environment failed (a full disk, a read-only or vanished run dir or
+#: corpus): it says nothing about its configuration, so the orchestrator re-queues it instead of
+#: counting it. ``result.json`` (when it could be written) has ``environment: true``.
+ENVIRONMENT_EXIT_CODE = 7
 
 EXIT_CODES: dict[str, int] = {o.name: o.exit_code for o in VOCABULARY if o.exit_code is not None}
 _BY_CODE = {code: outcome for outcome, code in EXIT_CODES.items()}

@@ -103,6 +103,8 @@ class RunResult:
     device: str = ""
     fingerprint: str = ""
     traceback: str | None = None
+    #: The environment failed the run (``lm/outcomes.py`` ``ENVIRONMENT_EXIT_CODE``).
+    environment: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))
@@ -172,7 +174,7 @@ def check_metrics_row(value: Any) -> tuple[dict[str, Any] | None, list[str]]:
 
 def _result_types() -> dict[str, type]:
     """The type of each ``RunResult`` field's value, from the dataclass itself."""
-    simple = {"int": int, "float": float, "str": str}
+    simple = {"int": int, "float": float, "str": str, "bool": bool}
     out = {}
     for f in dataclasses.fields(RunResult):
         name = str(f.type).split(" | ")[0].split("[")[0]

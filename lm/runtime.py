@@ -6,6 +6,7 @@ Everything here is torch or process state, not training: ``lm.train`` sets a run
 
 from __future__ import annotations
 
+import errno
 import resource
 import signal
 import sys
@@ -141,3 +142,22 @@ def is_oom(exc: BaseException) -> bool:
             )
         )
     return False
+
+
+#: OSError numbers that say the machine failed, not the run: no space, read-only, gone, refused.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO,
+                                errno.EACCES, errno.EPERM, errno.ENOENT, errno.EFBIG})
+
+
+def environment_error(exc: BaseException) -> OSError | None:
+    """The environment's failure behind ``exc`` (disk full, read-only, files deleted), if that
+    is what it is: ``exc`` itself or what it was raised from (``torch.save`` turns a failed write
+    into a RuntimeError raised while handling the OSError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in ENVIRONMENT_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None

@@ -46,6 +46,7 @@ from lm.runtime import (
     RunInterrupted,
     autocast_for,
     cpu_memory_limit,
+    environment_error,
     is_oom,
     peak_memory_bytes,
     resolve_device,
@@ -293,10 +294,23 @@ def run(
             return _ending(state, exc)
 
 
+class EnvironmentFailure(Exception):
+    """The environment failed the run so badly that not even ``result.json`` could be written
+    (a full disk): ``main`` prints this one line and exits ``ENVIRONMENT_EXIT_CODE``."""
+
+
 def _ending(state: _RunState, exc: BaseException) -> RunResult:
     """The result of a run that ended with ``exc`` (re-raised only for SystemExit)."""
     if isinstance(exc, (SystemExit, GeneratorExit)):
         raise exc
+    cause = environment_error(exc)
+    if cause is not None:
+        reason = f"environment: {type(cause).__name__}: {cause} at {state.where()}"
+        try:
+            return state.finish(outcomes.CRASHED, reason, environment=True)
+        except OSError as again:
+            raise EnvironmentFailure(f"{reason}; result.json not written either: {again}"
+                                     ) from None
     if isinstance(exc, (RunInterrupted, KeyboardInterrupt)):
         name = str(exc) or "SIGINT"
         return state.finish(outcomes.INTERRUPTED, f"{name} at {state.where()}")
@@ -536,17 +550,25 @@ class _RunState:
         assert self.model is not None and self.setup is not None
         path = self.run_dir / CHECKPOINT_FILE
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(
-            {
-                "state_dict": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                "fingerprint": self.cfg.fingerprint(),
-                "model_config": dataclasses.asdict(self.setup.model_cfg),
-                "tokens": self.tokens,
-                "val_bpb": val_bpb,
-            },
-            tmp,
-        )
-        os.replace(tmp, path)
+        try:
+            # Through a file object: a failed write then keeps its OSError (as the context of
+            # torch's RuntimeError), so a full disk is told from a bug.
+            with open(tmp, "wb") as fh:
+                torch.save(
+                    {
+                        "state_dict": {k: v.detach().cpu()
+                                       for k, v in self.model.state_dict().items()},
+                        "fingerprint": self.cfg.fingerprint(),
+                        "model_config": dataclasses.asdict(self.setup.model_cfg),
+                        "tokens": self.tokens,
+                        "val_bpb": val_bpb,
+                    },
+                    fh,
+                )
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half checkpoint behind
+            raise
 
     # -- the end --
 
@@ -557,7 +579,8 @@ class _RunState:
         if self.setup is not None and self.setup.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def finish(self, outcome: str, reason: str, tb: str | None = None) -> RunResult:
+    def finish(self, outcome: str, reason: str, tb: str | None = None, *,
+               environment: bool = False) -> RunResult:
         setup = self.setup
         meta = setup.cache.meta if setup is not None else {}
         device = setup.device if setup is not None else torch.device("cpu")
@@ -565,7 +588,8 @@ class _RunState:
         result = RunResult(
             outcome=outcome,
             reason=reason,
-            exit_code=outcomes.EXIT_CODES[outcome],
+            exit_code=(outcomes.ENVIRONMENT_EXIT_CODE if environment
+                       else outcomes.EXIT_CODES[outcome]),
             tokens_seen=self.tokens,
             steps=self.step,
             wall_s=time.monotonic() - self.started,
@@ -584,6 +608,7 @@ class _RunState:
             device=str(device),
             fingerprint=self.cfg.fingerprint(),
             traceback=tb,
+            environment=environment,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_result(self.run_dir, result)
@@ -621,6 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SweepsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except EnvironmentFailure as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return outcomes.ENVIRONMENT_EXIT_CODE
     print(f"{result.outcome}: {result.reason}", file=sys.stderr)
     return result.exit_code
 

@@ -138,6 +138,8 @@ class TrialReport:
     reason: str
     values: list[float] | None = None
     told: bool = True
+    #: The environment failed the trial (``environment_failed``): the worker re-queues it.
+    environment: bool = False
 
 
 def load_preflight() -> Any:
@@ -394,12 +396,26 @@ def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Ver
         return outcomes.OOM, (f"killed by SIGKILL (exit {returncode}) without writing "
                               f"{RESULT_FILE}: the kernel's out-of-memory killer")
     if returncode == outcomes.BAD_INPUT_EXIT_CODE:
-        return outcomes.CRASHED, "the child rejected its input (exit 2): " + \
+        return outcomes.CRASHED, "environment: the child rejected its input (exit 2; its " \
+            "config was checked here, so its corpus or token cache changed): " + \
             _last_log_line(run_dir)
+    if returncode == outcomes.ENVIRONMENT_EXIT_CODE:
+        return outcomes.CRASHED, "environment: " + _last_log_line(run_dir)
     known = outcomes.outcome_for_exit_code(returncode) if returncode is not None else None
     if known is not None and known != outcomes.COMPLETE:
-        return known, f"exit code {returncode} ({known}) without {RESULT_FILE}"
-    return outcomes.CRASHED, f"exited with code {returncode} without writing {RESULT_FILE}"
+        return known, (f"exit code {returncode} ({known}) without {RESULT_FILE}: "
+                       + _last_log_line(run_dir))
+    return outcomes.CRASHED, (f"exited with code {returncode} without writing {RESULT_FILE}: "
+                              + _last_log_line(run_dir))
+
+
+def environment_failed(attempt: Attempt) -> bool:
+    """Whether the environment, not the configuration, ended the attempt: the child said so
+    (``result.json`` or its exit code), or refused an input the parent had checked (its corpus
+    or token cache changed under it). Such a trial is re-queued, not counted."""
+    if attempt.result is not None:
+        return bool(attempt.result.get("environment"))
+    return attempt.returncode in (outcomes.BAD_INPUT_EXIT_CODE, outcomes.ENVIRONMENT_EXIT_CODE)
 
 
 def _last_log_line(run_dir: Path | None) -> str:
@@ -454,24 +470,17 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     attrs["run_dir"] = str(run_dir)
     ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
               worker=device.label)
-    attempt_no = 1
-    while True:
-        cfg = _with_memory_limit(ctx, device, cfg, plan.predicted_bytes)
-        attempt = run.attempt(cfg, run_dir, attempt_no)
-        if attempt.outcome == outcomes.OOM and spec.limits.oom_policy == "fit" \
-                and attempt_no == 1 and not ctx.stop.stop.is_set():
-            halved = pre.halve_batch(cfg)
-            if halved is not None:
-                attrs["fitted"] = {"batch_size": halved.batch_size,
-                                   "grad_accum": halved.grad_accum}
-                attrs["fit_retry_reason"] = attempt.reason
-                cfg, attempt_no = halved, attempt_no + 1
-                continue
-        break
+    try:
+        attempt, cfg, attempt_no = _attempts(run, cfg, run_dir, plan.predicted_bytes, attrs)
+    except OSError as exc:  # the run dir cannot be made or written, or the child not started
+        return _environment_failure(ctx, trial, attrs, "environment: cannot prepare or launch "
+                                    f"the trial in {run_dir}: {type(exc).__name__}: {exc}")
     attrs["config"] = cfg.to_dict()
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
     attrs.update(_attempt_attrs(attempt))
+    if environment_failed(attempt):
+        return _environment_failure(ctx, trial, attrs, attempt.reason)
     values = None
     outcome, reason = attempt.outcome, attempt.reason
     if outcome == outcomes.COMPLETE:
@@ -480,6 +489,34 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
             outcome, reason = outcomes.DIVERGED, f"{missing} is not finite at the end of training"
             values = None
     return finish(ctx, trial, outcome, reason, attrs, values)
+
+
+def _attempts(run: _TrialRun, cfg: TrainConfig, run_dir: Path, predicted: int,
+              attrs: dict[str, Any]) -> tuple[Attempt, TrainConfig, int]:
+    """Run the trial's child; with ``oom_policy = "fit"``, once more with the micro-batch halved
+    after an OOM. (The last attempt, its config, how many attempts.)"""
+    ctx, attempt_no = run.ctx, 1
+    while True:
+        cfg = _with_memory_limit(ctx, run.device, cfg, predicted)
+        attempt = run.attempt(cfg, run_dir, attempt_no)
+        if attempt.outcome == outcomes.OOM and run.spec.limits.oom_policy == "fit" \
+                and attempt_no == 1 and not ctx.stop.stop.is_set():
+            halved = ctx.preflight.halve_batch(cfg)
+            if halved is not None:
+                attrs["fitted"] = {"batch_size": halved.batch_size,
+                                   "grad_accum": halved.grad_accum}
+                attrs["fit_retry_reason"] = attempt.reason
+                cfg, attempt_no = halved, attempt_no + 1
+                continue
+        return attempt, cfg, attempt_no
+
+
+def _environment_failure(ctx: RunnerContext, trial: optuna.Trial, attrs: dict[str, Any],
+                         reason: str) -> TrialReport:
+    """Fail a trial the environment ended (the worker re-queues it: it is not counted)."""
+    report = finish(ctx, trial, outcomes.CRASHED, reason, {**attrs, "environment_failure": True})
+    report.environment = True
+    return report
 
 
 def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig,

@@ -9,7 +9,9 @@ message. Optuna, SQLAlchemy and the workers are imported inside the functions, s
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lm import outcomes
@@ -42,6 +44,28 @@ def check_host(spec: StudySpec, workers: int) -> None:
     from sweeps import workers as wk
 
     wk.plan_devices(spec, workers)
+
+
+def check_runs_dir(runs_dir: Path) -> None:
+    """Trials can write under ``runs_dir`` (checked before a study is created, so a read-only
+    or full disk is one line, not a study whose every trial fails). Nothing is left behind: the
+    probe goes in the nearest directory that exists."""
+    import tempfile
+
+    existing = Path(os.path.abspath(runs_dir))
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SweepsError(f"--runs-dir {runs_dir}: {existing} is not a directory; give a "
+                          "directory where trials can write")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".sweeps-probe-") as probe:
+            probe.write(b"x" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise SweepsError(f"--runs-dir {runs_dir} is not writable ({exc.strerror or exc}); "
+                          "free space or give a writable --runs-dir") from None
 
 
 # --- the corpus ----------------------------------------------------------------------------------

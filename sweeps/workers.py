@@ -272,7 +272,7 @@ def recover_local(storage: RDBStorage, study: optuna.Study, max_retries: int) ->
     return numbers
 
 
-def requeue_interrupted(study: optuna.Study, number: int, max_retries: int) -> bool:
+def requeue_interrupted(study: optuna.Study, number: int, max_retries: int | None) -> bool:
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
     if trial is None or trial.state != TrialState.FAIL:
         return False
@@ -303,6 +303,10 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
 
 # --- the loop ------------------------------------------------------------------------------------
 
+#: A worker stops after this many trials in a row that the environment failed (a full disk, a
+#: read-only runs dir, a deleted corpus): each is re-queued, and one clear line says why.
+ENVIRONMENT_FAILURES_TO_STOP = 3
+
 
 @dataclass
 class WorkerOptions:
@@ -323,6 +327,7 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
     out = WorkerResult()
     study, spec = ctx.study, ctx.spec
     lock = ask_lock or threading.Lock()
+    in_a_row = 0  # trials the environment failed one after another
     while not ctx.stop.stop.is_set():
         if options.deadline is not None and time.monotonic() > options.deadline:
             break
@@ -346,6 +351,17 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
         out.reports.append(report)
         if report.outcome == outcomes.INTERRUPTED and report.told:
             requeue_interrupted(study, trial.number, spec.limits.max_retries)
+        in_a_row = in_a_row + 1 if report.environment else 0
+        if report.environment and report.told:
+            # Not the configuration's fault: queued again whatever max_retries says (a worker
+            # stops after a few in a row, so this cannot loop).
+            requeue_interrupted(study, trial.number, None)
+        if in_a_row >= ENVIRONMENT_FAILURES_TO_STOP:
+            out.error = (f"{in_a_row} trials in a row failed for the environment, not their "
+                         f"configuration (last: {report.reason}); they were re-queued: fix "
+                         "the cause and run again to resume")
+            ctx.stop.stop.set()  # the environment is every worker's
+            break
     return out
 
 

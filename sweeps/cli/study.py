@@ -70,6 +70,7 @@ def run(
         _print_plan(spec, url, workers, n_trials)
         return
     service.check_host(spec, workers)
+    service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
                                             grace=grace)
@@ -97,6 +98,7 @@ def worker(
     url = resolve_storage_url(storage, None)
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
     service.check_host(spec, workers)
+    service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False,
                       markup=False)
