@@ -106,10 +106,12 @@ def estimate(
                      as_json)
         return
     from lm.memory import estimate as estimate_memory
+    from lm.tokens import corpus_counts
 
     cfg = _config(config, overrides)
     device = _device_kind(cfg.device)
-    est = estimate_memory(cfg, device, launcher=launcher)
+    counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
+    est = estimate_memory(cfg, device, launcher=launcher, counts=counts)
     budget_bytes = _budget(budget, None, device, workers)
     fits = budget_bytes is None or est.total <= budget_bytes
     if as_json:

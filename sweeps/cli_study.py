@@ -242,6 +242,7 @@ def _quiet_optuna() -> None:
 
 def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> None:
     from lm import memory
+    from lm.tokens import corpus_counts
     from sweeps import preflight
     from sweeps import workers as wk
     from sweeps.storage import mask_url
@@ -284,7 +285,8 @@ def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -
     if cfg is None:
         console.print("no point of the space makes a valid config")
         return
-    est = memory.estimate(cfg, device)
+    est = memory.estimate(cfg, device, counts=corpus_counts(cfg.corpus, cfg.tokenizer,
+                                                            cfg.vocab_size, cfg.lowercase))
     plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
     verdict = ("fits" if plan.fits and not plan.fitted else
                f"fitted: {plan.fitted}" if plan.fits else "predicted_oom: never launched")
@@ -322,6 +324,7 @@ def _largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
     import itertools
 
     from lm import memory
+    from lm.tokens import corpus_counts
     from sweeps.space import grid_points, trial_config
     from sweeps.spec import iter_grid
 
@@ -338,7 +341,8 @@ def _largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
             cfg = trial_config(spec, point)
         except SweepsError:
             continue
-        total = memory.estimate(cfg, device).total
+        counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
+        total = memory.estimate(cfg, device, counts=counts).total
         if total > best[0]:
             best = (total, point, cfg)
     return best[1], best[2]

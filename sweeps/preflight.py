@@ -41,6 +41,7 @@ from typing import Any
 from lm import memory
 from lm.config import TrainConfig
 from lm.errors import SweepsError
+from lm.tokens import corpus_counts
 from sweeps.console import human_bytes as _hb
 from sweeps.spec import Limits
 
@@ -90,7 +91,8 @@ def _cuda_available() -> bool:
 def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
             launcher: str = "subprocess") -> tuple[int, int]:
     """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
-    raw = memory.estimate(cfg, _device_kind(device), launcher=launcher).total
+    counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
+    raw = memory.estimate(cfg, _device_kind(device), launcher=launcher, counts=counts).total
     return round(raw * calibration), raw
 
 
