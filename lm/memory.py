@@ -1,88 +1,72 @@
 """Analytic peak-memory estimate of one training run, every term named (arithmetic, no torch).
 
-``estimate(cfg, device) -> MemoryEstimate`` predicts what ``python -m lm.train`` will measure as
-``peak_mem_bytes``: on the CPU the child's peak resident set (``ru_maxrss``: everything the
-process ever held at once, the interpreter and torch included); on CUDA
-``torch.cuda.max_memory_allocated`` (tensors only: ``MemoryEstimate.allocated``) plus what the
-CUDA context and the caching allocator hold beyond it, because a budget is about the whole
-device.
+``estimate(cfg, device, counts=) -> MemoryEstimate`` predicts what ``python -m lm.train`` will
+measure as ``peak_mem_bytes``: on the CPU the child's peak *anonymous* resident set
+(``lm.rss.peak_anon_bytes``: tensors, the heap, the interpreter's and torch's private memory;
+not the file-backed pages of shared libraries and token memmaps, which the page cache decides
+and the enforced limit does not hold); on CUDA ``torch.cuda.max_memory_allocated`` (tensors
+only: ``MemoryEstimate.allocated``) plus what the CUDA context and the caching allocator hold
+beyond it, because a budget is about the whole device. The estimate reads no file: the
+corpus's token counts come in as ``counts`` (``lm.tokens.corpus_counts``).
 
 Notation: B micro-batch (``batch_size``), T ``seq_len``, C ``d_model``, H ``n_heads``, F ``d_ff``,
 V ``vocab_size``, L ``n_layers``, P parameters (a tied head counted once). ``a`` is the byte size
 of an activation that autocast lowers (4 in fp32, 2 in bf16/fp16); ``s`` that of the attention
-scores. The terms (``bytes`` is each term's size; ``at_peak`` what it holds at the peak moment):
+scores. The terms (``bytes`` is each term's size; ``at_peak`` what it holds at the peak moment),
+each computed by one function below:
 
-- ``weights``: P x 4 (fp32 master weights, also under autocast) + the causal-mask buffers
-  (L x T x T bools); with bf16/fp16 autocast also the low-precision copies of every matmul weight
-  that autocast makes and autograd saves (2 bytes per matmul parameter).
-- ``grads``: P x 4. Gradients are freed after every optimizer step (``zero_grad(set_to_none)``),
-  so they are live at the loss-backward peak only when ``grad_accum > 1`` (the next micro-batch
-  runs with the previous ones' gradients held); they are always live at the end of backward.
-- ``optimizer``: AdamW's two fp32 states per parameter, 2 x P x 4.
-- activations saved for backward, per layer (``grad_accum`` does not multiply them: micro-batches
-  run one after another):
-  - ``embeddings``: token + position embedding output feeding the first block, B x T x C x 4.
-  - ``residual``: the residual stream each block keeps for its LayerNorms (block input and
-    mid-block sum), 2 x B x T x C x 4 per layer, + the final LayerNorm's input.
-  - ``norms``: LayerNorm outputs as the next matmul saves them (B x T x C x a) + mean/rstd
-    (2 x B x T x 4), two per layer and the final one.
-  - ``attention``: q, k, v and the attention output, 4 x B x T x C x a per layer.
-  - ``attention_scores``: ``naive`` keeps the softmax probabilities B x H x T x T x s per layer
-    (with dropout also the dropout mask and output: 2 more); ``sdpa`` keeps only the kernel's
-    logsumexp, B x H x T x 4 (on the CPU, sdpa with dropout > 0 falls back to the math path and
-    is counted like naive). At the attention-backward peak, two more score-sized tensors exist
-    (the gradients of the probabilities and of the scores): so naive memory grows with T^2.
-  - ``ffn``: the up projection's output and the GELU's, 2 x B x T x F x a per layer.
-  - dropout > 0 adds a same-size mask per dropout site (fp32 noise on the CPU, 1-byte masks on
-    CUDA), counted in the term of the tensor it masks.
-  With ``checkpointing`` only each block's input is kept (in ``residual``) plus, in backward, one
-  block's recomputed activations.
-- ``logits``: the B x T x V logits: fp32 B x T x V x 4 exactly; under bf16/fp16 autocast the
-  low-precision logits (B x T x V x 2) plus the fp32 upcast the cross-entropy reads (x 4).
-- ``cross_entropy``: the loss's working set at the start of backward beyond ``logits``: the saved
-  fp32 log-probabilities and the gradient copies, so that logits + cross_entropy = 3 x B x T x V x 4
-  (measured with torch's saved-tensor hooks and allocation events).
-- ``evaluation``: the evaluation batch (b = min(B, eval windows)) runs without gradients, but the
-  collapse statistics hold four fp32 b x T x V tensors at once (logits, log-probabilities,
-  probabilities and their product): it becomes the peak when V is large and the model small.
-- ``data`` (CPU): token-cache pages the run touches (the memmap is file-backed: random windows
-  fault in 64 KiB around each read, so the expected count of distinct 64 KiB blocks of the
-  training file), the evaluation windows and the unigram tables.
-- ``allocator``: what the allocator holds beyond the live tensors at the peak. CPU (glibc):
-  once the first frees have raised malloc's dynamic mmap threshold, every tensor under 32 MiB
-  comes from the heap, and the heap keeps its high-water mark (freed holes are reused, not
-  returned); tensors of 32 MiB and more are mmap'ed and unmapped on free. So the resident tensors
-  peak at heap + fragmentation + the largest mmap'ed set, where heap and mapped are each the
-  largest over the moments below and fragmentation = min(0.5 x heap, 48 MiB + 0.1 x heap)
-  (fitted on ``tests/bench/bench_memory.py``; glibc's reuse varies run to run by up to ~10 %, so
-  the fit leans high). CUDA: the caching allocator's reserved-but-unallocated slack,
-  ``CUDA_ALLOCATOR_SLACK`` (10 %) of ``allocated``.
-- ``overhead``: CPU: the child's baseline resident set once torch, numpy and tiktoken are
-  imported and ``lm.train``'s warm-up step ran (thread pool started): ``CPU_BASELINE_BYTES``
-  (316 MiB measured for ``python -m lm.train``; a child forked from ``sweeps.forkserver`` has not
-  touched torch's library pages itself and needs ``CPU_FORK_SAVING_BYTES`` = 53 MiB less), plus
-  ``CPU_BASELINE_PER_THREAD`` per intra-op thread (measured flat from 1 to 4 threads), a BPE
-  tokenizer's tables (4 MiB + 720 bytes per rank) and oneDNN's bf16 kernels (20 MiB) when used.
-  CUDA: the context (``CUDA_CONTEXT_BYTES``) and the cuBLAS workspace.
+- ``weights``, ``grads``, ``optimizer`` (``_weights_and_optimizer``): P x 4 fp32 master weights
+  (also under autocast) + the causal-mask buffers (L x T x T bools), with bf16/fp16 autocast
+  also the low-precision copies of every matmul weight that autocast makes and autograd saves;
+  P x 4 gradients, freed after every optimizer step (``zero_grad(set_to_none)``), so live at
+  the loss-backward peak only when ``grad_accum > 1``; AdamW's two fp32 states, 2 x P x 4.
+- activations saved for backward (``_block`` per layer, ``_activations`` over all layers;
+  ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings``
+  (the first block's input), ``residual`` (block input and mid-block sum, + the final
+  LayerNorm's input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd),
+  ``attention`` (q, k, v and the output), ``attention_scores`` (``_attention_scores``: ``naive``
+  keeps the B x H x T x T softmax per layer, with dropout its mask and output too; ``sdpa``
+  only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the math
+  path; at the attention backward two more score-sized gradients exist, so naive memory grows
+  with T^2), ``ffn`` (the up projection's output and the GELU's). Dropout adds a mask per site
+  (fp32 noise on the CPU, 1-byte masks on CUDA) to the term of the tensor it masks. With
+  ``checkpointing`` each block keeps only its input, plus one recomputed block in backward.
+- ``logits``, ``cross_entropy`` (``_loss_head``): the B x T x V logits (under autocast the
+  low-precision copy plus the fp32 upcast) and the loss's working set beyond them, so that the
+  two make three fp32 B x T x V tensors at the start of backward (measured with torch's
+  saved-tensor hooks and allocation events).
+- ``evaluation`` (``_evaluation``): b = min(B, evaluation windows) windows without gradients;
+  the collapse statistics hold four fp32 b x T x V tensors at once: the peak when V is large
+  and the model small.
+- ``data`` (``_data``, CPU): the evaluation windows and the unigram tables. The token pages the
+  memmaps touch are shown (``FAULT_AROUND_BYTES`` around each read) but not counted: they are
+  file-backed.
+- ``allocator`` (``_cpu_allocator``, ``_cuda_allocator``): CPU (glibc): once the first frees have
+  raised malloc's dynamic mmap threshold, every tensor under ``MMAP_THRESHOLD_MAX`` comes from
+  the heap, which keeps its high-water mark; bigger tensors are mmap'ed and unmapped on free.
+  So the resident tensors peak at heap + fragmentation + the largest mmap'ed set, heap and
+  mapped each the largest over the moments, fragmentation from ``CPU_HEAP_FRAGMENTATION``,
+  ``CPU_HEAP_FRAGMENTATION_BASE`` and ``CPU_HEAP_FRAGMENTATION_LARGE``. CUDA: the caching
+  allocator's reserved-but-unallocated ``CUDA_ALLOCATOR_SLACK`` share of ``allocated``.
+- ``overhead`` (``_overhead``, ``cpu_baseline_bytes``): CPU: the child's anonymous baseline once
+  torch, numpy and tiktoken are imported and ``lm.train``'s warm-up step ran,
+  ``CPU_BASELINE_BYTES`` (less ``CPU_FORK_SAVING_BYTES`` for a child forked from
+  ``sweeps.forkserver``), plus ``CPU_BASELINE_PER_THREAD`` per intra-op thread, a BPE
+  tokenizer's tables (``BPE_FIXED_BYTES`` + ``BPE_BYTES_PER_RANK`` per rank) and
+  ``CPU_BF16_BYTES`` for oneDNN's bf16 kernels. CUDA: ``CUDA_CONTEXT_BYTES`` and
+  ``CUDA_WORKSPACE_BYTES``.
 
-The peak is the largest of four moments, each a sum of the terms live then: the start of
-backward (all activations + logits + cross-entropy; gradients only with ``grad_accum > 1``),
-the top block's backward (the loss head freed; naive: two extra score-sized gradients), the end
-of backward (all gradients, the embedding's dense gradient, AdamW's temporaries) and the
-evaluation. ``total = sum(at_peak)`` over the terms; ``peak_moment`` names the moment that won
-and ``moments`` gives each one's tensor bytes. ``allocated`` is the tensors at the peak (+ the
-cuBLAS workspace on CUDA): what ``torch.cuda.max_memory_allocated`` measures. The tensor part was
-checked against torch's own allocation events and saved-tensor hooks (within 1-9 %, mostly
-over); the whole on the CPU against ``ru_maxrss`` of real runs (``tests/bench/bench_memory.py``:
-17 configurations, vocab 260-16k, seq_len 64-1024, d_ff 1-4 x d_model, micro-batch 1-128, both
-attentions, fp32 and bf16, checkpointing, dropout, grad_accum: all within 10 %).
+The peak is the largest of four moments (``_moments``, each a ``Moment`` of named ``Part``s):
+the start of backward ("loss backward": all activations + logits + cross-entropy), the top
+block's backward ("block backward": the loss head freed, naive's two extra score gradients),
+the end of backward (all gradients, the embedding's dense gradient, AdamW's temporaries) and
+the evaluation. ``total = sum(at_peak)`` over the terms; ``peak_moment`` names the moment that
+won and ``moments`` gives each one's tensor bytes. ``allocated`` is the tensors at the peak (+
+the cuBLAS workspace on CUDA). The tensor part was checked against torch's own allocation
+events and saved-tensor hooks; the whole on the CPU against real runs
+(``tests/bench/bench_memory.py``, its docstring has the grid and the target).
 
-Calibration and budgets live in ``sweeps.preflight``: a study keeps the median of measured /
-predicted over its finished trials (once it has 3, clamped to [0.5, 2]) and multiplies later
-predictions by it; ``memory_budget = "auto"`` is 90 % of the GPU's memory (shared by the workers
-on it), or on the CPU 80 % of ``MemAvailable`` divided among the workers; a CPU child's enforced
-limit (RLIMIT_DATA beyond its start-up footprint) is the budget minus the baseline, never less
-than the predicted growth x 1.4 + 64 MiB.
+Calibration, budgets and a CPU child's enforced limit live in ``sweeps.preflight``.
 """
 
 from __future__ import annotations
@@ -98,13 +82,30 @@ from lm.errors import SweepsError
 if TYPE_CHECKING:
     from lm.tokens import CorpusCounts
 
-#: Resident set of a ``python -m lm.train`` child before its model exists (interpreter, torch,
-#: numpy, tiktoken, the warm-up step's lazily imported modules, the intra-op thread pool), measured
-#: with torch 2.x on Linux x86-64: 331 MB for a byte-level run whatever the thread count (1-4).
-CPU_BASELINE_BYTES = 316 * 2**20
-#: A child forked from ``sweeps.forkserver`` (torch already imported there) does not touch the
-#: pages of torch's shared libraries that a fresh interpreter's imports touch: 53 MiB less.
-CPU_FORK_SAVING_BYTES = 53 * 2**20
+#: Anonymous resident memory of a ``python -m lm.train`` child before its model exists
+#: (interpreter, torch, numpy, tiktoken, the warm-up step's lazily imported modules, the intra-op
+#: thread pool): what ``lm.rss.peak_anon_bytes`` measures, the file-backed pages of the shared
+#: libraries left out (``lm/rss.py`` says why). Measured with torch 2.x on Linux x86-64 (kernel
+#: 6.18, 2 cores), MiB, 2-layer byte-level children of ``tests/lm/test_memory.py`` run as
+#: subprocesses, 4-12 runs each:
+#:
+#:     child              anon peak    VmHWM (ru_maxrss)  RssFile at the end
+#:     d_model 16 (tiny)  213.4-213.7  365.2-365.7        150.9-151.4
+#:     "small", 1st batch 228.0-231.2  418.7-421.5        190.2-190.5
+#:     "small", later     226.8-230.3  378.8-382.3        151.0-151.4
+#:     "naive-T1024"      526.5-527.4  677.6-678.9        150.3-150.7
+#:     "bf16-logits"      473.4-480.4  629.6-636.4        155.7-156.1
+#:
+#: The same "small" child measured 348-352 MB and once 443.6 MB (``ru_maxrss``) on another
+#: machine: file-backed pages and ``ru_maxrss``'s inheritance move the resident peak by ~100 MB
+#: between runs, the anonymous peak moves by 4 MiB. 1, 2 and 4 threads alike; runs after the
+#: torch libraries were dropped from the page cache (``posix_fadvise``) or after a 3 GiB
+#: process alike. The tiny child's anonymous peak, less its model, is this baseline (+ <2 MiB).
+CPU_BASELINE_BYTES = 215 * 2**20
+#: A child forked from ``sweeps.forkserver`` has the same anonymous baseline (measured 214.5 MiB
+#: for the tiny child against 213.5 from a subprocess): what it saves, 53 MiB of torch's library
+#: pages that a fresh interpreter maps, is file-backed and no longer counted.
+CPU_FORK_SAVING_BYTES = 0
 LAUNCHERS = ("subprocess", "fork")
 #: Per intra-op thread (stacks and per-thread scratch of the BLAS/oneDNN pools).
 CPU_BASELINE_PER_THREAD = 256 * 2**10
@@ -578,7 +579,12 @@ def _cpu_allocator(moments: tuple[Moment, ...], allocated: int) -> _Extra:
 
 
 def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int) -> _Extra:
-    """Token pages touched and the evaluation tensors (CPU resident set; 0 on CUDA)."""
+    """The evaluation windows and the unigram tables (host memory; 0 on CUDA).
+
+    The token memmaps' pages are shown (``token_pages``, ``val_pages``) but not counted: they
+    are file-backed, shared by every trial through the page cache and reclaimable, so neither
+    the measured peak (anonymous, ``lm.rss``) nor the enforced limit holds them.
+    """
     if s.cuda:
         return _Extra(0, "host memory only (0 on the device)", {})
     eval_tensors = n_windows * (2 * s.T + 1) * 8  # ids (N, T + 1) and nbytes (N, T), int64
@@ -599,10 +605,11 @@ def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int)
         expected = blocks * (1 - math.exp(-windows * per_window / blocks))
         touched = min(file_bytes, int(expected * FAULT_AROUND_BYTES))
     val_pages = min(cfg.eval_tokens, n_windows * s.T + 1) * item * 2
-    return _Extra(int(touched + val_pages + eval_tensors + unigram),
-                  "token pages touched + eval windows",
+    return _Extra(int(eval_tensors + unigram),
+                  "eval windows + unigram tables (token pages: file-backed, not counted)",
                   {"train_file_bytes": file_bytes, "train_windows": windows,
-                   "token_pages": int(touched), "eval_windows": n_windows})
+                   "token_pages": int(touched), "val_pages": val_pages,
+                   "eval_windows": n_windows})
 
 
 def _overhead(cfg: TrainConfig, cuda: bool, threads: int | None, launcher: str) -> _Extra:

@@ -213,23 +213,20 @@ def _autocast(device: torch.device, precision: str) -> Callable[[], AbstractCont
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: peak allocated by tensors; CPU: the process's peak resident set."""
+    """CUDA: peak allocated by tensors; CPU: the process's peak anonymous resident set (file-
+    backed pages vary with the page cache and are not what the limit enforces: ``lm.rss``)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+    from lm.rss import peak_anon_bytes
+
+    return peak_anon_bytes()
 
 
 def _vm_data_bytes() -> int | None:
     """The process's data segment size (what RLIMIT_DATA limits), from /proc on Linux."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmData:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    from lm.rss import status_bytes
+
+    return status_bytes("VmData").get("VmData")
 
 
 @contextmanager

@@ -126,9 +126,11 @@ def test_cuda_counts_context_and_allocator_and_not_host_memory() -> None:
     assert cuda.allocated > cpu.allocated  # cuBLAS workspace
 
 
-def test_fork_launcher_has_a_smaller_baseline() -> None:
+def test_fork_launcher_has_the_same_anonymous_baseline() -> None:
+    # A forked child maps fewer library pages, but those are file-backed: not counted.
     sub, fork = estimate(cfg_of(), "cpu"), estimate(cfg_of(), "cpu", launcher="fork")
-    assert 0 < sub.total - fork.total < 100 * 2**20
+    assert sub.total == fork.total
+    assert fork.term("overhead").inputs["launcher"] == "fork"
 
 
 def test_json_has_the_documented_keys() -> None:
