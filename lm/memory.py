@@ -684,7 +684,7 @@ def _cpu_count() -> int:
 
 def cpu_baseline_bytes(cfg: TrainConfig | None = None, threads: int | None = None,
                        launcher: str = "subprocess") -> int:
-    """The CPU child's resident set before its model exists (the ``overhead`` term)."""
+    """The CPU child's anonymous memory before its model exists (the ``overhead`` term)."""
     n = threads if threads is not None else _cpu_count()
     base = CPU_BASELINE_BYTES + CPU_BASELINE_PER_THREAD * n
     if launcher == "fork":
