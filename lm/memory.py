@@ -1,108 +1,111 @@
 """Analytic peak-memory estimate of one training run, every term named (arithmetic, no torch).
 
-``estimate(cfg, device) -> MemoryEstimate`` predicts what ``python -m lm.train`` will measure as
-``peak_mem_bytes``: on the CPU the child's peak resident set (``ru_maxrss``: everything the
-process ever held at once, the interpreter and torch included); on CUDA
-``torch.cuda.max_memory_allocated`` (tensors only: ``MemoryEstimate.allocated``) plus what the
-CUDA context and the caching allocator hold beyond it, because a budget is about the whole
-device.
+``estimate(cfg, device, counts=) -> MemoryEstimate`` predicts what ``python -m lm.train`` will
+measure as ``peak_mem_bytes``: on the CPU the child's peak *anonymous* resident set
+(``lm.rss.peak_anon_bytes``: tensors, the heap, the interpreter's and torch's private memory;
+not the file-backed pages of shared libraries and token memmaps, which the page cache decides
+and the enforced limit does not hold); on CUDA ``torch.cuda.max_memory_allocated`` (tensors
+only: ``MemoryEstimate.allocated``) plus what the CUDA context and the caching allocator hold
+beyond it, because a budget is about the whole device. The estimate reads no file: the
+corpus's token counts come in as ``counts`` (``lm.tokens.corpus_counts``).
 
 Notation: B micro-batch (``batch_size``), T ``seq_len``, C ``d_model``, H ``n_heads``, F ``d_ff``,
 V ``vocab_size``, L ``n_layers``, P parameters (a tied head counted once). ``a`` is the byte size
 of an activation that autocast lowers (4 in fp32, 2 in bf16/fp16); ``s`` that of the attention
-scores. The terms (``bytes`` is each term's size; ``at_peak`` what it holds at the peak moment):
+scores. The terms (``bytes`` is each term's size; ``at_peak`` what it holds at the peak moment),
+each computed by one function below:
 
-- ``weights``: P x 4 (fp32 master weights, also under autocast) + the causal-mask buffers
-  (L x T x T bools); with bf16/fp16 autocast also the low-precision copies of every matmul weight
-  that autocast makes and autograd saves (2 bytes per matmul parameter).
-- ``grads``: P x 4. Gradients are freed after every optimizer step (``zero_grad(set_to_none)``),
-  so they are live at the loss-backward peak only when ``grad_accum > 1`` (the next micro-batch
-  runs with the previous ones' gradients held); they are always live at the end of backward.
-- ``optimizer``: AdamW's two fp32 states per parameter, 2 x P x 4.
-- activations saved for backward, per layer (``grad_accum`` does not multiply them: micro-batches
-  run one after another):
-  - ``embeddings``: token + position embedding output feeding the first block, B x T x C x 4.
-  - ``residual``: the residual stream each block keeps for its LayerNorms (block input and
-    mid-block sum), 2 x B x T x C x 4 per layer, + the final LayerNorm's input.
-  - ``norms``: LayerNorm outputs as the next matmul saves them (B x T x C x a) + mean/rstd
-    (2 x B x T x 4), two per layer and the final one.
-  - ``attention``: q, k, v and the attention output, 4 x B x T x C x a per layer.
-  - ``attention_scores``: ``naive`` keeps the softmax probabilities B x H x T x T x s per layer
-    (with dropout also the dropout mask and output: 2 more); ``sdpa`` keeps only the kernel's
-    logsumexp, B x H x T x 4 (on the CPU, sdpa with dropout > 0 falls back to the math path and
-    is counted like naive). At the attention-backward peak, two more score-sized tensors exist
-    (the gradients of the probabilities and of the scores): so naive memory grows with T^2.
-  - ``ffn``: the up projection's output and the GELU's, 2 x B x T x F x a per layer.
-  - dropout > 0 adds a same-size mask per dropout site (fp32 noise on the CPU, 1-byte masks on
-    CUDA), counted in the term of the tensor it masks.
-  With ``checkpointing`` only each block's input is kept (in ``residual``) plus, in backward, one
-  block's recomputed activations.
-- ``logits``: the B x T x V logits: fp32 B x T x V x 4 exactly; under bf16/fp16 autocast the
-  low-precision logits (B x T x V x 2) plus the fp32 upcast the cross-entropy reads (x 4).
-- ``cross_entropy``: the loss's working set at the start of backward beyond ``logits``: the saved
-  fp32 log-probabilities and the gradient copies, so that logits + cross_entropy = 3 x B x T x V x 4
-  (measured with torch's saved-tensor hooks and allocation events).
-- ``evaluation``: the evaluation batch (b = min(B, eval windows)) runs without gradients, but the
-  collapse statistics hold four fp32 b x T x V tensors at once (logits, log-probabilities,
-  probabilities and their product): it becomes the peak when V is large and the model small.
-- ``data`` (CPU): token-cache pages the run touches (the memmap is file-backed: random windows
-  fault in 64 KiB around each read, so the expected count of distinct 64 KiB blocks of the
-  training file), the evaluation windows and the unigram tables.
-- ``allocator``: what the allocator holds beyond the live tensors at the peak. CPU (glibc):
-  once the first frees have raised malloc's dynamic mmap threshold, every tensor under 32 MiB
-  comes from the heap, and the heap keeps its high-water mark (freed holes are reused, not
-  returned); tensors of 32 MiB and more are mmap'ed and unmapped on free. So the resident tensors
-  peak at heap + fragmentation + the largest mmap'ed set, where heap and mapped are each the
-  largest over the moments below and fragmentation = min(0.5 x heap, 48 MiB + 0.1 x heap)
-  (fitted on ``tests/bench/bench_memory.py``; glibc's reuse varies run to run by up to ~10 %, so
-  the fit leans high). CUDA: the caching allocator's reserved-but-unallocated slack,
-  ``CUDA_ALLOCATOR_SLACK`` (10 %) of ``allocated``.
-- ``overhead``: CPU: the child's baseline resident set once torch, numpy and tiktoken are
-  imported and ``lm.train``'s warm-up step ran (thread pool started): ``CPU_BASELINE_BYTES``
-  (316 MiB measured for ``python -m lm.train``; a child forked from ``sweeps.forkserver`` has not
-  touched torch's library pages itself and needs ``CPU_FORK_SAVING_BYTES`` = 53 MiB less), plus
-  ``CPU_BASELINE_PER_THREAD`` per intra-op thread (measured flat from 1 to 4 threads), a BPE
-  tokenizer's tables (4 MiB + 720 bytes per rank) and oneDNN's bf16 kernels (20 MiB) when used.
-  CUDA: the context (``CUDA_CONTEXT_BYTES``) and the cuBLAS workspace.
+- ``weights``, ``grads``, ``optimizer`` (``_weights_and_optimizer``): P x 4 fp32 master weights
+  (also under autocast) + the causal-mask buffers (L x T x T bools), with bf16/fp16 autocast
+  also the low-precision copies of every matmul weight that autocast makes and autograd saves;
+  P x 4 gradients, freed after every optimizer step (``zero_grad(set_to_none)``), so live at
+  the loss-backward peak only when ``grad_accum > 1``; AdamW's two fp32 states, 2 x P x 4.
+- activations saved for backward (``_block`` per layer, ``_activations`` over all layers;
+  ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings``
+  (the first block's input), ``residual`` (block input and mid-block sum, + the final
+  LayerNorm's input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd),
+  ``attention`` (q, k, v and the output), ``attention_scores`` (``_attention_scores``: ``naive``
+  keeps the B x H x T x T softmax per layer, with dropout its mask and output too; ``sdpa``
+  only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the math
+  path; at the attention backward two more score-sized gradients exist, so naive memory grows
+  with T^2), ``ffn`` (the up projection's output and the GELU's). Dropout adds a mask per site
+  (fp32 noise on the CPU, 1-byte masks on CUDA) to the term of the tensor it masks. With
+  ``checkpointing`` each block keeps only its input, plus one recomputed block in backward.
+- ``logits``, ``cross_entropy`` (``_loss_head``): the B x T x V logits (under autocast the
+  low-precision copy plus the fp32 upcast) and the loss's working set beyond them, so that the
+  two make three fp32 B x T x V tensors at the start of backward (measured with torch's
+  saved-tensor hooks and allocation events).
+- ``evaluation`` (``_evaluation``): b = min(B, evaluation windows) windows without gradients;
+  the collapse statistics hold four fp32 b x T x V tensors at once: the peak when V is large
+  and the model small.
+- ``data`` (``_data``, CPU): the evaluation windows and the unigram tables. The token pages the
+  memmaps touch are shown (``FAULT_AROUND_BYTES`` around each read) but not counted: they are
+  file-backed.
+- ``allocator`` (``_cpu_allocator``, ``_cuda_allocator``): CPU (glibc): once the first frees have
+  raised malloc's dynamic mmap threshold, every tensor under ``MMAP_THRESHOLD_MAX`` comes from
+  the heap, which keeps its high-water mark; bigger tensors are mmap'ed and unmapped on free.
+  So the resident tensors peak at heap + fragmentation + the largest mmap'ed set, heap and
+  mapped each the largest over the moments, fragmentation from ``CPU_HEAP_FRAGMENTATION``,
+  ``CPU_HEAP_FRAGMENTATION_BASE`` and ``CPU_HEAP_FRAGMENTATION_LARGE``. CUDA: the caching
+  allocator's reserved-but-unallocated ``CUDA_ALLOCATOR_SLACK`` share of ``allocated``.
+- ``overhead`` (``_overhead``, ``cpu_baseline_bytes``): CPU: the child's anonymous baseline once
+  torch, numpy and tiktoken are imported and ``lm.train``'s warm-up step ran,
+  ``CPU_BASELINE_BYTES`` (less ``CPU_FORK_SAVING_BYTES`` for a child forked from
+  ``sweeps.forkserver``), plus ``CPU_BASELINE_PER_THREAD`` per intra-op thread, a BPE
+  tokenizer's tables (``BPE_FIXED_BYTES`` + ``BPE_BYTES_PER_RANK`` per rank) and
+  ``CPU_BF16_BYTES`` for oneDNN's bf16 kernels. CUDA: ``CUDA_CONTEXT_BYTES`` and
+  ``CUDA_WORKSPACE_BYTES``.
 
-The peak is the largest of four moments, each a sum of the terms live then: the start of
-backward (all activations + logits + cross-entropy; gradients only with ``grad_accum > 1``),
-the top block's backward (the loss head freed; naive: two extra score-sized gradients), the end
-of backward (all gradients, the embedding's dense gradient, AdamW's temporaries) and the
-evaluation. ``total = sum(at_peak)`` over the terms; ``peak_moment`` names the moment that won
-and ``moments`` gives each one's tensor bytes. ``allocated`` is the tensors at the peak (+ the
-cuBLAS workspace on CUDA): what ``torch.cuda.max_memory_allocated`` measures. The tensor part was
-checked against torch's own allocation events and saved-tensor hooks (within 1-9 %, mostly
-over); the whole on the CPU against ``ru_maxrss`` of real runs (``tests/bench/bench_memory.py``:
-17 configurations, vocab 260-16k, seq_len 64-1024, d_ff 1-4 x d_model, micro-batch 1-128, both
-attentions, fp32 and bf16, checkpointing, dropout, grad_accum: all within 10 %).
+The peak is the largest of four moments (``_moments``, each a ``Moment`` of named ``Part``s):
+the start of backward ("loss backward": all activations + logits + cross-entropy), the top
+block's backward ("block backward": the loss head freed, naive's two extra score gradients),
+the end of backward (all gradients, the embedding's dense gradient, AdamW's temporaries) and
+the evaluation. ``total = sum(at_peak)`` over the terms; ``peak_moment`` names the moment that
+won and ``moments`` gives each one's tensor bytes. ``allocated`` is the tensors at the peak (+
+the cuBLAS workspace on CUDA). The tensor part was checked against torch's own allocation
+events and saved-tensor hooks; the whole on the CPU against real runs
+(``tests/bench/bench_memory.py``, its docstring has the grid and the target).
 
-Calibration and budgets live in ``sweeps.preflight``: a study keeps the median of measured /
-predicted over its finished trials (once it has 3, clamped to [0.5, 2]) and multiplies later
-predictions by it; ``memory_budget = "auto"`` is 90 % of the GPU's memory (shared by the workers
-on it), or on the CPU 80 % of ``MemAvailable`` divided among the workers; a CPU child's enforced
-limit (RLIMIT_DATA beyond its start-up footprint) is the budget minus the baseline, never less
-than the predicted growth x 1.4 + 64 MiB.
+Calibration, budgets and a CPU child's enforced limit live in ``sweeps.preflight``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lm import host
 from lm.config import TrainConfig, param_breakdown
 from lm.errors import SweepsError
 
-#: Resident set of a ``python -m lm.train`` child before its model exists (interpreter, torch,
-#: numpy, tiktoken, the warm-up step's lazily imported modules, the intra-op thread pool), measured
-#: with torch 2.x on Linux x86-64: 331 MB for a byte-level run whatever the thread count (1-4).
-CPU_BASELINE_BYTES = 316 * 2**20
-#: A child forked from ``sweeps.forkserver`` (torch already imported there) does not touch the
-#: pages of torch's shared libraries that a fresh interpreter's imports touch: 53 MiB less.
-CPU_FORK_SAVING_BYTES = 53 * 2**20
+if TYPE_CHECKING:
+    from lm.tokens import CorpusCounts
+
+#: Anonymous resident memory of a ``python -m lm.train`` child before its model exists
+#: (interpreter, torch, numpy, tiktoken, the warm-up step's lazily imported modules, the intra-op
+#: thread pool): what ``lm.rss.peak_anon_bytes`` measures, the file-backed pages of the shared
+#: libraries left out (``lm/rss.py`` says why). Measured with torch 2.x on Linux x86-64 (kernel
+#: 6.18, 2 cores), MiB, 2-layer byte-level children of ``tests/lm/test_memory.py`` run as
+#: subprocesses, 4-12 runs each:
+#:
+#:     child              anon peak    VmHWM (ru_maxrss)  RssFile at the end
+#:     d_model 16 (tiny)  213.4-213.7  365.2-365.7        150.9-151.4
+#:     "small", 1st batch 228.0-231.2  418.7-421.5        190.2-190.5
+#:     "small", later     226.8-230.3  378.8-382.3        151.0-151.4
+#:     "naive-T1024"      526.5-527.4  677.6-678.9        150.3-150.7
+#:     "bf16-logits"      473.4-480.4  629.6-636.4        155.7-156.1
+#:
+#: The same "small" child measured 348-352 MB and once 443.6 MB (``ru_maxrss``) on another
+#: machine: file-backed pages and ``ru_maxrss``'s inheritance move the resident peak by ~100 MB
+#: between runs, the anonymous peak moves by 4 MiB. 1, 2 and 4 threads alike; runs after the
+#: torch libraries were dropped from the page cache (``posix_fadvise``) or after a 3 GiB
+#: process alike. The tiny child's anonymous peak, less its model, is this baseline (+ <2 MiB).
+CPU_BASELINE_BYTES = 215 * 2**20
+#: A child forked from ``sweeps.forkserver`` has the same anonymous baseline (measured 214.5 MiB
+#: for the tiny child against 213.5 from a subprocess): what it saves, 53 MiB of torch's library
+#: pages that a fresh interpreter maps, is file-backed and no longer counted.
+CPU_FORK_SAVING_BYTES = 0
 LAUNCHERS = ("subprocess", "fork")
 #: Per intra-op thread (stacks and per-thread scratch of the BLAS/oneDNN pools).
 CPU_BASELINE_PER_THREAD = 256 * 2**10
@@ -128,11 +131,7 @@ CUDA_ALLOCATOR_SLACK = 0.10
 CUDA_WORKSPACE_BYTES = 32 * 2**20
 #: Read fault-around of file-backed mappings on Linux (``fault_around_bytes``).
 FAULT_AROUND_BYTES = 64 * 2**10
-#: Bytes per token assumed when the token cache has not been built yet (a BPE-like ratio).
-GUESS_BYTES_PER_TOKEN = 4.0
 
-DEVICES = ("cpu", "cuda")
-_Item = tuple[str, int, int]
 
 TERM_ORDER = (
     "weights",
@@ -236,229 +235,75 @@ def estimate(
     device: str = "cpu",
     *,
     threads: int | None = None,
-    train_tokens: int | None = None,
-    eval_windows: int | None = None,
+    counts: CorpusCounts | None = None,
     launcher: str = "subprocess",
 ) -> MemoryEstimate:
     """Predicted peak memory of training ``cfg`` on ``device`` ("cpu" or "cuda").
 
-    ``threads`` (CPU intra-op threads; default: this machine's cores), ``train_tokens`` and
-    ``eval_windows`` (default: read from the corpus's token cache when it exists) refine the
-    small terms; none is needed. ``launcher``: how the CPU child starts, ``subprocess``
-    (``python -m lm.train``) or ``fork`` (from ``sweeps.forkserver``: a smaller baseline).
+    ``threads`` (CPU intra-op threads; default: this machine's cores) and ``counts`` (the
+    corpus's token counts, ``lm.tokens.corpus_counts``; default: unknown) refine the small
+    terms; neither is needed, and nothing is read from disk here. ``launcher``: how the CPU
+    child starts, ``subprocess`` (``python -m lm.train``) or ``fork`` (from
+    ``sweeps.forkserver``: a smaller baseline).
     """
     if launcher not in LAUNCHERS:
         raise SweepsError(f"launcher must be subprocess or fork, got launcher={launcher!r}")
-    device = _device_kind(device)
+    if not isinstance(device, str):
+        raise SweepsError(f"device must be cpu or cuda, got device={device!r}")
+    device = host.device_kind(device)
     if cfg.precision == "fp16" and device == "cpu":
         raise SweepsError("precision fp16 needs a CUDA device; estimate it with device cuda")
-    dims = _Dims.of(cfg)
-    cuda = device == "cuda"
-    lowp = cfg.precision in ("bf16", "fp16")
-    a = 2 if lowp else 4  # bytes of an activation autocast lowers
-    f4 = 4
-    B, T, C, H, F, V, L = dims.B, dims.T, dims.C, dims.H, dims.F, dims.V, dims.L
-    BT, BTC, BTF, BTV, BHT, BHTT = B * T, B * T * C, B * T * F, B * T * V, B * H * T, B * H * T * T
+    s = _Shape.of(cfg, cuda=device == "cuda")
     params = param_breakdown(cfg.model_config())
-    P = params["total"]
-    terms: dict[str, Term] = {}
-    dropout = cfg.dropout > 0
-
-    # -- static --
-    matmul_params = L * (3 * C * C + C * C + 2 * C * F) + V * C  # qkv, proj, up, down, head
-    mask_bytes = L * T * T  # the naive path's bool causal mask, registered in both paths
-    lowp_copies = 2 * matmul_params if lowp else 0
-    weights = P * f4 + mask_bytes + lowp_copies
-    weights_formula = "P x 4 + L x T x T" + (" + 2 x matmul_params" if lowp else "")
-    grads = P * f4
-    optimizer = 2 * P * f4
-
-    # -- activations saved for backward (all layers) --
-    # Scores are materialized by naive attention, and on the CPU by sdpa with dropout (its
-    # math fallback); s: bytes of a score element (CUDA autocast runs softmax in fp32 and keeps
-    # a low-precision copy for the next matmul).
-    materialized = cfg.attention == "naive" or (not cuda and dropout)
-    if materialized:
-        s_saved = (4 + 2) if (cuda and lowp) else a
-        s = a
-    else:
-        s_saved = s = 0
-    mask_site = 1 if cuda else None  # CUDA dropout mask: bool; CPU: a noise tensor of the dtype
-
-    def drop_mask(elements: int, elem_bytes: int) -> int:
-        if not dropout:
-            return 0
-        return elements * (mask_site if mask_site is not None else elem_bytes)
-
-    emb = BTC * f4 + drop_mask(BTC, f4)
-    per_block_residual = 2 * BTC * f4
-    per_block_norms = 2 * (BTC * a + 2 * BT * f4)
-    per_block_attention = 4 * BTC * a + drop_mask(BTC, a)  # + the residual dropout's mask
-    if materialized:
-        scores_per_layer = BHTT * s_saved
-        if dropout:  # the dropout mask and the dropped probabilities the next matmul saves
-            scores_per_layer += drop_mask(BHTT, s) + BHTT * s
-    else:
-        scores_per_layer = BHT * f4  # the fused kernel's logsumexp
-    per_block_ffn = 2 * BTF * a + drop_mask(BTC, a)
-    final_residual = BTC * f4
-    final_norm = BTC * a + 2 * BT * f4
-    per_block = (
-        per_block_residual + per_block_norms + per_block_attention + scores_per_layer
-        + per_block_ffn
-    )
-    if cfg.checkpointing:
-        # Each block keeps only its input; backward recomputes one block at a time.
-        residual_bytes = L * BTC * f4 + final_residual
-        norms_bytes = final_norm
-        attention_bytes = scores_bytes = ffn_bytes = 0
-    else:
-        residual_bytes = L * per_block_residual + final_residual
-        norms_bytes = L * per_block_norms + final_norm
-        attention_bytes = L * per_block_attention
-        scores_bytes = L * scores_per_layer
-        ffn_bytes = L * per_block_ffn
-
-    # -- the loss head --
-    logits = BTV * (2 + 4) if lowp else BTV * 4
-    ce_working = 3 * BTV * 4  # log-probs saved + gradient w.r.t. them + gradient of the logits
-    cross_entropy = ce_working - logits
-
-    # -- moments: what is live at each candidate peak, as (term, bytes, size of its largest
-    # single tensor); the tensor size decides where the CPU allocator puts it (heap or mmap).
-    max_param = max(V * C, C * F, 3 * C * C, T * C) * f4
-    static: list[_Item] = [("weights", weights, max_param), ("optimizer", optimizer, max_param)]
-    grads_live = grads if cfg.grad_accum > 1 else 0
-    qkv_unit = (3 if not materialized else 1) * BTC * a  # sdpa keeps views of one qkv tensor
-    scores_unit = BHTT * s if materialized else BHT * f4
-    activations: list[_Item] = [
-        ("embeddings", emb, BTC * f4),
-        ("residual", residual_bytes, BTC * f4),
-        ("norms", norms_bytes, BTC * a),
-        ("attention", attention_bytes, qkv_unit),
-        ("attention_scores", scores_bytes, scores_unit),
-        ("ffn", ffn_bytes, BTF * a),
-    ]
-    moments: dict[str, list[_Item]] = {}
-    # The start of backward: every activation, the logits' gradient and the saved log-probs.
-    moments["loss backward"] = [
-        *static, ("grads", grads_live, max_param), *activations,
-        ("logits", logits, BTV * 4), ("cross_entropy", cross_entropy, BTV * 4),
-    ]
-    # The top block's backward: the loss head is freed, so are the block's FFN activations; a
-    # checkpointed block is recomputed first; materialized scores get two gradient copies.
-    head_grad = V * C * f4
-    top_ffn = (2 * BTF * a) if not cfg.checkpointing else 0
-    attn_transient = 2 * BHTT * s if materialized else 0
-    rec = per_block if cfg.checkpointing else 0
-    moments["block backward"] = [
-        *static, ("grads", max(grads_live, head_grad), max_param),
-        ("embeddings", emb, BTC * f4),
-        ("residual", residual_bytes + (per_block_residual if rec else 0), BTC * f4),
-        ("norms", norms_bytes + (per_block_norms if rec else 0), BTC * a),
-        ("attention", attention_bytes + (per_block_attention if rec else 0), qkv_unit),
-        ("attention_scores", scores_bytes + (scores_per_layer if rec else 0) + attn_transient,
-         scores_unit),
-        ("ffn", ffn_bytes + (per_block_ffn if rec else 0) - top_ffn, BTF * a),
-    ]
-    # The end of backward and the optimizer step: every gradient, the embedding's dense
-    # gradient, AdamW's per-parameter temporaries.
-    moments["end of backward"] = [*static, ("grads", grads + head_grad + 2 * max_param,
-                                            max_param)]
-    # Evaluation (no gradients) of b = min(B, windows) windows at a time.
-    n_windows = eval_windows if eval_windows is not None else _eval_windows(cfg)
-    b = max(1, min(B, n_windows))
-    bT = b * T
-    eval_head = (4 * bT * V * 4, bT * V * 4)  # logits, log-probs, probs, their product
-    eval_attn = (5 * bT * C * 4 + (2 * b * H * T * T * a if cfg.attention == "naive" else 0),
-                 b * H * T * T * a if cfg.attention == "naive" else 3 * bT * C * 4)
-    eval_ffn = (3 * bT * C * 4 + 2 * bT * F * a, bT * F * a)
-    m_eval, eval_unit = max(eval_head, eval_attn, eval_ffn)
-    moments["evaluation"] = [*static, ("evaluation", m_eval, eval_unit)]
-
-    live = {name: sum(item[1] for item in items) for name, items in moments.items()}
-    peak_moment = max(live, key=lambda k: live[k])
+    static = _weights_and_optimizer(s, params["total"])
+    scores = _attention_scores(s)
+    block = _block(s, scores)
+    acts = _activations(s, block)
+    head = _loss_head(s)
+    windows = _eval_windows(cfg, counts.val_tokens if counts is not None else None)
+    evaluation = _evaluation(cfg, s, windows)
+    moments = _moments(s, static, block, acts, scores, head, evaluation)
+    peak = max(moments, key=lambda m: m.live)  # the first of equals, in moment order
     at: dict[str, int] = dict.fromkeys(TERM_ORDER, 0)
-    for name, size, _ in moments[peak_moment]:
-        at[name] += size
-    allocated = live[peak_moment]
-
-    data_bytes, data_inputs = _data_bytes(cfg, dims, train_tokens, n_windows, cuda)
-    at["data"] = data_bytes
-    if cuda:
+    for part in peak.parts:
+        at[part.term] += part.bytes
+    allocated = peak.live
+    if s.cuda:
         allocated += CUDA_WORKSPACE_BYTES
-        at["allocator"] = int(CUDA_ALLOCATOR_SLACK * allocated)
-        allocator_formula = "slack x allocated"
-        allocator_inputs: dict[str, Any] = {"slack": CUDA_ALLOCATOR_SLACK}
+        allocator = _cuda_allocator(allocated)
     else:
-        # glibc: tensors up to 32 MiB come from the heap once the first frees have raised the
-        # mmap threshold, and the heap keeps its high-water mark (fragmented, not trimmed);
-        # bigger ones are mmap'ed and unmapped on free.
-        heap = max(sum(i[1] for i in items if i[2] < MMAP_THRESHOLD_MAX)
-                   for items in moments.values())
-        mapped = max(sum(i[1] for i in items if i[2] >= MMAP_THRESHOLD_MAX)
-                     for items in moments.values())
-        fragmentation = min(CPU_HEAP_FRAGMENTATION * heap,
-                            CPU_HEAP_FRAGMENTATION_BASE + CPU_HEAP_FRAGMENTATION_LARGE * heap)
-        resident = heap + int(fragmentation) + mapped
-        at["allocator"] = max(0, resident - allocated)
-        allocator_formula = "heap + fragmentation + mapped - allocated"
-        allocator_inputs = {"heap": heap, "mapped": mapped, "fragmentation": int(fragmentation)}
-    overhead, overhead_formula, overhead_inputs = _overhead(cfg, cuda, threads, launcher)
-    at["overhead"] = overhead
-    total = sum(at.values())
-
-    terms: dict[str, Term] = {}
-
-    def add(name: str, size: int, formula: str, **inputs: Any) -> None:
-        terms[name] = Term(name, int(size), int(at[name]), formula, inputs)
-
-    add("weights", weights, weights_formula, P=P, L=L, T=T, matmul_params=matmul_params)
-    add("grads", grads, "P x 4", P=P)
-    add("optimizer", optimizer, "2 x P x 4", P=P)
-    add("embeddings", emb, "B x T x C x 4" + (" x 2 (dropout)" if dropout else ""),
-        B=B, T=T, C=C)
-    add("residual", residual_bytes,
-        "(L + 1) x B x T x C x 4" if cfg.checkpointing else "(2L + 1) x B x T x C x 4",
-        B=B, T=T, C=C, L=L)
-    add("norms", norms_bytes, "(2L + 1) x B x T x (C x a + 8)"
-        if not cfg.checkpointing else "B x T x (C x a + 8)", B=B, T=T, C=C, L=L, a=a)
-    add("attention", attention_bytes, "L x 4 x B x T x C x a",
-        B=B, T=T, C=C, L=L, a=a)
-    add("attention_scores", scores_bytes,
-        ("L x B x H x T x T x " + ("(s + 2a)" if dropout else "s")) if materialized
-        else "L x B x H x T x 4",
-        B=B, H=H, T=T, L=L, s=s_saved if materialized else 4,
-        backward_transient=attn_transient)
-    add("ffn", ffn_bytes, "L x 2 x B x T x F x a",
-        B=B, T=T, F=F, L=L, a=a)
-    add("logits", logits, "B x T x V x (2 + 4)" if lowp else "B x T x V x 4", B=B, T=T, V=V)
-    add("cross_entropy", cross_entropy, "3 x B x T x V x 4 - logits",
-        B=B, T=T, V=V)
-    add("evaluation", m_eval, "max(4 x b x T x V x 4, one block's forward)",
-        b=b, T=T, V=V, windows=n_windows)
-    add("data", data_bytes, data_inputs.pop("formula"), **data_inputs)
-    add("allocator", at["allocator"], allocator_formula, **allocator_inputs)
-    add("overhead", overhead, overhead_formula, **overhead_inputs)
+        allocator = _cpu_allocator(moments, allocated)
+    data = _data(cfg, s, counts.train_tokens if counts is not None else None, windows)
+    overhead = _overhead(cfg, s.cuda, threads, launcher)
+    at.update(data=data.bytes, allocator=allocator.bytes, overhead=overhead.bytes)
+    sizes = {"weights": static.weights, "grads": static.grads, "optimizer": static.optimizer,
+             **acts._asdict(), "logits": head.logits, "cross_entropy": head.cross_entropy,
+             "evaluation": evaluation.bytes, "data": data.bytes,
+             "allocator": allocator.bytes, "overhead": overhead.bytes}
+    formulas = _formulas(s, static, scores, evaluation, data, allocator, overhead)
+    terms = tuple(Term(name, int(sizes[name]), int(at[name]), *formulas[name])
+                  for name in TERM_ORDER)
     return MemoryEstimate(
         device=device,
         precision=cfg.precision,
         attention=cfg.attention,
-        vocab_size=V,
+        vocab_size=s.V,
         params=params,
-        terms=tuple(terms[n] for n in TERM_ORDER),
-        total=int(total),
+        terms=terms,
+        total=int(sum(at.values())),
         allocated=int(allocated),
-        peak_moment=peak_moment,
-        moments={k: int(v) for k, v in live.items()},
+        peak_moment=peak.name,
+        moments={m.name: int(m.live) for m in moments},
     )
 
 
-# --- helpers -----------------------------------------------------------------------------------
+# --- the shape of the run ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Dims:
+class _Shape:
+    """The run's dimensions and what its precision, device and options make of them."""
+
     B: int
     T: int
     C: int
@@ -466,119 +311,314 @@ class _Dims:
     F: int
     V: int
     L: int
+    a: int  # bytes of an activation that autocast lowers
+    lowp: bool  # bf16/fp16 autocast
+    cuda: bool
+    dropout: bool
+    checkpointing: bool
+    grad_accum: int
+    # Scores are materialized by naive attention, and on the CPU by sdpa with dropout (its
+    # math fallback).
+    materialized: bool
 
     @classmethod
-    def of(cls, cfg: TrainConfig) -> _Dims:
+    def of(cls, cfg: TrainConfig, *, cuda: bool) -> _Shape:
+        lowp = cfg.precision in ("bf16", "fp16")
+        dropout = cfg.dropout > 0
         return cls(cfg.batch_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff,
-                   cfg.vocab_size, cfg.n_layers)
+                   cfg.vocab_size, cfg.n_layers, a=2 if lowp else 4, lowp=lowp, cuda=cuda,
+                   dropout=dropout, checkpointing=cfg.checkpointing, grad_accum=cfg.grad_accum,
+                   materialized=cfg.attention == "naive" or (not cuda and dropout))
+
+    def drop_mask(self, elements: int, elem_bytes: int) -> int:
+        """A dropout site's saved mask: CUDA keeps 1-byte masks, the CPU a noise tensor."""
+        if not self.dropout:
+            return 0
+        return elements * (1 if self.cuda else elem_bytes)
 
 
-def _device_kind(device: str) -> str:
-    if not isinstance(device, str):
-        raise SweepsError(f"device must be cpu or cuda, got device={device!r}")
-    kind = device.split(":")[0]
-    if kind not in DEVICES:
-        raise SweepsError(f"device must be cpu or cuda (or cuda:N), got device={device!r}")
-    return kind
+# --- the terms ---------------------------------------------------------------------------------
 
 
-def _split_block(total: int, residual: int, norms: int, attention: int, scores: int,
-                 ffn: int) -> dict[str, int]:
-    """A recomputed block's activations by term (zeros when nothing is recomputed)."""
-    if not total:
-        return dict.fromkeys(("residual", "norms", "attention", "attention_scores", "ffn"), 0)
-    return {"residual": residual, "norms": norms, "attention": attention,
-            "attention_scores": scores, "ffn": ffn}
+class _Static(NamedTuple):
+    """Weights, gradients and optimizer states: live for the whole run."""
+
+    weights: int
+    grads: int
+    optimizer: int
+    params: int  # P
+    matmul_params: int
+    max_param: int  # bytes of the largest parameter tensor (heap or mmap on the CPU)
 
 
-def _cache_meta(cfg: TrainConfig) -> dict[str, Any] | None:
-    """The token cache's meta.json for this tokenizer, when it has been built."""
-    name = f"{cfg.tokenizer}-{cfg.vocab_size}" + ("-lower" if cfg.lowercase else "")
-    path = Path(cfg.corpus) / "cache" / name / "meta.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+def _weights_and_optimizer(s: _Shape, params: int) -> _Static:
+    matmul_params = s.L * (3 * s.C * s.C + s.C * s.C + 2 * s.C * s.F) + s.V * s.C  # qkv, proj,
+    mask_bytes = s.L * s.T * s.T  # the naive path's bool causal mask, registered in both paths
+    lowp_copies = 2 * matmul_params if s.lowp else 0  # autocast's weight copies, saved
+    max_param = max(s.V * s.C, s.C * s.F, 3 * s.C * s.C, s.T * s.C) * 4
+    return _Static(weights=params * 4 + mask_bytes + lowp_copies, grads=params * 4,
+                   optimizer=2 * params * 4, params=params, matmul_params=matmul_params,
+                   max_param=max_param)
 
 
-def _manifest(cfg: TrainConfig) -> dict[str, Any] | None:
-    try:
-        return json.loads((Path(cfg.corpus) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+class _Scores(NamedTuple):
+    """The attention scores: what a layer saves, and what backward adds for a moment."""
+
+    per_layer: int
+    saved_elem: int  # bytes per saved score element ("s")
+    unit: int  # the largest single score tensor
+    backward_transient: int  # the gradients of the probabilities and of the scores
 
 
-def _token_counts(cfg: TrainConfig) -> tuple[int | None, int | None]:
-    """(train tokens, val tokens) from the token cache, else guessed from the manifest."""
-    meta = _cache_meta(cfg)
-    if meta is not None:
-        try:
-            return int(meta["train_tokens"]), int(meta["val_tokens"])
-        except (KeyError, TypeError, ValueError):
-            pass
-    manifest = _manifest(cfg)
-    if manifest is not None:
-        per = 1.0 if cfg.tokenizer == "byte" else GUESS_BYTES_PER_TOKEN
-        try:
-            return (int(manifest["train_bytes"] / per), int(manifest["val_bytes"] / per))
-        except (KeyError, TypeError, ValueError):
-            pass
-    return None, None
+def _attention_scores(s: _Shape) -> _Scores:
+    BHT = s.B * s.H * s.T
+    if not s.materialized:
+        return _Scores(BHT * 4, 4, BHT * 4, 0)  # the fused kernel's logsumexp
+    BHTT = BHT * s.T
+    # CUDA autocast runs softmax in fp32 and keeps a low-precision copy for the next matmul.
+    saved = (4 + 2) if (s.cuda and s.lowp) else s.a
+    per_layer = BHTT * saved
+    if s.dropout:  # the dropout mask and the dropped probabilities the next matmul saves
+        per_layer += s.drop_mask(BHTT, s.a) + BHTT * s.a
+    return _Scores(per_layer, saved, BHTT * s.a, 2 * BHTT * s.a)
 
 
-def _eval_windows(cfg: TrainConfig) -> int:
-    """Windows of the fixed validation subset (``lm.train.eval_windows``)."""
+class _Block(NamedTuple):
+    """Activations one transformer block saves for backward, by term."""
+
+    residual: int
+    norms: int
+    attention: int
+    attention_scores: int
+    ffn: int
+
+
+def _block(s: _Shape, scores: _Scores) -> _Block:
+    BT, BTC = s.B * s.T, s.B * s.T * s.C
+    return _Block(
+        residual=2 * BTC * 4,  # block input and mid-block sum, for the LayerNorms
+        norms=2 * (BTC * s.a + 2 * BT * 4),  # two LayerNorm outputs + mean/rstd
+        attention=4 * BTC * s.a + s.drop_mask(BTC, s.a),  # q, k, v, output + residual dropout
+        attention_scores=scores.per_layer,
+        ffn=2 * s.B * s.T * s.F * s.a + s.drop_mask(BTC, s.a),  # up projection and GELU
+    )
+
+
+class _Activations(NamedTuple):
+    """Activations saved for backward over all layers, by term (in ``ACTIVATION_TERMS``)."""
+
+    embeddings: int
+    residual: int
+    norms: int
+    attention: int
+    attention_scores: int
+    ffn: int
+
+
+def _activations(s: _Shape, block: _Block) -> _Activations:
+    BT, BTC = s.B * s.T, s.B * s.T * s.C
+    embeddings = BTC * 4 + s.drop_mask(BTC, 4)
+    final_residual = BTC * 4  # the final LayerNorm's input
+    final_norm = BTC * s.a + 2 * BT * 4
+    if s.checkpointing:
+        # Each block keeps only its input; backward recomputes one block at a time.
+        return _Activations(embeddings, s.L * BTC * 4 + final_residual, final_norm, 0, 0, 0)
+    return _Activations(embeddings, s.L * block.residual + final_residual,
+                        s.L * block.norms + final_norm, s.L * block.attention,
+                        s.L * block.attention_scores, s.L * block.ffn)
+
+
+def _activation_units(s: _Shape, scores: _Scores) -> _Activations:
+    """The largest single tensor of each activation term (heap or mmap on the CPU)."""
+    BTC = s.B * s.T * s.C
+    qkv = (1 if s.materialized else 3) * BTC * s.a  # sdpa keeps views of one qkv tensor
+    return _Activations(BTC * 4, BTC * 4, BTC * s.a, qkv, scores.unit, s.B * s.T * s.F * s.a)
+
+
+class _LossHead(NamedTuple):
+    """The B x T x V logits and the cross-entropy's working set beyond them."""
+
+    logits: int
+    cross_entropy: int
+    unit: int  # one fp32 B x T x V tensor
+
+
+def _loss_head(s: _Shape) -> _LossHead:
+    BTV = s.B * s.T * s.V
+    logits = BTV * (2 + 4) if s.lowp else BTV * 4
+    working = 3 * BTV * 4  # log-probs saved + gradient w.r.t. them + gradient of the logits
+    return _LossHead(logits, working - logits, BTV * 4)
+
+
+class _Evaluation(NamedTuple):
+    """The evaluation's largest working set (no gradients), over b windows at a time."""
+
+    bytes: int
+    unit: int
+    batch: int  # b
+    windows: int
+
+
+def _evaluation(cfg: TrainConfig, s: _Shape, windows: int) -> _Evaluation:
+    b = max(1, min(s.B, windows))
+    bT = b * s.T
+    naive = cfg.attention == "naive"
+    head = (4 * bT * s.V * 4, bT * s.V * 4)  # logits, log-probs, probs, their product
+    attn = (5 * bT * s.C * 4 + (2 * b * s.H * s.T * s.T * s.a if naive else 0),
+            b * s.H * s.T * s.T * s.a if naive else 3 * bT * s.C * 4)
+    ffn = (3 * bT * s.C * 4 + 2 * bT * s.F * s.a, bT * s.F * s.a)
+    size, unit = max(head, attn, ffn)
+    return _Evaluation(size, unit, b, windows)
+
+
+def _eval_windows(cfg: TrainConfig, val_tokens: int | None) -> int:
+    """Windows of the fixed validation subset, as ``lm.train.eval_windows`` cuts them."""
     wanted = max(1, cfg.eval_tokens // cfg.seq_len)
-    _, val_tokens = _token_counts(cfg)
-    if val_tokens is not None:
-        available = max(1, (val_tokens - 1) // cfg.seq_len)
-        return min(wanted, available)
-    return wanted
+    if val_tokens is None:
+        return wanted
+    return min(wanted, max(1, (val_tokens - 1) // cfg.seq_len))
 
 
-def _data_bytes(cfg: TrainConfig, d: _Dims, train_tokens: int | None, n_windows: int,
-                cuda: bool) -> tuple[int, dict[str, Any]]:
-    """Token pages touched and the evaluation tensors (CPU resident set; CUDA: the windows)."""
-    eval_tensors = n_windows * (2 * d.T + 1) * 8  # ids (N, T + 1) and nbytes (N, T), int64
-    unigram = d.V * (8 * 3 + 40)  # counts list (Python ints), float64 tables
-    if cuda:
-        return 0, {"formula": "host memory only (0 on the device)"}
-    if train_tokens is None:
-        train_tokens, _ = _token_counts(cfg)
-    item = 4 if d.V > 65536 else 2
+# --- the moments -------------------------------------------------------------------------------
+
+
+class Part(NamedTuple):
+    """What one term holds at a moment, and its largest single tensor (which decides where the
+    CPU allocator puts it: the heap, or its own mapping)."""
+
+    term: str
+    bytes: int
+    unit: int
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A candidate peak: the terms live at one point of a training step."""
+
+    name: str
+    parts: tuple[Part, ...]
+
+    @property
+    def live(self) -> int:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def heap(self) -> int:
+        """Bytes in tensors small enough for glibc's heap (below ``MMAP_THRESHOLD_MAX``)."""
+        return sum(p.bytes for p in self.parts if p.unit < MMAP_THRESHOLD_MAX)
+
+    @property
+    def mapped(self) -> int:
+        """Bytes in tensors glibc maps (and unmaps on free) one by one."""
+        return sum(p.bytes for p in self.parts if p.unit >= MMAP_THRESHOLD_MAX)
+
+
+def _moments(s: _Shape, static: _Static, block: _Block, acts: _Activations, scores: _Scores,
+             head: _LossHead, evaluation: _Evaluation) -> tuple[Moment, ...]:
+    """The four candidate peaks of a step, in the order ties are broken."""
+    mp = static.max_param
+    resident = (Part("weights", static.weights, mp), Part("optimizer", static.optimizer, mp))
+    units = _activation_units(s, scores)
+    # Gradients are freed after every step, so they are live during the next micro-batch's
+    # backward only when grad_accum > 1.
+    grads_live = static.grads if s.grad_accum > 1 else 0
+    head_grad = s.V * s.C * 4
+    loss_backward = Moment("loss backward", (
+        *resident, Part("grads", grads_live, mp),
+        *(Part(name, getattr(acts, name), getattr(units, name)) for name in ACTIVATION_TERMS),
+        Part("logits", head.logits, head.unit), Part("cross_entropy", head.cross_entropy,
+                                                     head.unit)))
+    # The top block's backward: the loss head is freed, so are the block's FFN activations; a
+    # checkpointed block is recomputed first; materialized scores get two gradient copies.
+    rec = block if s.checkpointing else _Block(0, 0, 0, 0, 0)
+    top_ffn = 0 if s.checkpointing else 2 * s.B * s.T * s.F * s.a
+    block_backward = Moment("block backward", (
+        *resident, Part("grads", max(grads_live, head_grad), mp),
+        Part("embeddings", acts.embeddings, units.embeddings),
+        Part("residual", acts.residual + rec.residual, units.residual),
+        Part("norms", acts.norms + rec.norms, units.norms),
+        Part("attention", acts.attention + rec.attention, units.attention),
+        Part("attention_scores", acts.attention_scores + rec.attention_scores
+             + scores.backward_transient, units.attention_scores),
+        Part("ffn", acts.ffn + rec.ffn - top_ffn, units.ffn)))
+    # The end of backward and the optimizer step: every gradient, the embedding's dense
+    # gradient, AdamW's per-parameter temporaries.
+    end_of_backward = Moment("end of backward", (
+        *resident, Part("grads", static.grads + head_grad + 2 * mp, mp)))
+    evaluating = Moment("evaluation", (
+        *resident, Part("evaluation", evaluation.bytes, evaluation.unit)))
+    return loss_backward, block_backward, end_of_backward, evaluating
+
+
+# --- beyond the tensors: data, allocator, overhead ---------------------------------------------
+
+
+class _Extra(NamedTuple):
+    """A term computed apart from the moments: its bytes, formula and inputs."""
+
+    bytes: int
+    formula: str
+    inputs: dict[str, Any]
+
+
+def _cuda_allocator(allocated: int) -> _Extra:
+    return _Extra(int(CUDA_ALLOCATOR_SLACK * allocated), "slack x allocated",
+                  {"slack": CUDA_ALLOCATOR_SLACK})
+
+
+def _cpu_allocator(moments: tuple[Moment, ...], allocated: int) -> _Extra:
+    """glibc: tensors below ``MMAP_THRESHOLD_MAX`` come from the heap once the first frees have
+    raised the mmap threshold, and the heap keeps its high-water mark (fragmented, not
+    trimmed); bigger ones are mmap'ed and unmapped on free."""
+    heap = max(m.heap for m in moments)
+    mapped = max(m.mapped for m in moments)
+    fragmentation = min(CPU_HEAP_FRAGMENTATION * heap,
+                        CPU_HEAP_FRAGMENTATION_BASE + CPU_HEAP_FRAGMENTATION_LARGE * heap)
+    resident = heap + int(fragmentation) + mapped
+    return _Extra(max(0, resident - allocated), "heap + fragmentation + mapped - allocated",
+                  {"heap": heap, "mapped": mapped, "fragmentation": int(fragmentation)})
+
+
+def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int) -> _Extra:
+    """The evaluation windows and the unigram tables (host memory; 0 on CUDA).
+
+    The token memmaps' pages are shown (``token_pages``, ``val_pages``) but not counted: they
+    are file-backed, shared by every trial through the page cache and reclaimable, so neither
+    the measured peak (anonymous, ``lm.rss``) nor the enforced limit holds them.
+    """
+    if s.cuda:
+        return _Extra(0, "host memory only (0 on the device)", {})
+    eval_tensors = n_windows * (2 * s.T + 1) * 8  # ids (N, T + 1) and nbytes (N, T), int64
+    unigram = s.V * (8 * 3 + 40)  # counts list (Python ints), float64 tables
+    item = 4 if s.V > 65536 else 2
     steps = math.ceil(cfg.max_tokens / cfg.tokens_per_step)
-    windows = steps * cfg.grad_accum * d.B
+    windows = steps * cfg.grad_accum * s.B
     if train_tokens is None:
         # No corpus to look at: assume the whole run's windows touch distinct blocks, capped.
         touched = min(windows * FAULT_AROUND_BYTES, 16 * 2**20)
         file_bytes = None
     else:
+        # The memmap faults in FAULT_AROUND_BYTES around each read: the expected count of
+        # distinct blocks that ``windows`` random windows touch.
         file_bytes = train_tokens * item
         blocks = max(1, math.ceil(file_bytes / FAULT_AROUND_BYTES))
-        per_window = 1 + (d.T + 1) * item / FAULT_AROUND_BYTES
+        per_window = 1 + (s.T + 1) * item / FAULT_AROUND_BYTES
         expected = blocks * (1 - math.exp(-windows * per_window / blocks))
         touched = min(file_bytes, int(expected * FAULT_AROUND_BYTES))
-    val_pages = min(cfg.eval_tokens, n_windows * d.T + 1) * item * 2
-    total = int(touched + val_pages + eval_tensors + unigram)
-    return total, {
-        "formula": "token pages touched + eval windows",
-        "train_file_bytes": file_bytes,
-        "train_windows": windows,
-        "token_pages": int(touched),
-        "eval_windows": n_windows,
-    }
+    val_pages = min(cfg.eval_tokens, n_windows * s.T + 1) * item * 2
+    return _Extra(int(eval_tensors + unigram),
+                  "eval windows + unigram tables (token pages: file-backed, not counted)",
+                  {"train_file_bytes": file_bytes, "train_windows": windows,
+                   "token_pages": int(touched), "val_pages": val_pages,
+                   "eval_windows": n_windows})
 
 
-def _overhead(cfg: TrainConfig, cuda: bool, threads: int | None,
-              launcher: str) -> tuple[int, str, dict[str, Any]]:
+def _overhead(cfg: TrainConfig, cuda: bool, threads: int | None, launcher: str) -> _Extra:
     if cuda:
-        return (
-            CUDA_CONTEXT_BYTES + CUDA_WORKSPACE_BYTES,
-            "context + workspace",
-            {"context": CUDA_CONTEXT_BYTES, "workspace": CUDA_WORKSPACE_BYTES},
-        )
-    n = threads if threads is not None else _cpu_count()
-    return (
+        return _Extra(CUDA_CONTEXT_BYTES + CUDA_WORKSPACE_BYTES, "context + workspace",
+                      {"context": CUDA_CONTEXT_BYTES, "workspace": CUDA_WORKSPACE_BYTES})
+    n = threads if threads is not None else host.cpu_threads()
+    return _Extra(
         cpu_baseline_bytes(cfg, n, launcher),
         "baseline + threads + tokenizer (+ bf16 kernels)",
         {"baseline": CPU_BASELINE_BYTES, "launcher": launcher, "threads": n,
@@ -587,22 +627,47 @@ def _overhead(cfg: TrainConfig, cuda: bool, threads: int | None,
     )
 
 
-def _cpu_count() -> int:
-    import os
+def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluation,
+              data: _Extra, allocator: _Extra,
+              overhead: _Extra) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each term's formula and the inputs it was computed from, as ``sweeps estimate`` shows."""
+    B, T, C, H, F, V, L, a = s.B, s.T, s.C, s.H, s.F, s.V, s.L, s.a
+    ck = s.checkpointing
+    return {
+        "weights": ("P x 4 + L x T x T" + (" + 2 x matmul_params" if s.lowp else ""),
+                    {"P": static.params, "L": L, "T": T, "matmul_params": static.matmul_params}),
+        "grads": ("P x 4", {"P": static.params}),
+        "optimizer": ("2 x P x 4", {"P": static.params}),
+        "embeddings": ("B x T x C x 4" + (" x 2 (dropout)" if s.dropout else ""),
+                       {"B": B, "T": T, "C": C}),
+        "residual": ("(L + 1) x B x T x C x 4" if ck else "(2L + 1) x B x T x C x 4",
+                     {"B": B, "T": T, "C": C, "L": L}),
+        "norms": ("B x T x (C x a + 8)" if ck else "(2L + 1) x B x T x (C x a + 8)",
+                  {"B": B, "T": T, "C": C, "L": L, "a": a}),
+        "attention": ("L x 4 x B x T x C x a", {"B": B, "T": T, "C": C, "L": L, "a": a}),
+        "attention_scores": (
+            ("L x B x H x T x T x " + ("(s + 2a)" if s.dropout else "s")) if s.materialized
+            else "L x B x H x T x 4",
+            {"B": B, "H": H, "T": T, "L": L, "s": scores.saved_elem,
+             "backward_transient": scores.backward_transient}),
+        "ffn": ("L x 2 x B x T x F x a", {"B": B, "T": T, "F": F, "L": L, "a": a}),
+        "logits": ("B x T x V x (2 + 4)" if s.lowp else "B x T x V x 4", {"B": B, "T": T, "V": V}),
+        "cross_entropy": ("3 x B x T x V x 4 - logits", {"B": B, "T": T, "V": V}),
+        "evaluation": ("max(4 x b x T x V x 4, one block's forward)",
+                       {"b": evaluation.batch, "T": T, "V": V, "windows": evaluation.windows}),
+        "data": (data.formula, data.inputs),
+        "allocator": (allocator.formula, allocator.inputs),
+        "overhead": (overhead.formula, overhead.inputs),
+    }
 
-    env = os.environ.get("SWEEPS_NUM_THREADS")
-    if env and env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+
+# --- helpers -----------------------------------------------------------------------------------
 
 
 def cpu_baseline_bytes(cfg: TrainConfig | None = None, threads: int | None = None,
                        launcher: str = "subprocess") -> int:
-    """The CPU child's resident set before its model exists (the ``overhead`` term)."""
-    n = threads if threads is not None else _cpu_count()
+    """The CPU child's anonymous memory before its model exists (the ``overhead`` term)."""
+    n = threads if threads is not None else host.cpu_threads()
     base = CPU_BASELINE_BYTES + CPU_BASELINE_PER_THREAD * n
     if launcher == "fork":
         base -= CPU_FORK_SAVING_BYTES

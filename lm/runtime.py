@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import resource
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -18,6 +17,7 @@ import torch
 
 from lm import host
 from lm.errors import SweepsError
+from lm.rss import peak_anon_bytes, status_bytes
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,23 +51,16 @@ def autocast_for(device: torch.device, precision: str) -> Callable[[], AbstractC
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: peak allocated by tensors; CPU: the process's peak resident set."""
+    """CUDA: peak allocated by tensors; CPU: the process's peak anonymous resident set (file-
+    backed pages vary with the page cache and are not what the limit enforces: ``lm.rss``)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+    return peak_anon_bytes()
 
 
 def _vm_data_bytes() -> int | None:
     """The process's data segment size (what RLIMIT_DATA limits), from /proc on Linux."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmData:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return status_bytes("VmData").get("VmData")
 
 
 @contextmanager

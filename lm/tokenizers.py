@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError
 from lm.files import file_lock, write_json_atomic
 from lm.serialization import ANSWER, DOC, MARKER_CHARS, PAD, QUESTION, UNK
@@ -400,7 +401,7 @@ def corpus_sha256(corpus_dir: Path) -> str:
             f"corpus dir {corpus_dir}: not a directory; give the directory that "
             "`sweeps prepare --out` wrote"
         )
-    manifest = corpus_dir / "manifest.json"
+    manifest = corpus_dir / MANIFEST_NAME
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
         sha = data["sha256"]

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError
 from lm.files import file_lock, write_json_atomic
 from lm.tokenizers import (
@@ -68,6 +69,9 @@ FILES: dict[str, str] = {
     "val_nbytes": "val_nbytes.bin",
     "tokenizer": "tokenizer.json",
 }
+META_NAME = "meta.json"
+#: Bytes per token assumed when the token cache has not been built yet (a BPE-like ratio).
+GUESS_BYTES_PER_TOKEN = 4.0
 _UINT16_MAX = np.iinfo(np.uint16).max
 _SCAN_BYTES = 1 << 20  # a multiple of every dtype's itemsize, so no id straddles two pieces
 
@@ -89,6 +93,50 @@ class TokenCache:
 def cache_dir(corpus_dir: Path, kind: str, vocab_size: int, lowercase: bool = False) -> Path:
     """Where the cache of this tokenizer lives inside a corpus dir."""
     return Path(corpus_dir) / "cache" / f"{kind}-{vocab_size}{'-lower' if lowercase else ''}"
+
+
+@dataclass(frozen=True)
+class CorpusCounts:
+    """Token counts of a corpus's two splits for one tokenizer, as the memory estimate takes them
+    (``lm.memory.estimate(counts=)``); None where unknown (no cache, no manifest)."""
+
+    train_tokens: int | None = None
+    val_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("train_tokens", "val_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise SweepsError(f"{name} must be a count >= 0 or None, got {name}={value!r}")
+
+
+def corpus_counts(corpus_dir: Path | str, kind: str, vocab_size: int,
+                  lowercase: bool = False) -> CorpusCounts:
+    """The token counts of this corpus and tokenizer, without building anything.
+
+    Exact from the token cache's ``meta.json`` when it has been built; else guessed from the
+    corpus manifest's split sizes in bytes (one token per byte for the byte tokenizer,
+    ``GUESS_BYTES_PER_TOKEN`` otherwise); else unknown. Never raises for a missing or damaged
+    file: the counts only refine an estimate.
+    """
+    meta = _read_json(cache_dir(Path(corpus_dir), kind, vocab_size, lowercase) / META_NAME)
+    try:
+        return CorpusCounts(int(meta["train_tokens"]), int(meta["val_tokens"]))
+    except (KeyError, TypeError, ValueError, SweepsError):
+        pass
+    manifest = _read_json(Path(corpus_dir) / MANIFEST_NAME)
+    per = 1.0 if kind == "byte" else GUESS_BYTES_PER_TOKEN
+    try:
+        return CorpusCounts(int(manifest["train_bytes"] / per), int(manifest["val_bytes"] / per))
+    except (KeyError, TypeError, ValueError, SweepsError):
+        return CorpusCounts()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -213,7 +261,7 @@ def _scan(file: Path, ids: np.dtype | None = None) -> tuple[str, int | None]:
 
 
 def _read_meta(path: Path) -> dict[str, Any] | None:
-    meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    meta = json.loads((path / META_NAME).read_text(encoding="utf-8"))
     return meta if isinstance(meta, dict) else None
 
 
@@ -273,7 +321,7 @@ def _build(corpus_dir: Path, path: Path, want: dict[str, Any], progress: Progres
         meta["checksums"] = {key: _scan(tmp / name)[0] for key, name in FILES.items()}
         # unigram_counts last: it is long, and the rest of meta.json stays readable above it.
         meta["unigram_counts"] = meta.pop("unigram_counts")
-        write_json_atomic(tmp / "meta.json", meta)
+        write_json_atomic(tmp / META_NAME, meta)
         _publish(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -94,13 +94,12 @@ def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
 
 def _largest_rows(spec: StudySpec, device: str,
                   budget: int | None) -> list[tuple[str, object]] | None:
-    from lm import memory
     from sweeps import preflight
 
     point, cfg = largest_point(spec, device)
     if cfg is None:
         return None
-    est = memory.estimate(cfg, device)
+    est = preflight.estimate(cfg, device)
     plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
     verdict = ("fits" if plan.fits and not plan.fitted else
                f"fitted: {plan.fitted}" if plan.fits else "predicted_oom: never launched")
@@ -118,7 +117,7 @@ def largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
     import dataclasses
     import itertools
 
-    from lm import memory
+    from sweeps import preflight
     from sweeps.space import grid_points, trial_config
     from sweeps.spec import iter_grid
 
@@ -135,7 +134,7 @@ def largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
             cfg = trial_config(spec, point)
         except SweepsError:
             continue
-        total = memory.estimate(cfg, device).total
+        total = preflight.estimate(cfg, device).total
         if total > best[0]:
             best = (total, point, cfg)
     return best[1], best[2]

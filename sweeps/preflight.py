@@ -38,6 +38,7 @@ from typing import Any
 
 from lm import host, memory, outcomes
 from lm.config import TrainConfig
+from lm.tokens import corpus_counts
 from sweeps.console import human_bytes as _hb
 from sweeps.spec import Limits
 
@@ -66,10 +67,17 @@ class TrialPlan:
     calibration: float = 1.0
 
 
+def estimate(cfg: TrainConfig, device: str, *, launcher: str = "subprocess") -> Any:
+    """``lm.memory.estimate`` of ``cfg`` with its corpus's token counts (``lm.tokens``: from the
+    token cache when it exists, else a guess from the corpus), the one way every plan asks."""
+    counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
+    return memory.estimate(cfg, host.device_kind(device), launcher=launcher, counts=counts)
+
+
 def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
             launcher: str = "subprocess") -> tuple[int, int]:
     """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
-    raw = memory.estimate(cfg, host.device_kind(device), launcher=launcher).total
+    raw = estimate(cfg, host.device_kind(device), launcher=launcher).total
     return round(raw * calibration), raw
 
 

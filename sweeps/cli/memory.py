@@ -71,11 +71,11 @@ def estimate(
         else:
             _print_feasibility(table)
         return
-    from lm.memory import estimate as estimate_memory
+    from sweeps import preflight
 
     cfg = train_config(config, overrides, corpus=NO_CORPUS)
     device = host.device_kind(cfg.device)
-    est = estimate_memory(cfg, device, launcher=launcher)
+    est = preflight.estimate(cfg, device, launcher=launcher)
     budget_bytes = plan.budget_bytes(budget, None, device, workers)
     fits = budget_bytes is None or est.total <= budget_bytes
     if as_json:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from lm.config import TrainConfig  # noqa: E402
 from lm.memory import estimate  # noqa: E402
+from lm.tokens import corpus_counts  # noqa: E402
 from sweeps.preflight import cpu_child_limit  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "sweeps-bench-memory"
@@ -149,7 +150,9 @@ def main() -> int:
     for i in indices:
         point = GRID[i]
         cfg = config(point, corpus, args.device)
-        est = estimate(cfg, args.device, threads=args.threads, launcher=args.launcher)
+        counts = corpus_counts(corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
+        est = estimate(cfg, args.device, threads=args.threads, launcher=args.launcher,
+                       counts=counts)
         predicted = est.total
         if args.device == "cpu":
             limit = cpu_child_limit(est.total, est.total)  # a budget equal to the prediction

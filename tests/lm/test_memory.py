@@ -14,6 +14,7 @@ import pytest
 from lm.config import TrainConfig, param_breakdown
 from lm.errors import SweepsError
 from lm.memory import ACTIVATION_TERMS, TERM_ORDER, estimate
+from lm.tokens import CorpusCounts, corpus_counts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,9 +126,11 @@ def test_cuda_counts_context_and_allocator_and_not_host_memory() -> None:
     assert cuda.allocated > cpu.allocated  # cuBLAS workspace
 
 
-def test_fork_launcher_has_a_smaller_baseline() -> None:
+def test_fork_launcher_has_the_same_anonymous_baseline() -> None:
+    # A forked child maps fewer library pages, but those are file-backed: not counted.
     sub, fork = estimate(cfg_of(), "cpu"), estimate(cfg_of(), "cpu", launcher="fork")
-    assert 0 < sub.total - fork.total < 100 * 2**20
+    assert sub.total == fork.total
+    assert fork.term("overhead").inputs["launcher"] == "fork"
 
 
 def test_json_has_the_documented_keys() -> None:
@@ -155,10 +158,30 @@ def test_the_token_cache_refines_the_data_term(tmp_path: Path) -> None:
     cache = tmp_path / "cache" / "bpe-4096"
     cache.mkdir(parents=True)
     (cache / "meta.json").write_text(json.dumps({"train_tokens": 1000, "val_tokens": 500}))
-    small = estimate(cfg_of(corpus=str(tmp_path), max_tokens=10**7), "cpu")
+    cfg = cfg_of(corpus=str(tmp_path), max_tokens=10**7)
+    counts = corpus_counts(tmp_path, "bpe", 4096)
+    assert counts == CorpusCounts(train_tokens=1000, val_tokens=500)
+    small = estimate(cfg, "cpu", counts=counts)
     assert small.term("data").inputs["train_file_bytes"] == 2000
     assert small.term("data").inputs["token_pages"] <= 2000
     assert small.term("evaluation").inputs["windows"] == 3  # (500 - 1) // 128
+    # The estimate itself reads nothing: without counts, the corpus's cache is not looked at.
+    blind = estimate(cfg, "cpu")
+    assert blind.term("data").inputs["train_file_bytes"] is None
+    assert blind.term("evaluation").inputs["windows"] == cfg.eval_tokens // 128
+
+
+def test_corpus_counts_guess_from_the_manifest_else_unknown(tmp_path: Path) -> None:
+    assert corpus_counts(tmp_path, "bpe", 4096) == CorpusCounts()  # nothing there
+    (tmp_path / "manifest.json").write_text(json.dumps({"train_bytes": 8000, "val_bytes": 400}))
+    assert corpus_counts(tmp_path, "byte", 260) == CorpusCounts(8000, 400)  # a token per byte
+    assert corpus_counts(tmp_path, "bpe", 4096) == CorpusCounts(2000, 100)
+    damaged = tmp_path / "cache" / "bpe-4096-lower"
+    damaged.mkdir(parents=True)
+    (damaged / "meta.json").write_text("{not json")
+    assert corpus_counts(tmp_path, "bpe", 4096, lowercase=True) == CorpusCounts(2000, 100)
+    with pytest.raises(SweepsError, match="val_tokens"):
+        CorpusCounts(train_tokens=1, val_tokens=-1)
 
 
 # --- measured: real `python -m lm.train` children --------------------------------------------
@@ -199,7 +222,8 @@ def test_measured_peak_within_20_percent(point: dict, corpus: Path, tmp_path: Pa
         "eval_every_tokens": 10**12, "eval_tokens": b * t, "warmup_tokens": 0,
         "sample_tokens": 2, **point,
     })
-    est = estimate(cfg, "cpu", threads=2)
+    est = estimate(cfg, "cpu", threads=2, counts=corpus_counts(corpus, cfg.tokenizer,
+                                                               cfg.vocab_size))
     # Under the limit the runner gives a trial whose budget is exactly its prediction.
     limited = dataclasses.replace(cfg, cpu_memory_limit_bytes=cpu_child_limit(est.total,
                                                                               est.total))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import optuna
 import pytest
 
 from lm import host, memory
 from lm.config import TrainConfig
 from lm.errors import SweepsError
+from lm.tokens import CorpusCounts
 from sweeps import preflight
 from sweeps.spec import Limits
 
@@ -78,6 +82,17 @@ def test_calibration_scales_the_prediction() -> None:
     assert preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=budget).fits
     assert not preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=budget,
                                     calibration=1.5).fits
+
+
+def test_the_corpus_counts_reach_the_estimate(tmp_path: Path) -> None:
+    cache = tmp_path / "cache" / "word-300"
+    cache.mkdir(parents=True)
+    (cache / "meta.json").write_text(json.dumps({"train_tokens": 10**6, "val_tokens": 300}))
+    cfg = cfg_of(corpus=str(tmp_path))
+    counts = CorpusCounts(train_tokens=10**6, val_tokens=300)
+    assert preflight.predict(cfg, device="cpu")[1] == memory.estimate(cfg, "cpu",
+                                                                      counts=counts).total
+    assert memory.estimate(cfg, "cpu", counts=counts).total != raw(cfg)  # the counts matter
 
 
 def test_launcher_and_device_reach_the_estimate() -> None:
