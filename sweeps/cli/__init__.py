@@ -21,7 +21,7 @@ import typer
 
 from lm.errors import SweepsError
 from sweeps.cli import data, memory, report, study, train
-from sweeps.console import console, err_console
+from sweeps.console import console, err_console, write_line
 
 app = typer.Typer(
     name="sweeps",
@@ -73,8 +73,9 @@ def main() -> None:
     except SweepsError as exc:
         if _state["debug"]:
             raise
-        # Plain write: one line whatever the terminal width (rich would wrap it).
-        sys.stderr.write(f"error: {exc}\n")
+        # Plain write: one line whatever the terminal width (rich would wrap it), control
+        # characters escaped (a message may quote text from a shared database).
+        write_line(f"error: {exc}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted by Ctrl-C")

@@ -93,8 +93,8 @@ def test_random_sigkills_leave_a_consistent_study(tmp_path: Path,
                                                   tmp_path_factory: pytest.TempPathFactory,
                                                   pg_url: str) -> None:
     corpus = shared_corpus(tmp_path_factory)
-    data = spec_dict("chaos", corpus, fixed={"tokenizer": "word", "max_tokens": 6_000,
-                                             "eval_every_tokens": 3_000},
+    data = spec_dict("chaos", corpus, fixed={"tokenizer": "word", "max_tokens": 16_000,
+                                             "eval_every_tokens": 4_000},
                      space={"vocab_size": {"choices": [300, 400, 500, 600]},
                             "lr": {"low": 1e-3, "high": 3e-2, "log": True}},
                      study={"n_trials": N_TRIALS}, limits={"collapse": False, "max_retries": 50})
@@ -112,7 +112,7 @@ def test_random_sigkills_leave_a_consistent_study(tmp_path: Path,
             everyone.append(w)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and (kills["child"] < 8 or kills["worker"] < 2):
-            time.sleep(rng.uniform(0.5, 2.5))
+            time.sleep(rng.uniform(0.3, 1.5))
             live = [w for w in workers if w.poll() is None]
             if not live:
                 break

@@ -5,6 +5,7 @@ never another exception."""
 from __future__ import annotations
 
 import copy
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lm.errors import SweepsError
+from lm.run_files import METRIC_KEYS, METRIC_TYPES
 from sweeps.spec import StudySpec, load_spec
 from tests.sweeps.helpers import toml_text
 
@@ -144,3 +146,45 @@ def _toml_safe(value: Any) -> bool:
     if isinstance(value, dict):
         return all(_toml_safe(v) for v in value.values())
     return False
+
+
+# --- what a child writes -------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from([*METRIC_KEYS, "x"]), inner, max_size=6), max_leaves=12)
+lines = st.one_of(
+    json_values.map(json.dumps),
+    st.dictionaries(st.sampled_from(METRIC_KEYS), json_values, max_size=8).map(json.dumps),
+    st.binary(max_size=60).map(lambda b: b.decode("latin-1")),
+)
+
+
+@SETTINGS
+@given(st.lists(lines, max_size=6))
+def test_any_metrics_lines_give_checked_rows_and_verdicts(texts: list[str]) -> None:
+    """Any ``metrics.jsonl`` content: the follower returns objects whose known values have their
+    types, and the project's rules judge them without raising."""
+    from sweeps import pruning
+    from sweeps.runner import MetricsFollower
+    from sweeps.spec import Limits
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "metrics.jsonl"
+        path.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8",
+                        errors="surrogatepass")
+        follower = MetricsFollower(path)
+        rows = follower.read()
+    history: list[dict[str, Any]] = []
+    for row in rows:
+        assert isinstance(row, dict)
+        for key, kind in METRIC_TYPES.items():
+            value = row.get(key)
+            if value is not None and kind is float:
+                assert isinstance(value, (int, float)) and not isinstance(value, bool)
+                assert math.isfinite(value)
+            elif value is not None:
+                assert isinstance(value, kind) and not isinstance(value, bool)
+        history.append(row)
+        pruning.project_rules(history, Limits())
