@@ -38,6 +38,8 @@ PRUNED = "pruned"
 PREDICTED_OOM = "predicted_oom"
 OOM = "oom"
 UNIGRAM_COLLAPSE = "unigram_collapse"
+STALLED = "stalled"
+UNK_DOMINATED = "unk_dominated"
 DIVERGED = "diverged"
 TIMEOUT = "timeout"
 CRASHED = "crashed"
@@ -54,8 +56,13 @@ VOCABULARY: tuple[Outcome, ...] = (
             infeasible=True, color="#ff9896"),
     Outcome(OOM, "PRUNED", "CUDA out of memory, MemoryError, a failed CPU allocation or the "
             "kernel's OOM killer", 3, infeasible=True, color="#d62728"),
-    Outcome(UNIGRAM_COLLAPSE, "PRUNED", "predicts the corpus unigram whatever the context",
-            color="#9467bd"),
+    Outcome(UNIGRAM_COLLAPSE, "PRUNED", "after enough optimizer steps, predicts the corpus "
+            "unigram whatever the context, no better than the unigram", color="#9467bd"),
+    Outcome(STALLED, "PRUNED", "after enough optimizer steps, predictions that ignore the context "
+            "and are far from the unigram (near uniform, or stuck elsewhere): not learning",
+            color="#c5b0d5"),
+    Outcome(UNK_DOMINATED, "PRUNED", "after enough optimizer steps, <unk> is the likeliest "
+            "prediction at most positions and most of what the model writes", color="#17becf"),
     Outcome(DIVERGED, "PRUNED", "a NaN or infinite loss, or a loss running away", 4,
             color="#8c564b"),
     Outcome(TIMEOUT, "PRUNED", "max_wall_s ran out before max_tokens", 5, color="#bcbd22"),
@@ -79,7 +86,10 @@ FAILED_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.state == "FAIL")
 OOM_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.infeasible)
 COLORS: dict[str, str] = {o.name: o.color for o in VOCABULARY}
 #: Colour of an outcome this vocabulary does not know.
-UNKNOWN_COLOR = "#17becf"
+UNKNOWN_COLOR = "#dbdb8d"
+#: The project's verdicts on a trained model's predictions (``sweeps.pruning``): the collapse chart
+#: shows each such trial's mean prediction against the corpus frequencies.
+PREDICTION_VERDICTS = (UNIGRAM_COLLAPSE, STALLED, UNK_DOMINATED)
 
 #: Exit code of a bad-input error (``SweepsError.exit_code``): nothing was written.
 BAD_INPUT_EXIT_CODE = 2

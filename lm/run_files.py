@@ -57,6 +57,7 @@ METRIC_TYPES: dict[str, type] = {
     "top20_overlap": float,
     "top_tokens": dict,
     "unk_rate_targets": float,
+    "unk_argmax_rate": float,
     "unk_rate_samples": float,
     "samples": list,
     "peak_mem_bytes": int,

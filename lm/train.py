@@ -184,7 +184,7 @@ def evaluate(
     """Loss, bits per byte, accuracy and collapse statistics on fixed windows (eval mode); with
     ``token_strings``, also ``top_tokens`` (the collapse chart's corpus-vs-model frequencies)."""
     model.eval()
-    nll_sum, bits, n_bytes, correct, n, unk = 0.0, 0.0, 0, 0, 0, 0
+    nll_sum, bits, n_bytes, correct, n, unk, unk_argmax = 0.0, 0.0, 0, 0, 0, 0, 0
     collapse = metrics.CollapseStats(model.cfg.vocab_size)
     for i in range(0, len(windows), batch_size):
         batch = windows[i : i + batch_size].to(device)
@@ -198,10 +198,12 @@ def evaluate(
         bits += b
         n_bytes += nb
         nll_sum += float(nll.double().sum())
-        correct += int((logits.argmax(-1) == y).sum())
+        predicted = logits.argmax(-1)
+        correct += int((predicted == y).sum())
         n += y.numel()
         if unk_id is not None:
             unk += int((y == unk_id).sum())
+            unk_argmax += int((predicted == unk_id).sum())
         collapse.update(logits)
     model.train()
     out: dict[str, Any] = {
@@ -210,6 +212,9 @@ def evaluate(
         "accuracy": correct / n,
         **collapse.result(unigram),
         "unk_rate_targets": unk / n,
+        # Where <unk> is the likeliest prediction: a capped word vocabulary's failure shows here
+        # (its accuracy is then about its share of <unk> targets).
+        "unk_argmax_rate": unk_argmax / n,
     }
     if token_strings is not None:
         out["top_tokens"] = metrics.top_tokens(collapse.mean(), unigram, token_strings)
@@ -532,6 +537,7 @@ class _RunState:
             "top20_overlap": vals["top20_overlap"],
             "top_tokens": vals["top_tokens"],
             "unk_rate_targets": vals["unk_rate_targets"],
+            "unk_argmax_rate": vals["unk_argmax_rate"],
             "unk_rate_samples": unk / generated if generated else 0.0,
             "samples": samples,
             "peak_mem_bytes": peak_memory_bytes(setup.device),

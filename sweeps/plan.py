@@ -73,7 +73,47 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> Dr
          else "none"),
         ("corpus", f"{corpus.dir} ({corpus_state})"),
     ]
+    rows += steps_rows(spec)
     return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget))
+
+
+# --- optimizer steps ------------------------------------------------------------------------------
+
+
+def point_steps(spec: StudySpec, point: dict[str, Any]) -> int | None:
+    """The optimizer steps one point of the space gets from its ``max_tokens``, or None when the
+    point makes no valid config."""
+    from sweeps.pruning import planned_steps
+    from sweeps.space import trial_config
+
+    try:
+        cfg = trial_config(spec, point)
+    except SweepsError:
+        return None
+    return planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+
+
+def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
+    """The dry run's lines on optimizer steps: their range over the space (its grid, or a
+    seeded sample), and the points too short to be judged (fewer than ``min_steps``)."""
+    points, how = sample_points(spec, samples, 0)
+    steps = [(p, n) for p in points or [{}] if (n := point_steps(spec, p)) is not None]
+    if not steps:
+        return []
+    low, high = min(n for _, n in steps), max(n for _, n in steps)
+    rows: list[tuple[str, object]] = [
+        ("optimizer steps", f"{low:,} to {high:,} per trial over the {how} "
+                            "(max_tokens / (batch_size x seq_len x grad_accum))")]
+    limits = spec.limits.collapse
+    short = [(p, n) for p, n in steps if limits.enabled and n < limits.min_steps]
+    if short:
+        point, n = min(short, key=lambda pn: pn[1])
+        shown = " ".join(f"{k}={v}" for k, v in point.items()) or "(fixed only)"
+        rows.append(("too few steps to judge",
+                     f"{len(short)} of {len(steps)} points get fewer than limits.collapse."
+                     f"min_steps = {limits.min_steps} (fewest: {shown}: {n} steps); they run "
+                     "unjudged, marked under_trained: raise max_tokens or shrink the batch"))
+    return rows
 
 
 def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
@@ -225,9 +265,13 @@ def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, 
             budget_b = budget_bytes(budget, spec.limits, device, workers)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget_b,
                                     launcher=launcher)
+        steps = point_steps(spec, params)
         row.update(valid=True, device=device, predicted_bytes=plan.predicted_bytes,
-                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason)
+                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason, steps=steps,
+                   under_trained=spec.limits.collapse.enabled
+                   and steps is not None and steps < spec.limits.collapse.min_steps)
         rows.append(row)
     return {"study": spec.name, "points": how, "budget_bytes": budget_b,
             "oom_policy": spec.limits.oom_policy, "fit": sum(1 for r in rows if r.get("fits")),
-            "rows": rows}
+            "min_steps": spec.limits.collapse.min_steps,
+            "under_trained": sum(1 for r in rows if r.get("under_trained")), "rows": rows}

@@ -7,14 +7,21 @@ handle one objective); the runner also asks Optuna's pruner in single-objective 
 - Divergence: a non-finite validation loss, or ``val_loss`` above ``ratio`` x the best value so
   far for ``patience`` evaluations in a row. (A non-finite *training* loss is caught by the child
   itself: it ends with outcome ``diverged``.)
-- Unigram collapse: after the warm-up, ``unigram_gap`` (unigram entropy - val loss, nats/token)
-  below ``min_unigram_gap`` AND ``mean_kl_to_mean`` (how much predictions vary with the context,
-  nats) below ``max_context_kl``, for ``patience`` evaluations in a row: the model predicts the
-  corpus frequencies whatever the context. Both conditions are needed: a tiny word vocabulary can
-  have a small gap while its predictions still use context, and a model early in training has
-  context-independent predictions that are still far from the unigram (a large negative gap is
-  caught once the warm-up is over, since it is below the threshold too: it has learned less
-  than the unigram).
+- Verdicts on what the model predicts (``CollapseLimits``), never before ``min_steps`` optimizer
+  steps: a model judged after 3 or 19 steps has not been trained, whatever it predicts. Then, for
+  ``patience`` evaluations in a row:
+  - ``unigram_collapse``: predictions that ignore the context (``mean_kl_to_mean``, nats, below
+    ``max_context_kl``), whose mean is the corpus unigram (``kl_mean_to_unigram`` below
+    ``max_unigram_kl``) and that are no better than it (``unigram_gap`` = unigram entropy - val
+    loss, below ``min_unigram_gap``): the classic failure, and the only thing called that;
+  - ``stalled``: context-free and no better than the unigram, but far from it (near uniform,
+    or stuck elsewhere): not learning, which is not the same failure;
+  - ``unk_dominated``: ``<unk>`` is the likeliest prediction at most positions
+    (``unk_argmax_rate``) and most of what the model writes (``unk_rate_samples``): a capped word
+    vocabulary whose accuracy is about its share of ``<unk>`` targets.
+  A trial whose budget cannot reach ``min_steps`` steps (``planned_steps``) is never judged: it
+  runs to the end with an ``under_trained`` note (``under_trained_note``), and its value is told
+  to the sampler like any other, since at equal tokens it is an honest point.
 
 Everything here is a pure function of plain dicts: no Optuna trial, no files.
 """
@@ -70,39 +77,80 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
     return None
 
 
-def past_warmup(index: int, row: Row, limits: CollapseLimits) -> bool:
-    """Whether evaluation ``index`` (0-based) is after the collapse warm-up: more than
-    ``warmup_evals`` evaluations done, or at least ``warmup_tokens`` trained."""
-    if limits.warmup_tokens is not None:
-        return isinstance(row.get("tokens"), int) and row["tokens"] >= limits.warmup_tokens
-    return index >= (limits.warmup_evals or 0)
+def planned_steps(max_tokens: int, tokens_per_step: int) -> int:
+    """Optimizer steps a trial takes to train ``max_tokens`` (the child steps until it has)."""
+    return -(-int(max_tokens) // max(1, int(tokens_per_step)))
 
 
-def is_collapsed(row: Row, limits: CollapseLimits) -> bool:
-    """One evaluation's collapse test (both statistics must be known)."""
-    gap, context_kl = row.get("unigram_gap"), row.get("mean_kl_to_mean")
-    return _finite(gap) and _finite(context_kl) and gap < limits.min_unigram_gap \
-        and context_kl < limits.max_context_kl
+def under_trained_note(steps: int, limits: CollapseLimits) -> str | None:
+    """Why a trial of ``steps`` optimizer steps cannot be judged, or None when it can."""
+    if not limits.enabled or steps >= limits.min_steps:
+        return None
+    return (f"{steps} optimizer steps, fewer than the {limits.min_steps} needed to judge "
+            "its predictions (limits.collapse.min_steps); it runs to the end unjudged")
+
+
+def _stats(row: Row) -> tuple[float, float, float] | None:
+    """(mean_kl_to_mean, kl_mean_to_unigram, unigram_gap) when all three are known."""
+    values = (row.get("mean_kl_to_mean"), row.get("kl_mean_to_unigram"), row.get("unigram_gap"))
+    return values if all(_finite(v) for v in values) else None  # type: ignore[return-value]
+
+
+def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
+    """The verdict one evaluation supports (an outcome of ``lm.outcomes.PREDICTION_VERDICTS``),
+    or None: not judged before ``min_steps``, nor on statistics it lacks."""
+    step = row.get("step")
+    if not isinstance(step, int) or step < limits.min_steps:
+        return None
+    argmax, samples = row.get("unk_argmax_rate"), row.get("unk_rate_samples")
+    if _finite(argmax) and _finite(samples) and argmax > limits.max_unk_argmax \
+            and samples > limits.max_unk_samples:
+        return outcomes.UNK_DOMINATED
+    stats = _stats(row)
+    if stats is None:
+        return None
+    context_kl, unigram_kl, gap = stats
+    if context_kl >= limits.max_context_kl or gap >= limits.min_unigram_gap:
+        return None  # it uses its context, or it beats the unigram: learning
+    return outcomes.UNIGRAM_COLLAPSE if unigram_kl < limits.max_unigram_kl else outcomes.STALLED
 
 
 def collapse(history: Sequence[Row], limits: CollapseLimits) -> Verdict | None:
-    """``unigram_collapse`` when the last ``patience`` evaluations, all after the warm-up, are
-    collapsed (``is_collapsed``)."""
+    """A verdict when the last ``patience`` evaluations all support the same one."""
     if not limits.enabled or len(history) < limits.patience:
         return None
-    start = len(history) - limits.patience
-    for i in range(start, len(history)):
-        if not past_warmup(i, history[i], limits) or not is_collapsed(history[i], limits):
-            return None
-    last = history[-1]
-    return Verdict(outcomes.UNIGRAM_COLLAPSE, f"unigram_gap {last['unigram_gap']:.4f} < "
-                   f"{limits.min_unigram_gap:g} and mean_kl_to_mean "
-                   f"{last['mean_kl_to_mean']:.4f} < {limits.max_context_kl:g} at "
-                   f"{_tokens(last)} tokens: it predicts corpus frequencies, whatever the context")
+    found = {prediction_verdict(r, limits) for r in history[len(history) - limits.patience:]}
+    if len(found) != 1 or None in found:
+        return None
+    outcome = found.pop()
+    return Verdict(outcome, _verdict_reason(outcome, history[-1], limits))
+
+
+def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
+    where = f"after {last['step']:,} optimizer steps ({_tokens(last)} tokens)"
+    if outcome == outcomes.UNK_DOMINATED:
+        targets = last.get("unk_rate_targets")
+        share = f" (<unk> is {targets:.0%} of the targets)" if _finite(targets) else ""
+        return (f"{where}: <unk> is the likeliest prediction at {last['unk_argmax_rate']:.0%} "
+                f"of positions{share} and {last['unk_rate_samples']:.0%} of sampled tokens "
+                f"(limits {limits.max_unk_argmax:g} and {limits.max_unk_samples:g}): the capped "
+                "vocabulary's <unk> dominates what it predicts")
+    context_kl, unigram_kl, gap = _stats(last)  # type: ignore[misc]
+    common = (f"mean_kl_to_mean {context_kl:.4f} < {limits.max_context_kl:g} (its predictions "
+              f"ignore the context), unigram_gap {gap:.4f} < {limits.min_unigram_gap:g} (no "
+              "better than the unigram)")
+    if outcome == outcomes.UNIGRAM_COLLAPSE:
+        return (f"{where}: {common}, kl_mean_to_unigram {unigram_kl:.4f} < "
+                f"{limits.max_unigram_kl:g}: it predicts the corpus frequencies, whatever the "
+                "context")
+    return (f"{where}: {common}, but kl_mean_to_unigram {unigram_kl:.4f} >= "
+            f"{limits.max_unigram_kl:g}: its mean prediction is far from the corpus unigram "
+            "(near uniform, or stuck elsewhere): not learning")
 
 
 def project_rules(history: Sequence[Row], limits: Limits) -> Verdict | None:
-    """The project's rules on a trial's history so far: divergence first, then collapse."""
+    """The project's rules on a trial's history so far: divergence first, then the verdicts on
+    its predictions."""
     return divergence(history, limits.divergence) or collapse(history, limits.collapse)
 
 

@@ -39,10 +39,12 @@ METRIC_COLUMNS = (
     "predicted_mem_raw_bytes", "memory_budget_bytes", "calibration_factor", "tokens_seen",
     "tokens_per_s", "wall_s", "train_s", "cold_start_s", "params_total", "bytes_per_token",
     "unk_rate", "unk_rate_targets", "unigram_entropy", "unigram_bpb", "unigram_gap",
-    "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap", "constraint",
+    "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap", "unk_argmax_rate",
+    "unk_rate_samples", "steps", "planned_steps", "last_eval_step", "constraint",
 )
 _INT_METRICS = ("peak_mem_bytes", "predicted_mem_bytes", "predicted_mem_raw_bytes",
-                "memory_budget_bytes", "tokens_seen", "params_total")
+                "memory_budget_bytes", "tokens_seen", "params_total", "steps", "planned_steps",
+                "last_eval_step")
 #: Fields of the trained config (``config`` attribute, after fitting) given their own column.
 CONFIG_COLUMNS = ("tokenizer", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len",
                   "batch_size", "grad_accum", "attention", "precision", "checkpointing", "lr",
@@ -229,7 +231,7 @@ def _trials_frame(conn: sa.Connection,
 
 
 def _columns(param_names: Mapping[str, Any]) -> list[str]:
-    return ["number", "state", "outcome", "reason",
+    return ["number", "state", "outcome", "reason", "under_trained",
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
             "fitted", "fitted_batch_size", "fitted_grad_accum", "retries", "retry_of", "host",
             "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
@@ -261,6 +263,7 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     row["fitted"] = fitted is not None
     row["fitted_batch_size"] = (fitted or {}).get("batch_size")
     row["fitted_grad_accum"] = (fitted or {}).get("grad_accum")
+    row["under_trained"] = attrs.get("under_trained")
     row["retries"] = attrs.get("retries", 0)
     row["retry_of"] = attrs.get("retry_of")
     row["host"] = attrs.get("host")

@@ -68,7 +68,7 @@ from sweeps.spec import Limits, StudySpec
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
                  "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
-                 "unk_rate_targets")
+                 "unk_rate_targets", "unk_argmax_rate", "unk_rate_samples")
 #: The name of the memory constraint (``Trial.set_constraint``).
 CONSTRAINT_KEY = "memory"
 
@@ -458,6 +458,10 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
     cfg = plan.cfg
+    attrs["planned_steps"] = pruning.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    note = pruning.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
+    if note is not None:
+        attrs["under_trained"] = note
     if not plan.fits:
         attrs["config"] = cfg.to_dict()
         ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
@@ -565,6 +569,8 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
     for key in FINAL_METRICS:
         if final.get(key) is not None:
             out[key] = final[key]
+    if isinstance(last.get("step"), int):  # the evaluation a verdict was reached at
+        out["last_eval_step"] = last["step"]
     if "best_val_bpb" not in out:
         finite = [h["val_bpb"] for h in a.history if isinstance(h.get("val_bpb"), (int, float))]
         if finite:

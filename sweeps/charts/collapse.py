@@ -1,8 +1,11 @@
-"""Unigram collapse: for collapsed trials, the model's mean predicted distribution beside the
-corpus token frequencies over their likeliest tokens (from each evaluation's ``top_tokens``).
+"""The verdicts on predictions (``unigram_collapse``, ``stalled``, ``unk_dominated``): for each
+such trial, the model's mean predicted distribution beside the corpus token frequencies over
+their likeliest tokens (from its last evaluation's ``top_tokens``).
 
 A collapsed model reproduces the corpus bars token for token (its prediction ignores the
-context); the best complete trial is drawn last for contrast.
+context); a stalled one matches neither; an ``<unk>``-dominated one puts its mass on ``<unk>``.
+Each title gives the verdict, the optimizer steps it was judged at and both KL numbers; the best
+complete trial is drawn last for contrast.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from sweeps.results import StudyResults
 
 MAX_TRIALS = 4
 MAX_TOKENS = 30
-COLLAPSED = outcomes.UNIGRAM_COLLAPSE
+VERDICTS = outcomes.PREDICTION_VERDICTS
 
 
 def shown_token(token: str) -> str:
@@ -40,15 +43,15 @@ def _last_top_tokens(evals: pd.DataFrame, number: int) -> dict | None:
 def data(trials: pd.DataFrame, evals: pd.DataFrame, *,
          max_trials: int = MAX_TRIALS) -> pd.DataFrame:
     """Long rows (trial_number, label, rank, token, corpus, model) for up to ``max_trials``
-    collapsed trials (lowest number first), then the best complete trial; empty when no trial
-    collapsed or none recorded ``top_tokens``."""
+    trials with a verdict on their predictions (lowest number first), then the best complete
+    trial; empty when no trial has one or none recorded ``top_tokens``."""
     columns = ["trial_number", "label", "rank", "token", "corpus", "model"]
-    collapsed = trials[trials["outcome"] == COLLAPSED].sort_values("number")
+    judged = trials[trials["outcome"].isin(VERDICTS)].sort_values("number")
     picked = []
-    for row in collapsed.itertuples(index=False):
+    for row in judged.itertuples(index=False):
         top = _last_top_tokens(evals, row.number)
         if top is not None:
-            picked.append((row, top, f"trial {row.number} ({COLLAPSED})"))
+            picked.append((row, top, f"trial {row.number} ({row.outcome})"))
         if len(picked) == max_trials:
             break
     if not picked:
@@ -70,16 +73,35 @@ def data(trials: pd.DataFrame, evals: pd.DataFrame, *,
     return pd.DataFrame(rows, columns=columns)
 
 
+def _stats_text(row: pd.Series | None) -> str:
+    """``: after N steps, KL(mean||unigram) x, mean KL to mean y`` from what the row has."""
+    if row is None:
+        return ""
+    parts = []
+    step = row.get("last_eval_step")
+    if pd.isna(step):
+        step = row.get("steps")
+    if pd.notna(step):
+        parts.append(f"after {int(step):,} steps")
+    for key, name in (("kl_mean_to_unigram", "KL(mean||unigram)"),
+                      ("mean_kl_to_mean", "mean KL to mean"), ("top20_overlap", "top-20 overlap")):
+        if pd.notna(row.get(key)):
+            parts.append(f"{name} {row[key]:.3f}")
+    return (": " + ", ".join(parts)) if parts else ""
+
+
 def chart(results: StudyResults) -> Chart:
-    title = "Unigram collapse: mean prediction against corpus frequencies"
-    about = ("For trials ended as unigram_collapse: the model's mean predicted probability of "
-             "each token beside its corpus frequency. Matching bars mean the model predicts the "
-             "corpus unigram whatever the context.")
+    title = "Verdicts on predictions: mean prediction against corpus frequencies"
+    about = ("For trials ended as unigram_collapse, stalled or unk_dominated: the model's mean "
+             "predicted probability of each token beside its corpus frequency, with the steps "
+             "it was judged at and both KL numbers. Matching bars (unigram_collapse) mean the "
+             "model predicts the corpus unigram whatever the context; a stalled model matches "
+             "neither; an unk_dominated one piles its mass on <unk>.")
     frame = data(results.trials, results.evals)
     if frame.empty:
-        n = int((results.trials["outcome"] == COLLAPSED).sum())
-        note = ("No trial ended as unigram_collapse." if n == 0 else
-                f"{n} trial(s) collapsed but none recorded top_tokens in its evaluations.")
+        n = int(results.trials["outcome"].isin(VERDICTS).sum())
+        note = ("No trial ended as unigram_collapse, stalled or unk_dominated." if n == 0 else
+                f"{n} trial(s) got a verdict but none recorded top_tokens in its evaluations.")
         return Chart("collapse", title, about, note=note)
     labels = list(dict.fromkeys(frame["label"]))
     stats = results.trials.set_index("number")
@@ -87,12 +109,7 @@ def chart(results: StudyResults) -> Chart:
     for label in labels:
         number = int(frame.loc[frame["label"] == label, "trial_number"].iloc[0])
         row = stats.loc[number] if number in stats.index else None
-        extra = ""
-        if row is not None and pd.notna(row.get("top20_overlap")):
-            extra = (f": top-20 overlap {row['top20_overlap']:.2f}, KL(mean||unigram) "
-                     f"{row['kl_mean_to_unigram']:.3f}, "
-                     f"mean KL to mean {row['mean_kl_to_mean']:.3f}")
-        titles.append(esc(label + extra))
+        titles.append(esc(label + _stats_text(row)))
     fig = make_subplots(rows=len(labels), cols=1, subplot_titles=titles, vertical_spacing=0.12)
     for i, label in enumerate(labels, start=1):
         part = frame[frame["label"] == label]

@@ -22,7 +22,7 @@ from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps import plan
 from sweeps.cli.options import ConfigFileOption, train_config, with_config_options
-from sweeps.console import console, human_bytes
+from sweeps.console import console, human_bytes, wide_console
 
 app = typer.Typer()
 
@@ -142,17 +142,24 @@ def _print_feasibility(t: dict[str, Any]) -> None:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("point", overflow="fold")
     table.add_column("predicted", justify="right", no_wrap=True)
+    table.add_column("steps", justify="right", no_wrap=True)
     table.add_column("fits", overflow="fold")
     for i, r in enumerate(rows):
         point = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in r["params"].items())
         if not r["valid"]:
-            table.add_row(str(i), point, "", f"invalid: {r['reason']}")
+            table.add_row(str(i), point, "", "", f"invalid: {r['reason']}")
             continue
         fits = "yes" if r["fits"] else "no"
         if r["fitted"]:
             fits = (f"yes, fitted to batch_size {r['fitted']['batch_size']} x grad_accum "
                     f"{r['fitted']['grad_accum']}")
-        table.add_row(str(i), point, human_bytes(r["predicted_bytes"]), fits)
-    console.print(table)
+        steps = "-" if r["steps"] is None else f"{r['steps']:,}" + (
+            " (too few)" if r["under_trained"] else "")
+        table.add_row(str(i), point, human_bytes(r["predicted_bytes"]), steps, fits)
+    wide_console().print(table)
     console.print(f"{t['fit']} of {len(rows)} points fit", highlight=False)
+    if t["under_trained"]:
+        console.print(f"{t['under_trained']} of {len(rows)} points get fewer than "
+                      f"limits.collapse.min_steps = {t['min_steps']} optimizer steps: they run "
+                      "unjudged, marked under_trained", highlight=False)

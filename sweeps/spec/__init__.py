@@ -48,7 +48,7 @@ Example::
 
     [limits]
     memory_budget = "4GiB"
-    collapse = {min_unigram_gap = 0.05, warmup_evals = 2}
+    collapse = {min_unigram_gap = 0.05, min_steps = 200}
 """
 
 

@@ -360,10 +360,12 @@ class _Parser:
         for name, cls in (("collapse", CollapseLimits), ("divergence", DivergenceLimits)):
             if name in t and not isinstance(t[name], bool):  # true/false: Limits turns it on/off
                 key = f"limits.{name}"
-                sub = _table(t[name], key, _keys(cls))
-                if "warmup_tokens" in sub and "warmup_evals" not in sub:
-                    sub["warmup_evals"] = None  # a warm-up in tokens replaces the default one
-                t[name] = _make(cls, key, sub)
+                for old in ("warmup_evals", "warmup_tokens"):
+                    if name == "collapse" and isinstance(t[name], dict) and old in t[name]:
+                        raise FieldError(f"{key}.{old}", "the verdicts' warm-up is now counted "
+                                         "in optimizer steps: write min_steps = N instead "
+                                         "(default 200)")
+                t[name] = _make(cls, key, _table(t[name], key, _keys(cls)))
         return _make(Limits, "limits", t)
 
 

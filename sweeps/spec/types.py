@@ -396,28 +396,38 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class CollapseLimits:
-    """Unigram collapse: the model predicts the corpus unigram and ignores its context.
+    """The project's verdicts on what a trained model predicts (``sweeps.pruning``), judged only
+    after ``min_steps`` optimizer steps (a model judged earlier has not been trained yet), for
+    ``patience`` evaluations in a row:
 
-    A trial is collapsed when, after the warm-up, ``unigram_gap < min_unigram_gap`` (nats/token)
-    and ``mean_kl_to_mean < max_context_kl`` (nats) hold for ``patience`` evaluations in a row.
-    The warm-up is counted in evaluations or in tokens, never both.
+    - ``unigram_collapse``: predictions that ignore the context (``mean_kl_to_mean <
+      max_context_kl``) whose mean is the corpus unigram (``kl_mean_to_unigram <
+      max_unigram_kl``) and no better than it (``unigram_gap < min_unigram_gap``);
+    - ``stalled``: context-free and no better than the unigram, but far from it (near uniform,
+      or stuck elsewhere);
+    - ``unk_dominated``: ``<unk>`` is the likeliest prediction at more than ``max_unk_argmax`` of
+      the positions, and more than ``max_unk_samples`` of what the model writes (1.0: off).
+    A trial whose token budget cannot reach ``min_steps`` runs to the end unjudged, marked
+    ``under_trained``. ``MIN_STEPS`` is justified in ``studies/README.md`` (collapse findings).
     """
 
     enabled: bool = True
+    min_steps: int = 200
     min_unigram_gap: float = 0.05
     max_context_kl: float = 0.05
-    warmup_evals: int | None = 2
-    warmup_tokens: int | None = None
+    max_unigram_kl: float = 0.5
+    max_unk_argmax: float = 0.5
+    max_unk_samples: float = 0.5
     patience: int = 1
 
     def __post_init__(self) -> None:
         check_bool(self, "enabled")
+        check_int(self, "min_steps", 1)
         check_number(self, "min_unigram_gap", minimum=0.0)
         check_number(self, "max_context_kl", minimum=0.0)
-        if self.warmup_evals is not None and self.warmup_tokens is not None:
-            raise FieldError("warmup_tokens", "give warmup_evals or warmup_tokens, not both")
-        _optional_int(self, "warmup_evals", 0)
-        _optional_int(self, "warmup_tokens", 0)
+        check_number(self, "max_unigram_kl", minimum=0.0)
+        check_number(self, "max_unk_argmax", minimum=0.0, maximum=1.0)
+        check_number(self, "max_unk_samples", minimum=0.0, maximum=1.0)
         check_int(self, "patience", 1)
 
 

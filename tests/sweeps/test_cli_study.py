@@ -261,3 +261,18 @@ def test_sigterm_stops_the_children_and_marks_their_trials_interrupted(corpus: P
     assert len(retry) == 1 and retry[0].state == TrialState.WAITING
     assert retry[0].params == stopped.params
     assert lm_processes(tmp_path) == []
+
+
+def test_dry_run_warns_about_points_too_short_to_judge(corpus: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    # 4,096 tokens per step: 2 optimizer steps of a 8,192-token budget, far below min_steps.
+    (tmp_path / "spec.toml").write_text(spec_text(
+        corpus, fixed="max_tokens = 8192\nbatch_size = 16\nseq_len = 256"))
+    assert main("run", "spec.toml", "--dry-run") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "optimizer steps 2 to 2 per trial" in out
+    assert "2 of 2 points get fewer than limits.collapse.min_steps = 200" in out
+    assert "d_ff=32: 2 steps" in out and "under_trained" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]

@@ -1,9 +1,11 @@
 """The project's pruning rules on evaluation histories (plain dicts, no training).
 
-The collapse numbers are real: rows measured on the 300 KB synthetic corpus with a one-layer
-d_model=32 model (word tokenizer with 6 ids: everything is ``<unk>`` or a marker, the model
-predicts the unigram; word tokenizer with 300 ids after 30k tokens: it beats the unigram by
-0.6 nats/token), judged with the spec's default thresholds (0.05 nats each).
+The verdict rows are real: evaluations measured on the 2 MB synthetic corpus (the quickstart's)
+with d_model 64, 2 blocks, seq_len 64, micro-batch 4 x 2 (512 tokens per optimizer step): BPE
+2048 at lr 0.3 (the context washed out: collapsed), at lr 0.01 (healthy once it leaves the
+unigram plateau near step 90), and after 16 steps (not trained yet); a word-300 model (<unk> is
+43 % of the targets and the likeliest prediction almost everywhere). ``INIT`` is the issue's
+near-uniform case (kl_mean_to_unigram 3.26 nats). Judged with the spec's defaults.
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ from lm import outcomes
 from sweeps import pruning
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
 
-COLLAPSED = {"tokens": 12_032, "val_loss": 0.275, "unigram_gap": 0.001, "mean_kl_to_mean": 0.0008}
-HEALTHY = {"tokens": 30_080, "val_loss": 3.084, "unigram_gap": 0.602, "mean_kl_to_mean": 0.0919}
-# Early in training: predictions ignore the context and are worse than the unigram.
-EARLY = {"tokens": 4_096, "val_loss": 5.255, "unigram_gap": -1.145, "mean_kl_to_mean": 0.0002}
+#: BPE 2048, lr 0.3, step 272: context-free, its mean the unigram, worse than the unigram.
+COLLAPSED = {"step": 272, "tokens": 139_264, "val_loss": 6.2, "unigram_gap": -0.114,
+             "kl_mean_to_unigram": 0.066, "mean_kl_to_mean": 0.0000}
+#: BPE 2048, lr 0.01, step 288: uses its context, 0.65 nats/token better than the unigram.
+HEALTHY = {"step": 288, "tokens": 147_456, "val_loss": 5.4, "unigram_gap": 0.653,
+           "kl_mean_to_unigram": 0.021, "mean_kl_to_mean": 0.659}
+#: The same healthy run at step 16: context-free and below the unigram, as every model starts.
+UNTRAINED = {"step": 16, "tokens": 8_192, "val_loss": 6.4, "unigram_gap": -0.306,
+             "kl_mean_to_unigram": 0.179, "mean_kl_to_mean": 0.000}
+#: The issue's case judged at 3 steps: near uniform, far from the unigram, worse than it.
+INIT = {"step": 3, "tokens": 98_304, "val_loss": 7.1, "unigram_gap": -0.98,
+        "kl_mean_to_unigram": 3.26, "mean_kl_to_mean": 0.001}
+#: Word 300, step 288: <unk> 43 % of targets; the likeliest prediction and most samples <unk>.
+UNK = {"step": 288, "tokens": 147_456, "val_loss": 2.9, "unigram_gap": 0.525,
+       "kl_mean_to_unigram": 0.012, "mean_kl_to_mean": 0.344, "unk_rate_targets": 0.427,
+       "unk_argmax_rate": 0.944, "unk_rate_samples": 0.81}
 
 
 def rows(*losses: float | None) -> list[dict]:
@@ -61,21 +75,40 @@ def test_divergence_can_be_turned_off() -> None:
     assert pruning.divergence(rows(3.0, None), DivergenceLimits(enabled=False)) is None
 
 
-# --- collapse -------------------------------------------------------------------------------------
+# --- verdicts on the predictions -----------------------------------------------------------------
 
 
-def test_collapse_waits_for_the_warm_up() -> None:
-    limits = CollapseLimits(warmup_evals=2)
-    assert pruning.collapse([EARLY], limits) is None
-    assert pruning.collapse([EARLY, COLLAPSED], limits) is None  # 2 warm-up evaluations
-    verdict = pruning.collapse([EARLY, COLLAPSED, COLLAPSED], limits)
+def at(row: dict, step: int) -> dict:
+    return {**row, "step": step}
+
+
+def test_a_really_collapsed_model_is_unigram_collapse() -> None:
+    verdict = pruning.collapse([COLLAPSED], CollapseLimits())
     assert verdict is not None and verdict.outcome == "unigram_collapse"
-    assert "unigram_gap 0.0010 < 0.05" in verdict.reason
-    assert "mean_kl_to_mean 0.0008 < 0.05" in verdict.reason
+    for text in ("after 272 optimizer steps", "mean_kl_to_mean 0.0000 < 0.05",
+                 "kl_mean_to_unigram 0.0660 < 0.5", "unigram_gap -0.1140 < 0.05"):
+        assert text in verdict.reason, verdict.reason
 
 
-def test_a_model_that_uses_context_is_not_collapsed() -> None:
-    limits = CollapseLimits(warmup_evals=0)
+def test_a_model_judged_before_min_steps_is_never_collapsed() -> None:
+    limits = CollapseLimits()
+    assert limits.min_steps == 200
+    assert pruning.collapse([UNTRAINED], limits) is None  # 16 steps
+    assert pruning.collapse([INIT], limits) is None  # the issue's 3 steps
+    assert pruning.collapse([at(COLLAPSED, 199)], limits) is None
+    assert pruning.collapse([at(COLLAPSED, 200)], limits) is not None
+    assert pruning.collapse([COLLAPSED], CollapseLimits(min_steps=300)) is None
+
+
+def test_near_uniform_context_free_after_enough_steps_is_stalled() -> None:
+    verdict = pruning.collapse([at(INIT, 400)], CollapseLimits())
+    assert verdict is not None and verdict.outcome == "stalled"
+    assert "kl_mean_to_unigram 3.2600 >= 0.5" in verdict.reason
+    assert "far from the corpus unigram" in verdict.reason
+
+
+def test_a_model_that_uses_its_context_or_beats_the_unigram_is_not_judged() -> None:
+    limits = CollapseLimits()
     assert pruning.collapse([HEALTHY], limits) is None
     # A small gap alone is not collapse when predictions still depend on the context.
     assert pruning.collapse([{**COLLAPSED, "mean_kl_to_mean": 0.3}], limits) is None
@@ -83,36 +116,48 @@ def test_a_model_that_uses_context_is_not_collapsed() -> None:
     assert pruning.collapse([{**COLLAPSED, "unigram_gap": 0.4}], limits) is None
 
 
-def test_still_below_the_unigram_after_the_warm_up_is_collapse() -> None:
-    assert pruning.collapse([EARLY], CollapseLimits(warmup_evals=0)) is not None
+def test_unk_dominated_names_the_capped_vocabulary() -> None:
+    verdict = pruning.collapse([UNK], CollapseLimits())
+    assert verdict is not None and verdict.outcome == "unk_dominated"
+    assert "94% of positions" in verdict.reason and "43% of the targets" in verdict.reason
+    assert "81% of sampled tokens" in verdict.reason
+    # <unk> the likeliest somewhere, but the samples mostly real words: not this verdict.
+    assert pruning.collapse([{**UNK, "unk_rate_samples": 0.2}], CollapseLimits()) is None
+    assert pruning.collapse([at(UNK, 50)], CollapseLimits()) is None  # not trained yet
 
 
-def test_collapse_patience_needs_consecutive_evaluations() -> None:
-    limits = CollapseLimits(warmup_evals=0, patience=2)
+def test_verdict_patience_needs_consecutive_evaluations_of_one_verdict() -> None:
+    limits = CollapseLimits(patience=2)
     assert pruning.collapse([COLLAPSED], limits) is None
     assert pruning.collapse([COLLAPSED, HEALTHY, COLLAPSED], limits) is None
     assert pruning.collapse([HEALTHY, COLLAPSED, COLLAPSED], limits) is not None
+    assert pruning.collapse([at(INIT, 300), COLLAPSED], limits) is None  # stalled, collapsed
 
 
-def test_collapse_warm_up_in_tokens() -> None:
-    limits = CollapseLimits(warmup_evals=None, warmup_tokens=20_000)
-    assert pruning.collapse([COLLAPSED], limits) is None  # 12,032 tokens
-    assert pruning.collapse([{**COLLAPSED, "tokens": 20_000}], limits) is not None
-
-
-def test_missing_statistics_are_never_collapse() -> None:
-    limits = CollapseLimits(warmup_evals=0)
-    assert pruning.collapse([{**COLLAPSED, "unigram_gap": None}], limits) is None
-    assert pruning.collapse([{**COLLAPSED, "mean_kl_to_mean": None}], limits) is None
+def test_missing_statistics_are_never_a_verdict() -> None:
+    limits = CollapseLimits()
+    for key in ("unigram_gap", "mean_kl_to_mean", "kl_mean_to_unigram", "step"):
+        assert pruning.collapse([{**COLLAPSED, key: None}], limits) is None, key
     assert pruning.collapse([COLLAPSED], CollapseLimits(enabled=False)) is None
 
 
 def test_project_rules_check_divergence_first() -> None:
-    limits = Limits(collapse=CollapseLimits(warmup_evals=0))
+    limits = Limits()
     diverged = {**COLLAPSED, "val_loss": None}
     assert pruning.project_rules([diverged], limits).outcome == "diverged"
     assert pruning.project_rules([COLLAPSED], limits).outcome == "unigram_collapse"
     assert pruning.project_rules([HEALTHY], limits) is None
+
+
+def test_planned_steps_and_the_under_trained_note() -> None:
+    # The issue's shapes: micro-batch 256 x seq_len 64 x 4 accumulation on a 300k budget.
+    steps = pruning.planned_steps(300_000, 256 * 64 * 4)
+    assert steps == 5
+    note = pruning.under_trained_note(steps, CollapseLimits())
+    assert note is not None and note.startswith("5 optimizer steps, fewer than the 200")
+    assert pruning.under_trained_note(200, CollapseLimits()) is None
+    assert pruning.under_trained_note(5, CollapseLimits(enabled=False)) is None
+    assert pruning.planned_steps(1000, 512) == 2  # the child steps until it has trained 1000
 
 
 # --- how outcomes are told -----------------------------------------------------------------------

@@ -249,6 +249,23 @@ def test_collapse_shows_collapsed_trials_and_the_best_for_contrast() -> None:
     assert collapse.data(frame[frame["outcome"] == "complete"], evals).empty
 
 
+def test_every_verdict_on_predictions_is_drawn_with_its_steps_and_kls() -> None:
+    top = {"tokens": ["the", "<unk>"], "corpus": [0.6, 0.4], "model": [0.1, 0.9]}
+    frame = trials([
+        {"number": 0, "outcome": "stalled", "val_bpb": 4.0, "last_eval_step": 400,
+         "kl_mean_to_unigram": 3.26, "mean_kl_to_mean": 0.001},
+        {"number": 1, "outcome": "unk_dominated", "val_bpb": 3.0, "steps": 288},
+        {"number": 2, "outcome": "pruned", "val_bpb": 3.5},
+    ])
+    evals = pd.DataFrame([{"trial_number": n, "tokens": 1, "top_tokens": top} for n in range(3)])
+    got = collapse.data(frame, evals)
+    assert list(dict.fromkeys(got["label"])) == ["trial 0 (stalled)", "trial 1 (unk_dominated)"]
+    stats = frame.set_index("number")
+    assert collapse._stats_text(stats.loc[0]) == (
+        ": after 400 steps, KL(mean||unigram) 3.260, mean KL to mean 0.001")
+    assert collapse._stats_text(stats.loc[1]) == ": after 288 steps"
+
+
 def test_samples_are_escaped_and_selected() -> None:
     frame = trials([{"number": 0, "outcome": "complete", "val_bpb": 2.0},
                     {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0}])

@@ -235,24 +235,44 @@ def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, cor
         a["fitted"]["batch_size"], a["fitted"]["grad_accum"])
 
 
-def test_a_collapsed_config_is_stopped_as_unigram_collapse(tmp_path: Path, corpus: Path,
-                                                          server: Any) -> None:
+@pytest.mark.parametrize(("unk_limit", "expected", "words"), [
+    (1.0, "unigram_collapse", "predicts the corpus frequencies"),  # the <unk> verdict off
+    (0.5, "unk_dominated", "<unk> is the likeliest prediction"),
+])
+def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: Path,
+                                                        server: Any, unk_limit: float,
+                                                        expected: str, words: str) -> None:
     # Six ids: <pad> <Q> <A> <D> <unk> and one word. Every target is a marker or <unk>, so the
-    # best the model can do is the unigram. Default thresholds (0.05 nats), one warm-up eval.
+    # best the model can do is the unigram, and <unk> is what it predicts. Judged from step 20.
     data = spec_dict("collapse", corpus, space={"vocab_size": {"choices": [6, 300]}},
                      fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
-                     limits={"collapse": {"warmup_evals": 1}})
+                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": unk_limit}})
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"vocab_size": 6})
     ctx = context(spec, storage, study, tmp_path, server)
     report = run_trial(ctx, CPU, study.ask())
     t = frozen(study, report.number)
-    assert report.outcome == "unigram_collapse", report.reason
+    assert report.outcome == expected, report.reason
     assert t.state == TrialState.PRUNED and t.user_attrs["constraint"] == 0.0
-    assert "predicts corpus frequencies" in t.user_attrs["reason"]
-    # Stopped at the second evaluation, long before its 16,000 tokens.
+    assert words in t.user_attrs["reason"] and "after 32 optimizer steps" in t.user_attrs["reason"]
+    # The verdict can be checked from the database alone.
+    assert t.user_attrs["last_eval_step"] == 32 and t.user_attrs["steps"] >= 32
+    assert "kl_mean_to_unigram" in t.user_attrs
+    # Stopped at the second evaluation (step 32, the first past min_steps), long before 16,000.
     assert t.user_attrs["tokens_seen"] < 16_000
     assert len(st.read_evals(storage, "collapse", t.number)) == 2
+
+
+def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, corpus: Path,
+                                                               server: Any) -> None:
+    data = spec_dict("short", corpus, space={"vocab_size": {"choices": [6]}},
+                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000})
+    spec, storage, study = open_study(tmp_path, data)
+    report = run_trial(context(spec, storage, study, tmp_path, server), CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "complete", report.reason  # 32 steps: never judged
+    assert t.user_attrs["planned_steps"] == 32
+    assert t.user_attrs["under_trained"].startswith("32 optimizer steps, fewer than the 200")
 
 
 def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path, server: Any) -> None:

@@ -74,7 +74,7 @@ def test_valid_spec_defaults_and_order(corpus_dir: Path) -> None:
     assert spec.study.pruner.name == "median"
     assert spec.limits.memory_budget == 2 * 2**30
     assert spec.limits.oom_policy == "prune"
-    assert spec.limits.collapse.enabled and spec.limits.collapse.warmup_evals == 2
+    assert spec.limits.collapse.enabled and spec.limits.collapse.min_steps == 200
     assert spec.corpus.dir == corpus_dir and not spec.corpus.needs_prepare
     assert spec.param("vocab_size").log
     base_values = spec.base_values()
@@ -408,9 +408,10 @@ MALFORMED: list[tuple[str, Mutation, list[str]]] = [
     ("bad memory budget", _set("limits.memory_budget", "8 gigs"), ["limits.memory_budget"]),
     ("bad oom policy", _set("limits.oom_policy", "shrink"), ["limits.oom_policy", "fit"]),
     ("negative retries", _set("limits.max_retries", -1), ["limits.max_retries"]),
-    ("both collapse warm-ups", _set("limits.collapse", {"warmup_evals": 1,
-                                                        "warmup_tokens": 10}),
-     ["limits.collapse.warmup_tokens"]),
+    ("a warm-up in evaluations (now min_steps)", _set("limits.collapse", {"warmup_evals": 1}),
+     ["limits.collapse.warmup_evals"]),
+    ("min_steps of zero", _set("limits.collapse", {"min_steps": 0}),
+     ["limits.collapse.min_steps"]),
     ("max_wall_s twice", _all(_set("limits.max_wall_s", 60), _set("fixed.max_wall_s", 60)),
      ["max_wall_s"]),
     ("grid over a float range", _set("study.sampler", "grid"), ["space.lr", "step"]),
