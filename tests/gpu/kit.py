@@ -325,12 +325,17 @@ def step_classic(kit: Kit) -> Outcome:
                                "repo or beside it; copy one in before the device run")
     spec = kit.work / "classic_parenting.toml"
     spec.write_text(classic_spec(dump, kit.work / "corpora" / "classic"), encoding="utf-8")
-    # The baseline only (the ablation's first trial): the question is whether it collapses.
+    # The baseline only (the ablation's first trial; the other two stay enqueued in a database
+    # that is thrown away): the question is whether it collapses.
     rc, text, rows = run_study(kit, spec, "classic_parenting", ["--n-trials", "1"])
-    if rc != 0 or not rows:
+    ran = [r for r in rows if r["result"] is not None]
+    if rc != 0 or not ran:
         return Outcome("fail", f"sweeps run/trials exit {rc}: {_last_line(text)}",
                        {"dump": dump.name})
-    row, result = rows[0], rows[0]["result"] or {}
+    row, result = ran[0], ran[0]["result"]
+    if {k: row["params"].get(k) for k in ("vocab_size", "d_ff")} != {"vocab_size": 300,
+                                                                     "d_ff": 1}:
+        return Outcome("fail", f"the trial that ran is not the baseline: {row['params']}")
     final = result.get("final_metrics") or {}
     numbers = {"dump": dump.name, "params": row["params"], "outcome": row["outcome"],
                "reason": row["reason"], "steps": result.get("steps"),
