@@ -10,10 +10,13 @@ fits is also checked not to be killed by that limit. Prints predicted, measured 
 per point, and the worst ratio (target: within 20 % for every point on the CPU).
 
     .venv/bin/python tests/bench/bench_memory.py [--quick] [--threads 2] [--only 3,5]
-        [--launcher subprocess|fork] [--device cpu|cuda]
+        [--launcher subprocess|fork] [--device cpu|cuda] [--configs cpu|gpu] [--json FILE]
 
 On CUDA the measured peak is ``torch.cuda.max_memory_allocated`` and the prediction compared is
-``MemoryEstimate.allocated`` (the tensors; the context and allocator slack come on top of it).
+``MemoryEstimate.allocated`` (the tensors; the context and allocator slack come on top of it);
+the target there is within 10 %. ``--configs gpu`` is a grid sized for a GPU (``GPU_GRID``: up to
+seq_len 4096, micro-batch 512, vocab 32k, fp16); ``--json`` writes every point and the worst
+ratio to FILE (the GPU acceptance kit, ``tests/gpu/kit.py``, reads it).
 """
 
 from __future__ import annotations
@@ -62,9 +65,29 @@ GRID: list[tuple[str, int, int, int, int, int, int, str, str, dict[str, Any]]] =
     ("bpe", 1024, 512, 256, 4, 1024, 8, "naive", "bf16", {"n_layers": 4}),
 ]
 QUICK = (0, 2, 4, 6, 9, 11)
+#: The CUDA grid (``--configs gpu``): vocab 260 to 32k, seq_len 64 to 4096, micro-batch 1 to 512,
+#: both attention implementations, fp32, bf16 and fp16 (its gradient scaler), checkpointing,
+#: dropout (1-byte masks on CUDA), grad_accum, and the classic point (word 300, d_ff 1).
+GPU_GRID: list[tuple[str, int, int, int, int, int, int, str, str, dict[str, Any]]] = [
+    ("word", 300, 64, 128, 4, 512, 512, "sdpa", "fp32", {}),
+    ("bpe", 32768, 256, 256, 4, 1024, 16, "sdpa", "bf16", {}),
+    ("bpe", 32768, 64, 128, 4, 512, 512, "naive", "fp16", {}),
+    ("bpe", 4096, 4096, 128, 4, 512, 2, "sdpa", "bf16", {}),
+    ("bpe", 4096, 4096, 128, 4, 512, 1, "naive", "fp32", {}),
+    ("word", 2000, 1024, 256, 4, 1024, 8, "naive", "bf16", {}),
+    ("bpe", 16384, 1024, 384, 6, 1536, 8, "sdpa", "fp16", {"n_layers": 4}),
+    ("bpe", 8192, 512, 256, 4, 1024, 32, "sdpa", "fp32", {"checkpointing": True}),
+    ("bpe", 8192, 512, 256, 4, 1024, 32, "naive", "bf16", {"checkpointing": True}),
+    ("word", 300, 254, 200, 4, 1, 128, "naive", "fp32", {"n_layers": 1}),
+    ("bpe", 1024, 2048, 512, 8, 2048, 4, "sdpa", "bf16", {"n_layers": 6}),
+    ("bpe", 32768, 128, 768, 12, 3072, 64, "sdpa", "bf16", {"n_layers": 4, "grad_accum": 2}),
+    ("byte", 260, 512, 128, 4, 512, 256, "sdpa", "fp16", {"dropout": 0.1}),
+    ("word", 2000, 128, 256, 4, 1024, 1, "naive", "fp32", {}),
+]
+GRIDS = {"cpu": GRID, "gpu": GPU_GRID}
 
 
-def corpus_dir() -> Path:
+def corpus_dir(grid: list[tuple] = GRID) -> Path:
     """The synthetic corpus and its token caches (built once, reused by later runs)."""
     from lm.corpus import prepare_synthetic
     from lm.tokens import load_tokens
@@ -73,7 +96,7 @@ def corpus_dir() -> Path:
     if not (out / "manifest.json").exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         prepare_synthetic(out, size_bytes=CORPUS_BYTES, seed=0, replace=True)
-    for kind, v in sorted({(p[0], p[1]) for p in GRID}, key=lambda kv: -kv[1]):
+    for kind, v in sorted({(p[0], p[1]) for p in grid}, key=lambda kv: -kv[1]):
         load_tokens(out, kind, v)  # BPE: the largest size first, smaller ones truncate it
     return out
 
@@ -117,6 +140,17 @@ def measure(cfg: TrainConfig, run_dir: Path, threads: int, server: Any = None) -
             "reason": result["reason"]}
 
 
+POINT_KEYS = ("tokenizer", "vocab_size", "seq_len", "d_model", "n_heads", "d_ff", "batch_size",
+              "attention", "precision", "extra")
+
+
+def write_json(path: Path, device: str, configs: str, rows: list[dict[str, Any]],
+               worst: float) -> None:
+    path.write_text(json.dumps({"device": device, "configs": configs, "points": rows,
+                                "worst_ratio": worst if rows else None}, indent=1),
+                    encoding="utf-8")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"only points {QUICK}")
@@ -126,13 +160,17 @@ def main() -> int:
                     help="cuda: compare the tensor peak (allocated) with max_memory_allocated")
     ap.add_argument("--launcher", choices=("subprocess", "fork"), default="subprocess",
                     help="fresh interpreters, or forks of sweeps.forkserver as the runner uses")
+    ap.add_argument("--configs", choices=tuple(GRIDS), default="cpu",
+                    help="the grid: sized for the CPU (GRID) or for a GPU (GPU_GRID)")
+    ap.add_argument("--json", type=Path, help="also write the points and the worst ratio here")
     args = ap.parse_args()
-    indices = list(range(len(GRID)))
+    grid = GRIDS[args.configs]
+    indices = list(range(len(grid)))
     if args.quick:
         indices = list(QUICK)
     if args.only:
         indices = [int(i) for i in args.only.split(",")]
-    corpus = corpus_dir()
+    corpus = corpus_dir(grid)
     server = None
     if args.launcher == "fork":
         from sweeps.forkserver import ForkServer
@@ -146,9 +184,10 @@ def main() -> int:
     print("-" * len(head))
     worst = 1.0
     failures = 0
+    rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     for i in indices:
-        point = GRID[i]
+        point = grid[i]
         cfg = config(point, corpus, args.device)
         counts = corpus_counts(corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
         est = estimate(cfg, args.device, threads=args.threads, launcher=args.launcher,
@@ -172,6 +211,12 @@ def main() -> int:
               f"{shown:18} {predicted / 2**20:>8.1f}Mi {got['peak'] / 2**20:>8.1f}Mi "
               f"{ratio:>6.3f} {est.peak_moment:16} {got['outcome']:8} {got['wall']:>5.1f}",
               flush=True)
+        rows.append({"point": i, "config": dict(zip(POINT_KEYS, point, strict=True)),
+                     "predicted": predicted, "measured": got["peak"], "ratio": ratio,
+                     "peak_moment": est.peak_moment, "outcome": got["outcome"],
+                     "reason": got["reason"], "seconds": got["wall"]})
+        if args.json is not None:  # after every point: a killed run still leaves what it measured
+            write_json(args.json, args.device, args.configs, rows, worst)
     if server is not None:
         server.close()
     shutil.rmtree(runs, ignore_errors=True)  # run dirs (checkpoints); the corpus stays cached
