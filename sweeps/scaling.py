@@ -4,17 +4,18 @@ approach, with the uncertainty a handful of small runs deserves.
 1. ``assign_budgets``: the compute budget each trial was planned for: its ``flops_budget``
    (a trial attribute a planned grid records) when there is one, else its training FLOPs
    grouped with the trials within ``tolerance`` (log distance) of them; whole optimizer steps
-   make a planned budget come out a few per cent off, never a factor.
+   make a planned budget come out a few per cent off, never a factor. A chain of trials wider
+   than ``2 x tolerance`` is a continuum (a random search), not a planned budget: no budget.
 2. ``fit_isoflops``: per budget C, loss against log size is fitted by a parabola whose minimum
    is N_opt(C); D_opt(C) is read off the budget's own trials (log tokens against log size is a
    line at a fixed budget: interpolated at N_opt), else C / (6 N_opt) when the frame has no
    tokens. Then log N_opt and log D_opt against log C are fitted by straight lines: N_opt ~
    C^a, D_opt ~ C^b. Bootstrap intervals (seeded, percentile): the trials of each budget are
    resampled with replacement and everything refitted.
-3. ``notes`` say when a result rests on too little: fewer than ``MIN_SIZES`` sizes in a budget
-   (no parabola), fewer than ``MIN_BUDGETS`` budgets (no power law), a parabola that opens
-   downwards (no minimum), or a minimum at the edge of the sampled sizes (the optimum may lie
-   outside them: extend the grid).
+3. ``notes`` say when a result rests on too little: fewer than ``MIN_SIZES`` sizes in a budget,
+   or sizes spanning less than ``MIN_SIZE_RATIO`` (no parabola); fewer than ``MIN_BUDGETS``
+   budgets (no power law); a parabola that opens downwards (no minimum); a minimum at the edge
+   of the sampled sizes (the optimum may lie outside them: extend the grid).
 
 Size is ``params_non_embedding`` by default (Kaplan's N; Chinchilla counts every parameter:
 pass ``size="params_total"``). The two give different exponents at small sizes, where the
@@ -32,6 +33,9 @@ import pandas as pd
 #: A parabola needs three sizes; a line through the optima needs three budgets to say anything.
 MIN_SIZES = 3
 MIN_BUDGETS = 3
+#: An IsoFLOP curve's sizes must span at least this factor: a parabola fitted over a narrower
+#: range is curvature of the noise (Chinchilla's grids span over a decade).
+MIN_SIZE_RATIO = 4.0
 #: Trials whose FLOPs are within this log10 distance share a budget (about +-26%).
 BUDGET_TOLERANCE = 0.1
 BOOTSTRAP = 1000
@@ -49,14 +53,14 @@ def assign_budgets(trials: pd.DataFrame, tolerance: float = BUDGET_TOLERANCE) ->
     out = pd.Series(np.nan, index=trials.index, dtype=float)
     ok = np.isfinite(flops) & (flops > 0) & ~np.isfinite(given)
     logs = np.log10(flops[ok]).sort_values()
-    group: list = []
+    groups: list[list] = []
     for i, value in logs.items():
-        if group and value - logs[group[-1]] > tolerance:
+        if not groups or value - logs[groups[-1][-1]] > tolerance:
+            groups.append([])
+        groups[-1].append(i)
+    for group in groups:
+        if logs[group[-1]] - logs[group[0]] <= 2 * tolerance:
             out[group] = 10 ** float(np.mean(logs[group]))
-            group = []
-        group.append(i)
-    if group:
-        out[group] = 10 ** float(np.mean(logs[group]))
     return out.where(~np.isfinite(given), given)
 
 
@@ -115,6 +119,10 @@ def fit_parabola(budget: float, sizes: np.ndarray, losses: np.ndarray,
     if len(np.unique(x)) < MIN_SIZES:
         return Parabola(budget, sizes, losses, None, None, None, None,
                         f"{label}: {len(np.unique(x))} sizes, a parabola needs {MIN_SIZES}")
+    if sizes.max() < MIN_SIZE_RATIO * sizes.min():
+        return Parabola(budget, sizes, losses, None, None, None, None,
+                        f"{label}: sizes span only x{sizes.max() / sizes.min():.2g}, a parabola "
+                        f"needs x{MIN_SIZE_RATIO:g}")
     a, b, c = _polyfit(x, losses)
     if a <= 0:
         return Parabola(budget, sizes, losses, (a, b, c), None, None, None,

@@ -288,15 +288,19 @@ def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> No
     out = tmp_path / "r.html"
     charts, data = report.write(small_url, "small", out)
     page = out.read_text()
-    assert [c.key for c in charts] == ["pareto", "vocab", "memory_map", "memory_pred", "curves",
-                                       "parallel", "importance", "collapse", "samples"]
-    assert all(c.figure is not None for c in charts[:-1]) and charts[-1].html
+    assert [c.key for c in charts] == ["pareto", "compute", "scaling", "vocab", "memory_map",
+                                       "memory_pred", "curves", "parallel", "importance",
+                                       "collapse", "samples"]
+    # No trial of this study was planned at a compute budget: the scaling section is a note.
+    drawn = [c for c in charts if c.key not in ("scaling", "samples")]
+    assert all(c.figure is not None for c in drawn) and charts[-1].html
+    assert charts[2].figure is None and "No IsoFLOP curve" in charts[2].note
     # plotly.js inlined exactly once; nothing fetched from the network
     header = report.plotly.offline.get_plotlyjs()[:200]
     assert page.count(header) == 1 and page.count("* plotly.js v") == 1
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
-    assert page.count('class="chart"') == 8
-    assert page.count("Plotly.newPlot(") == 8
+    assert page.count('class="chart"') == 9
+    assert page.count("Plotly.newPlot(") == 9
     # the summary header
     assert "Study <code>small</code>" in page and small_url in page
     counts = data.trials["outcome"].value_counts()
@@ -324,7 +328,7 @@ def test_an_empty_study_reports_notes_not_errors(tmp_path: Path) -> None:
     optuna.create_study(study_name="empty", storage=st.open_storage(url))
     text, charts, _ = report.build(url, "empty")
     assert all(c.figure is None and c.note for c in charts)
-    assert "No trial has completed yet." in text and text.count('class="note"') == 9
+    assert "No trial has completed yet." in text and text.count('class="note"') == 11
 
 
 @pytest.mark.slow

@@ -88,6 +88,12 @@ def test_too_few_points_are_noted_not_fitted() -> None:
     assert any("2 budgets with an inner minimum; the power laws need 3" in n for n in fit.notes)
 
 
+def test_a_narrow_range_of_sizes_is_noted() -> None:
+    grid = isoflop_grid([1e19], sizes_per_budget=5, span=0.2)
+    [p] = scaling.fit_isoflops(grid, n_boot=10).parabolas
+    assert p.coef is None and "sizes span only x2.5, a parabola needs x4" in p.note
+
+
 def test_a_minimum_at_the_edge_of_the_sizes_is_noted() -> None:
     # Sizes all far above the optimum: the loss only rises, the minimum falls off the grid.
     c = 1e19
@@ -109,4 +115,7 @@ def test_budgets_from_the_attribute_or_grouped_by_flops() -> None:
     assert got[3] == got[4] != got[0]
     assert got[5] == pytest.approx(3e17)
     assert np.isnan(got[6])
+    # A continuum of FLOPs (a random search) has no budgets.
+    spread = scaling.assign_budgets(pd.DataFrame({"flops": np.logspace(14, 16, 40)}))
+    assert spread.isna().all()
     assert got[7] == 1e16  # the planned budget wins over the FLOPs it came out at
