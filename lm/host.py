@@ -117,3 +117,18 @@ def gpu_total_bytes(device: str) -> tuple[int, int]:
                           "use device cpu or give memory_budget as a size")
     index = cuda_index(device if device != "auto" else "cuda")
     return int(torch.cuda.get_device_properties(index).total_memory), torch.cuda.device_count()
+
+
+@lru_cache(maxsize=16)
+def gpu_name(gpu: str) -> str | None:
+    """The product name of GPU ``gpu`` (an index or UUID as ``CUDA_VISIBLE_DEVICES`` names it),
+    from ``nvidia-smi``; None when it cannot tell. For the device peaks of ``lm.flops``."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader",
+                              "-i", gpu], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    name = out.stdout.strip().splitlines()[0].strip() if out.stdout.strip() else ""
+    return name if out.returncode == 0 and name else None

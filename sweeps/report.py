@@ -28,6 +28,7 @@ from sweeps import results as results_mod
 from sweeps.charts import (
     Chart,
     collapse,
+    compute,
     curves,
     importance,
     memory_map,
@@ -37,14 +38,15 @@ from sweeps.charts import (
     parallel,
     pareto,
     samples,
+    scaling,
     vocab,
 )
 from sweeps.results import StudyResults
 
 #: The report's sections, in order.
 CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
-    pareto.chart, vocab.chart, memory_map.chart, memory_pred.chart, curves.chart,
-    parallel.chart, importance.chart, collapse.chart, samples.chart,
+    pareto.chart, compute.chart, scaling.chart, vocab.chart, memory_map.chart, memory_pred.chart,
+    curves.chart, parallel.chart, importance.chart, collapse.chart, samples.chart,
 )
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 

@@ -41,10 +41,13 @@ METRIC_COLUMNS = (
     "unk_rate", "unk_rate_targets", "unigram_entropy", "unigram_bpb", "unigram_gap",
     "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap", "unk_argmax_rate",
     "unk_rate_samples", "steps", "planned_steps", "last_eval_step", "constraint",
+    # compute (``lm.flops``): FLOPs stay floats (a big run's exceed int64)
+    "flops", "flops_per_token", "eval_flops", "predicted_flops", "flops_budget",
+    "params_non_embedding", "params_embedding", "mfu",
 )
 _INT_METRICS = ("peak_mem_bytes", "predicted_mem_bytes", "predicted_mem_raw_bytes",
                 "memory_budget_bytes", "tokens_seen", "params_total", "steps", "planned_steps",
-                "last_eval_step")
+                "last_eval_step", "params_non_embedding", "params_embedding")
 #: Fields of the trained config (``config`` attribute, after fitting) given their own column.
 CONFIG_COLUMNS = ("tokenizer", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len",
                   "batch_size", "grad_accum", "attention", "precision", "checkpointing", "lr",

@@ -46,7 +46,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from lm import outcomes
+from lm import flops, host, outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from lm.run_files import (
@@ -462,11 +462,13 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     note = pruning.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
     if note is not None:
         attrs["under_trained"] = note
+    attrs["predicted_flops"] = predicted_flops = flops.estimate(cfg).flops
+    over = over_compute_limit(predicted_flops, spec.limits)
+    if over is not None:
+        return _not_launched(ctx, trial, device, params, cfg, outcomes.PRUNED, over, attrs)
     if not plan.fits:
-        attrs["config"] = cfg.to_dict()
-        ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
-                  worker=device.label)
-        return finish(ctx, trial, outcomes.PREDICTED_OOM, plan.reason, attrs)
+        return _not_launched(ctx, trial, device, params, cfg, outcomes.PREDICTED_OOM,
+                             plan.reason, attrs)
 
     run = _TrialRun(ctx, device, trial)
     # Absolute: the child, the fork server and a report elsewhere all read it.
@@ -483,16 +485,27 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
     attrs.update(_attempt_attrs(attempt))
+    attrs.update(_compute_attrs(cfg, attempt, device))
     if environment_failed(attempt):
         return _environment_failure(ctx, trial, attrs, attempt.reason)
     values = None
     outcome, reason = attempt.outcome, attempt.reason
     if outcome == outcomes.COMPLETE:
-        values, missing = objective_values(spec, attempt)
+        values, missing = objective_values(spec, attempt, attrs)
         if missing:
             outcome, reason = outcomes.DIVERGED, f"{missing} is not finite at the end of training"
             values = None
     return finish(ctx, trial, outcome, reason, attrs, values)
+
+
+def _not_launched(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
+                  params: dict[str, Any], cfg: TrainConfig, outcome: str, reason: str,
+                  attrs: dict[str, Any]) -> TrialReport:
+    """End a trial the plan refused (memory or compute) without launching it."""
+    attrs["config"] = cfg.to_dict()
+    ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
+              worker=device.label)
+    return finish(ctx, trial, outcome, reason, attrs)
 
 
 def _attempts(run: _TrialRun, cfg: TrainConfig, run_dir: Path, predicted: int,
@@ -578,8 +591,53 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
     return out
 
 
-def objective_values(spec: StudySpec, attempt: Attempt) -> tuple[list[float], str | None]:
-    """The study's objective values of a finished run, and the first one that is missing."""
+def over_compute_limit(predicted_flops: int, limits: Limits) -> str | None:
+    """The reason a trial is not launched for its compute (``limits.max_flops``), else None.
+
+    Told as ``pruned``: no outcome says "over the compute limit", and this one says nothing
+    about memory (``predicted_oom`` would teach the sampler a false memory constraint). A spec
+    whose every trial is over the limit is refused when it is read (``sweeps.spec``)."""
+    if limits.max_flops is None or predicted_flops <= limits.max_flops:
+        return None
+    return (f"over the compute limit, not launched: {predicted_flops:.3g} training FLOPs "
+            f"predicted > limits.max_flops = {limits.max_flops:.3g}")
+
+
+def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[str, Any]:
+    """FLOPs of the tokens actually trained (``lm.flops``) and, on a known GPU, the MFU."""
+    r = a.result or {}
+    tokens = r.get("tokens_seen", a.history[-1].get("tokens") if a.history else None)
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        return {}
+    vocab = r.get("vocab_size") if isinstance(r.get("vocab_size"), int) else None
+    n_evals = r.get("n_evals") if isinstance(r.get("n_evals"), int) else len(a.history)
+    f = flops.estimate(cfg, tokens, n_evals=n_evals, vocab_size=vocab)
+    out: dict[str, Any] = {"flops": f.flops, "flops_per_token": f.flops_per_token,
+                           "params_non_embedding": f.params_non_embedding,
+                           "params_embedding": f.params_embedding, "eval_flops": f.eval_flops}
+    tps = r.get("tokens_per_s")
+    name = _gpu_name(device, str(r.get("device") or ""))
+    peak = flops.device_peak(name, cfg.precision) if name else None
+    if peak and isinstance(tps, (int, float)) and tps > 0 and tokens:
+        out["gpu_name"] = name
+        out["mfu"] = flops.mfu(f.flops, tokens / tps, peak)
+    return out
+
+
+def _gpu_name(device: WorkerDevice, ran_on: str) -> str | None:
+    """The product name of the GPU a CUDA child ran on (None on the CPU)."""
+    if device.device != "cuda" or not ran_on.startswith("cuda"):
+        return None
+    visible = device.env.get(host.VISIBLE_DEVICES_ENV, os.environ.get(host.VISIBLE_DEVICES_ENV))
+    ids = [g.strip() for g in (visible or "").split(",") if g.strip()]
+    index = host.cuda_index(ran_on)
+    return host.gpu_name(ids[index] if index < len(ids) else str(index))
+
+
+def objective_values(spec: StudySpec, attempt: Attempt,
+                     recorded: dict[str, Any]) -> tuple[list[float], str | None]:
+    """The study's objective values of a finished run, and the first one that is missing;
+    ``recorded`` is the trial's attributes (``flops`` is computed once, there)."""
     r = attempt.result or {}
     final = r.get("final_metrics") or (attempt.history[-1] if attempt.history else {})
     source = {
@@ -589,6 +647,7 @@ def objective_values(spec: StudySpec, attempt: Attempt) -> tuple[list[float], st
         "wall_s": attempt.wall_s,
         "tokens_per_s": r.get("tokens_per_s"),
         "params": (r.get("params") or {}).get("total"),
+        "flops": recorded.get("flops"),
     }
     values = []
     for metric in spec.study.metrics:

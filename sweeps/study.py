@@ -253,6 +253,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "val_bpb": a.get("val_bpb"),
             "peak_mem_bytes": a.get("peak_mem_bytes"),
             "wall_s": a.get("wall_s"),
+            "flops": a.get("flops"),
             "values": t.values,
         })
     return rows

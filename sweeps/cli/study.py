@@ -208,7 +208,8 @@ def trials(
     storage: StorageOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """One row per trial: number, parameters, outcome, reason, val_bpb, peak memory, wall time."""
+    """One row per trial: number, parameters, outcome, reason, val_bpb, peak memory, wall time,
+    training FLOPs."""
     from sweeps.storage import resolve_storage_url
 
     url = resolve_storage_url(storage, None)
@@ -220,7 +221,7 @@ def trials(
 
     table = Table(box=None, padding=(0, 2), title=plain(f"study {study_name}"),
                   title_justify="left")
-    for col in ("#", "params", "outcome", "val_bpb", "peak mem", "wall", "reason"):
+    for col in ("#", "params", "outcome", "val_bpb", "peak mem", "wall", "FLOPs", "reason"):
         table.add_column(col, overflow="fold")
     for r in rows:
         bpb = r["val_bpb"]
@@ -230,5 +231,6 @@ def trials(
                       "-" if bpb is None else f"{bpb:.4f}",
                       "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
                       "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
+                      "-" if r["flops"] is None else f"{r['flops']:.3g}",
                       plain(r["reason"] or ""))
     wide_console().print(table)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -34,6 +35,7 @@ METRICS: dict[str, str] = {
     "wall_s": "minimize",
     "tokens_per_s": "maximize",
     "params": "minimize",
+    "flops": "minimize",
 }
 DIRECTIONS = ("minimize", "maximize")
 SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
@@ -454,6 +456,8 @@ class Limits:
 
     ``memory_budget`` may be given as a size (``"4GiB"``) and is held in bytes; ``collapse`` and
     ``divergence`` may be given as ``true``/``false`` (that rule on, with its defaults, or off).
+    ``max_flops`` caps a trial's predicted training FLOPs (``lm.flops``): a trial over it is not
+    launched (``pruned``, with the reason); a spec whose every trial is over it is refused.
     """
 
     memory_budget: int | Literal["auto"] | None = "auto"
@@ -462,8 +466,11 @@ class Limits:
     divergence: DivergenceLimits = field(default_factory=DivergenceLimits)
     max_retries: int = 2
     oom_policy: Literal["prune", "fit"] = "prune"
+    max_flops: float | None = None
 
     def __post_init__(self) -> None:
+        if self.max_flops is not None:
+            check_number(self, "max_flops", positive=True)
         if self.memory_budget not in ("auto", None):
             object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
         if self.max_wall_s is not None:
@@ -563,6 +570,58 @@ class Ablation:
 
 # --- the whole spec -----------------------------------------------------------------------------
 
+#: How many combinations of searched values ``check_compute_limit`` tries before giving up.
+_COMPUTE_PROBES = 512
+
+
+def _compute_points(spec: StudySpec) -> list[dict[str, Any]] | None:
+    """Parameter sets that bound the spec's compute from below: the ablation's points, else
+    the corners of the space (each bound and choice; a conditional field also at its base
+    value), else the enqueued points; None when there are too many corners to try."""
+    if spec.ablation is not None:
+        return spec.ablation.expand()
+    if not spec.space:
+        return [dict(e) for e in spec.enqueue]
+    base = spec.base_values()
+    axes = []
+    for p in spec.space:
+        values = p.probe_values()
+        if p.when is not None and p.name in base:
+            values = [*values, base[p.name]]  # the field may keep its base value
+        axes.append([(p.name, v) for v in unique(values)])
+    if math.prod(len(a) for a in axes) > _COMPUTE_PROBES:
+        return None
+    return [dict(point) for point in itertools.product(*axes)]
+
+
+def check_compute_limit(spec: StudySpec) -> None:
+    """Refuse a spec whose every trial would be over ``limits.max_flops``.
+
+    Training FLOPs rise with every model size, ``seq_len`` and ``max_tokens`` and a run trains
+    at least ``max_tokens``, so ``flops_per_token x max_tokens`` at the corners of the space
+    bounds every point from below; a corner that is not a valid config is skipped."""
+    from lm import flops
+
+    points = _compute_points(spec)
+    if not points:
+        return
+    base, cheapest = spec.base_values(), None
+    for point in points:
+        try:
+            cfg = TrainConfig.from_dict({**base, **point})
+        except SweepsError:
+            continue
+        bound = flops.estimate(cfg, cfg.max_tokens, n_evals=0).flops
+        if cheapest is None or bound < cheapest[0]:
+            cheapest = (bound, point)
+    limit = spec.limits.max_flops
+    if cheapest is not None and limit is not None and cheapest[0] > limit:
+        shown = ", ".join(f"{k}={v!r}" for k, v in cheapest[1].items()) or "the fixed config"
+        raise FieldError("limits.max_flops", f"every trial is over the limit of {limit:.3g} "
+                         f"training FLOPs: the cheapest ({shown}) needs {cheapest[0]:.3g}; "
+                         "raise max_flops or lower max_tokens or the model sizes")
+
+
 
 def check_fixed_and_space(fixed: Mapping[str, Any], space: Iterable[ParamSpec]) -> None:
     """A field is fixed or searched, not both; the corpus is neither (it is ``[corpus]``)."""
@@ -641,6 +700,8 @@ class StudySpec:
         if self.limits.max_wall_s is not None and "max_wall_s" in self.fixed:
             raise FieldError("fixed.max_wall_s", "also set as limits.max_wall_s; keep the one "
                              "in [limits]")
+        if self.limits.max_flops is not None:
+            check_compute_limit(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str | Path | None = None,

@@ -30,6 +30,8 @@ from optuna.distributions import (
 )
 from optuna.trial import TrialState
 
+from lm import flops
+from lm.config import TrainConfig
 from sweeps import storage as st
 
 OUTCOMES = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
@@ -300,6 +302,7 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
             "params_total": params_total, "params": {"total": params_total},
             "bytes_per_token": bpt, "unk_rate": unk, "train_s": max(wall_s - 3.0, 0.0),
         })
+        attrs.update(_compute(p, attrs["tokens_seen"], n_evals))
         for key in ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
                     "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
                     "unk_rate_targets"):
@@ -321,6 +324,14 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
     texts = [{"prompt": prompt, "text": " ".join(rng.choice(WORDS, size=8))}
              for prompt in PROMPTS]
     return trial, evals, texts
+
+
+def _compute(p: dict[str, Any], tokens: int, n_evals: int) -> dict[str, Any]:
+    """What the runner records of a trial's compute (``lm.flops``)."""
+    f = flops.estimate(TrainConfig.from_dict(config_for(p)), tokens, n_evals=n_evals)
+    return {"flops": f.flops, "flops_per_token": f.flops_per_token,
+            "params_non_embedding": f.params_non_embedding,
+            "params_embedding": f.params_embedding, "eval_flops": f.eval_flops}
 
 
 def shared_big_study(base: Path, n: int = 2000, seed: int = 2) -> str:
