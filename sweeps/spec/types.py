@@ -419,7 +419,7 @@ class CollapseLimits:
     max_context_kl: float = 0.05
     max_unigram_kl: float = 0.5
     max_unk_argmax: float = 0.5
-    max_unk_samples: float = 0.5
+    max_unk_samples: float = 0.25
     patience: int = 1
 
     def __post_init__(self) -> None:

@@ -121,6 +121,11 @@ def test_unk_dominated_names_the_capped_vocabulary() -> None:
     assert verdict is not None and verdict.outcome == "unk_dominated"
     assert "94% of positions" in verdict.reason and "43% of the targets" in verdict.reason
     assert "81% of sampled tokens" in verdict.reason
+    # On the history dump (studies/collapse.toml, seed 0, step 293): <unk> is 31 % of the
+    # targets, the likeliest prediction at 92 % of positions, 45 % of the samples.
+    history = {**UNK, "unk_rate_targets": 0.312, "unk_argmax_rate": 0.924,
+               "unk_rate_samples": 0.453, "step": 293}
+    assert pruning.collapse([history], CollapseLimits()).outcome == "unk_dominated"
     # <unk> the likeliest somewhere, but the samples mostly real words: not this verdict.
     assert pruning.collapse([{**UNK, "unk_rate_samples": 0.2}], CollapseLimits()) is None
     assert pruning.collapse([at(UNK, 50)], CollapseLimits()) is None  # not trained yet
