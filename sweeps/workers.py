@@ -421,11 +421,11 @@ def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study
     worker_options = WorkerOptions(n_trials=n_trials, deadline=deadline)
     # Each thread plans for its kind of device; admission says which device of that kind.
     kind = WorkerDevice(pool.devices[0].kind, {}, None, pool.devices[0].kind)
-    return _run_threads(ctx, kind, worker_options, n_threads, flags, tick, launcher,
+    return run_threads(ctx, kind, worker_options, n_threads, flags, tick, launcher,
                         own_launcher)
 
 
-def _run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: WorkerOptions,
+def run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: WorkerOptions,
                  n_threads: int, flags: StopFlags, tick: Callable[[], None] | None,
                  launcher: Launcher | None, own_launcher: bool,
                  run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport]

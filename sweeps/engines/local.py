@@ -117,7 +117,8 @@ class MemoryPool:
         if d.kind == "cpu":
             cores = tuple(sorted(self.free_cores[i])[:d.threads])
             self.free_cores[i] -= set(cores)
-            env[host.NUM_THREADS_ENV] = str(d.threads)
+            override = host.num_threads_override()
+            env[host.NUM_THREADS_ENV] = str(min(d.threads, override or d.threads))
             label = f"cpu {cores[0]}" if len(cores) == 1 else f"cpu {cores[0]}-{cores[-1]}"
         self.used[i] += need
         self.running[i] += 1
@@ -168,13 +169,10 @@ class Admission:
 
 
 def cpu_threads_per_trial(n_cores: int, cap: int | None) -> int:
-    """Cores each CPU trial gets: the cores split ``cap`` ways when capped, else one;
-    ``SWEEPS_NUM_THREADS`` caps (or, uncapped, sets) it."""
-    override = host.num_threads_override()
-    if cap is None:
-        return max(1, min(override or 1, n_cores))
-    share = max(1, n_cores // cap)
-    return share if override is None else max(1, min(share, override))
+    """Cores each CPU trial gets: all of them uncapped (CPU trials share cores and memory
+    bandwidth: one at a time unless asked), else the cores split ``cap`` ways (as ``--workers``
+    always did). ``SWEEPS_NUM_THREADS`` caps the threads a trial runs on its cores."""
+    return max(1, n_cores if cap is None else n_cores // cap)
 
 
 def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | None = None,

@@ -107,14 +107,16 @@ def test_the_budget_is_what_an_empty_device_takes() -> None:
 
 def test_concurrency_follows_the_devices_unless_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SWEEPS_NUM_THREADS", raising=False)
-    cpu = local.MemoryPool([local.PoolDevice("cpu", "cpu", 1, {}, tuple(range(8)),
-                                             local.cpu_threads_per_trial(8, None))])
-    assert local.concurrency(cpu, None) == 8
-    assert local.concurrency(cpu, 3) == 3
+    assert local.cpu_threads_per_trial(8, None) == 8  # a CPU trial gets every core by default
     assert local.cpu_threads_per_trial(8, 3) == 2
-    monkeypatch.setenv("SWEEPS_NUM_THREADS", "4")
-    assert local.cpu_threads_per_trial(8, None) == 4
-    assert local.cpu_threads_per_trial(8, 1) == 4
+    cpu = local.MemoryPool([local.PoolDevice("cpu", "cpu", 100, {}, tuple(range(8)), 2)])
+    assert local.concurrency(cpu, None) == 4
+    assert local.concurrency(cpu, 3) == 3
+    monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
+    lease = cpu.try_reserve(1)
+    assert lease is not None and lease.device.env["SWEEPS_NUM_THREADS"] == "1"
+    assert len(lease.cores) == 2
+    # GPU trials: as many as memory admits, up to one core to drive each.
     assert local.concurrency(gpus(1, 1), None, n_cores=16) == 16
 
 
@@ -196,7 +198,7 @@ def test_worker_threads_pack_trials_exactly_n_trials_none_twice(tmp_path: Path,
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp_path,
                         launcher=None, admission=local.Admission(pool, poll_s=0.01))
     log: list[tuple[str, int, int]] = []
-    results = wk._run_threads(ctx, WorkerDevice("cuda"), wk.WorkerOptions(n_trials=40),
+    results = wk.run_threads(ctx, WorkerDevice("cuda"), wk.WorkerOptions(n_trials=40),
                               8, wk.StopFlags(), None, None, False,
                               fake_trial(log, threading.Lock(), sizes))
     assert [r.error for r in results] == [None] * 8
