@@ -239,6 +239,10 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
                               {"vocab_size": 300, "batch_size": 256},
                               {"vocab_size": 600, "batch_size": 8}])
     spec = StudySpec.from_dict(data)
+    from lm.tokens import load_tokens
+
+    for vocab in (300, 600):  # warm: a cold cache read while a child writes it is another bug
+        load_tokens(corpus, "word", vocab)
     small = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8}),
                               device="cpu")[0]
     big = preflight.predict(trial_config(spec, {"vocab_size": 300, "batch_size": 256}),
