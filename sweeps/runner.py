@@ -117,6 +117,9 @@ class RunnerContext:
     term_grace_s: float = 10.0
     preflight: Any = None
     on_event: Event | None = None
+    #: ``sweeps.engines.local.Admission``: trials wait for room on a device before launching
+    #: (None: each worker's device is its own, one trial at a time).
+    admission: Any = None
     host: str = field(default_factory=socket.gethostname)
 
     def __post_init__(self) -> None:
@@ -469,7 +472,43 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     if not plan.fits:
         return _not_launched(ctx, trial, device, params, cfg, outcomes.PREDICTED_OOM,
                              plan.reason, attrs)
+    with _admitted(ctx, trial, device, plan.predicted_bytes) as placed:
+        if placed is None:
+            return finish(ctx, trial, outcomes.INTERRUPTED, "stopped by the user (Ctrl-C or "
+                          "SIGTERM) while it waited for room on a device", attrs)
+        device, budget = placed
+        return _launch(ctx, trial, device, params, cfg, plan.predicted_bytes, budget, attrs)
 
+
+@contextlib.contextmanager
+def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
+              predicted: int) -> Any:
+    """(the device, the budget of its child) once the trial may launch; None when a stop came
+    first. Without admission: the worker's own device and the study's budget. With it: the
+    device the trial was admitted to and its reservation, held (and heartbeats recorded: a
+    waiting trial is alive) until the trial ends."""
+    if ctx.admission is None:
+        yield device, ctx.budget_bytes
+        return
+    with storage.heartbeat(ctx.storage, optuna_compat.trial_id(trial)):
+        lease = ctx.admission.acquire(predicted, ctx.stop.stop)
+    if lease is None:
+        yield None
+        return
+    try:
+        optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial), {
+            "placed_on": lease.device.label, "reserved_mem_bytes": int(lease.bytes),
+            "admitted_at": time.time()})
+        yield lease.device, (None if ctx.budget_bytes is None else int(lease.bytes))
+    finally:
+        ctx.admission.release(lease)
+
+
+def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
+            params: dict[str, Any], cfg: TrainConfig, predicted: int, budget: int | None,
+            attrs: dict[str, Any]) -> TrialReport:
+    """Launch an admitted trial's child (and its fitted retry), classify the ending, tell."""
+    spec = ctx.spec
     run = _TrialRun(ctx, device, trial)
     # Absolute: the child, the fork server and a report elsewhere all read it.
     run_dir = Path(os.path.abspath(ctx.study_dir / "trials" / str(trial.number)))
@@ -477,7 +516,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
               worker=device.label)
     try:
-        attempt, cfg, attempt_no = _attempts(run, cfg, run_dir, plan.predicted_bytes, attrs)
+        attempt, cfg, attempt_no = _attempts(run, cfg, run_dir, predicted, attrs, budget)
     except OSError as exc:  # the run dir cannot be made or written, or the child not started
         return _environment_failure(ctx, trial, attrs, "environment: cannot prepare or launch "
                                     f"the trial in {run_dir}: {type(exc).__name__}: {exc}")
@@ -509,12 +548,12 @@ def _not_launched(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
 
 
 def _attempts(run: _TrialRun, cfg: TrainConfig, run_dir: Path, predicted: int,
-              attrs: dict[str, Any]) -> tuple[Attempt, TrainConfig, int]:
+              attrs: dict[str, Any], budget: int | None) -> tuple[Attempt, TrainConfig, int]:
     """Run the trial's child; with ``oom_policy = "fit"``, once more with the micro-batch halved
     after an OOM. (The last attempt, its config, how many attempts.)"""
     ctx, attempt_no = run.ctx, 1
     while True:
-        cfg = _with_memory_limit(ctx, run.device, cfg, predicted)
+        cfg = _with_memory_limit(ctx, run.device, cfg, predicted, budget)
         attempt = run.attempt(cfg, run_dir, attempt_no)
         if attempt.outcome == outcomes.OOM and run.spec.limits.oom_policy == "fit" \
                 and attempt_no == 1 and not ctx.stop.stop.is_set():
@@ -537,12 +576,13 @@ def _environment_failure(ctx: RunnerContext, trial: optuna.Trial, attrs: dict[st
 
 
 def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig,
-                       predicted: int) -> TrainConfig:
-    """A CPU child's enforced limit, derived from the budget (a value fixed in the spec is kept
-    when it is tighter)."""
-    if device.device != "cpu" or ctx.budget_bytes is None:
+                       predicted: int, budget: int | None) -> TrainConfig:
+    """A CPU child's enforced limit, derived from its budget (the study's, or its reservation
+    under admission: packed children cannot outgrow the room they were admitted to by much);
+    a value fixed in the spec is kept when it is tighter."""
+    if device.device != "cpu" or budget is None:
         return cfg
-    limit = int(ctx.preflight.cpu_child_limit(ctx.budget_bytes, int(predicted)))
+    limit = int(ctx.preflight.cpu_child_limit(budget, int(predicted)))
     if cfg.cpu_memory_limit_bytes is not None:
         limit = min(limit, cfg.cpu_memory_limit_bytes)
     return replace(cfg, cpu_memory_limit_bytes=limit)

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
     from lm.corpus import Progress
     from sweeps.spec import StudySpec
 
-def check_run_options(workers: int, n_trials: int | None, heartbeat: int, grace: int,
+def check_run_options(workers: int | None, n_trials: int | None, heartbeat: int, grace: int,
                       launcher: str) -> None:
-    """The options of ``sweeps run`` and ``sweeps worker``, before anything is opened."""
-    if workers < 1:
-        raise SweepsError(f"--workers must be >= 1, got {workers}")
+    """The options of ``sweeps run`` and ``sweeps worker``, before anything is opened
+    (``workers``: the cap on concurrent trials, None for none)."""
+    if workers is not None and workers < 1:
+        raise SweepsError(f"--max-concurrent (or --workers) must be >= 1, got {workers}")
     if n_trials is not None and n_trials < 1:
         raise SweepsError(f"--n-trials must be >= 1, got {n_trials}")
     if heartbeat < 1 or grace <= heartbeat:
@@ -39,11 +40,29 @@ def check_run_options(workers: int, n_trials: int | None, heartbeat: int, grace:
         raise SweepsError(f"--launcher must be auto, fork or subprocess, got {launcher!r}")
 
 
-def check_host(spec: StudySpec, workers: int) -> None:
+def concurrency_cap(workers: int | None, max_concurrent: int | None) -> int | None:
+    """``--max-concurrent`` or its older name ``--workers``: one cap, or None (the host's)."""
+    if workers is not None and max_concurrent is not None and workers != max_concurrent:
+        raise SweepsError(f"--workers {workers} and --max-concurrent {max_concurrent} disagree; "
+                          "give one of them (they mean the same)")
+    return max_concurrent if max_concurrent is not None else workers
+
+
+def check_engine(engine: str, address: str | None) -> None:
+    """``--engine`` and ``--address`` (Ray's import is the engine's own, when it runs)."""
+    from sweeps.engines import ENGINES
+
+    if engine not in ENGINES:
+        raise SweepsError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if address is not None and engine != "ray":
+        raise SweepsError("--address is the Ray cluster's address; add --engine ray")
+
+
+def check_host(spec: StudySpec, workers: int | None) -> None:
     """The spec's device exists on this host (``SweepsError`` before anything is created)."""
     from sweeps import workers as wk
 
-    wk.plan_devices(spec, workers)
+    wk.plan_devices(spec, workers or 1)
 
 
 def check_runs_dir(runs_dir: Path) -> None:

@@ -1,11 +1,14 @@
 """N workers on one study: devices, the shared trial count, recovery, clean shutdown.
 
-Each worker is a thread running the ask -> ``runner.run_trial`` -> tell loop with its own device
-(``CUDA_VISIBLE_DEVICES`` = one GPU each, round-robin when there are more workers than GPUs; on
-the CPU the cores are split into disjoint sets: the children's affinity, and
-``SWEEPS_NUM_THREADS``, capped by the orchestrator's own ``SWEEPS_NUM_THREADS`` when set).
-Workers in other processes or on other machines (``sweeps worker``) run the same loop against
-the same database.
+Each worker is a thread running the ask -> ``runner.run_trial`` -> tell loop. Trials are placed
+by predicted memory (``sweeps.engines.local``): a worker claims a trial, plans it, and waits in
+the host's pool until a device has room for its prediction; that device (one GPU:
+``CUDA_VISIBLE_DEVICES``; on the CPU its own cores: the children's affinity, and
+``SWEEPS_NUM_THREADS``) is where its child runs. So the workers are a cap on concurrency
+(``--max-concurrent``, default what the devices hold), and memory decides below it.
+``plan_devices`` is the static split of the devices between N workers that ``sweeps run
+--dry-run`` and the host check use. Workers in other processes or on other machines (``sweeps
+worker``) run the same loop against the same database.
 
 How many trials: the study ends with exactly ``n_trials`` *counted* trials, whatever dies on the
 way. A trial counts unless a later trial re-queued it (a failed run re-queued by a heartbeat,
@@ -322,8 +325,11 @@ class WorkerResult:
 
 
 def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions,
-                ask_lock: threading.Lock | None = None) -> WorkerResult:
-    """Ask, run and tell trials until the budget is done, time is up, or a stop is requested."""
+                ask_lock: threading.Lock | None = None,
+                run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport]
+                | None = None) -> WorkerResult:
+    """Ask, run and tell trials until the budget is done, time is up, or a stop is requested;
+    ``run`` runs one trial (default ``runner.run_trial``; the Ray engine's runs it on a node)."""
     out = WorkerResult()
     study, spec = ctx.study, ctx.spec
     lock = ask_lock or threading.Lock()
@@ -340,7 +346,7 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
             ctx.stop.stop.wait(options.idle_s)
             continue
         try:
-            report = run_trial(ctx, device, trial)
+            report = (run or run_trial)(ctx, device, trial)
         except Exception as exc:
             out.error = f"trial {trial.number}: {type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
@@ -370,7 +376,9 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
 
 @dataclass
 class RunOptions:
-    n_workers: int = 1
+    #: A cap on the trials running at once (``--max-concurrent``/``--workers``); None: as many as
+    #: this host's devices hold (``sweeps.engines.local.concurrency``).
+    n_workers: int | None = 1
     n_trials: int | None = None
     timeout: float | None = None
     launcher: str = "auto"  # auto | fork | subprocess
@@ -382,41 +390,59 @@ class RunOptions:
 def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study_dir: Path,
                 options: RunOptions, flags: StopFlags | None = None, *,
                 launcher: Launcher | None = None,
-                devices: list[WorkerDevice] | None = None,
+                pool: Any = None,
                 tick: Callable[[], None] | None = None) -> list[WorkerResult]:
-    """Run ``options.n_workers`` worker threads on ``study`` until it is done, its time is up or
-    ``flags.stop`` is set; ``tick`` is called every half second from this thread (progress)."""
+    """Run worker threads on ``study`` until it is done, its time is up or ``flags.stop`` is
+    set; ``tick`` is called every half second from this thread (progress).
+
+    Trials are admitted by predicted memory (``sweeps.engines.local``): each worker claims a
+    trial, plans it against the per-trial budget (what an empty device of this host takes),
+    then waits for room in ``pool`` (default: this host's devices) before launching."""
     from sweeps import preflight
+    from sweeps.engines import local
 
     flags = flags or StopFlags()
     n_trials = target_trials(spec, study, options.n_trials)
-    devices = devices or plan_devices(spec, options.n_workers)
-    budget = preflight.resolve_budget(spec.limits, device=devices[0].device,
-                                      workers=options.n_workers)
+    pool = pool or local.host_pool(spec, options.n_workers)
+    budget = local.trial_budget(spec.limits, pool)
     study.set_user_attr("memory_budget_bytes", budget)
     recover_local(storage, study, spec.limits.max_retries)
+    n_threads = local.concurrency(pool, options.n_workers)
     if budget_state(study.get_trials(deepcopy=False), n_trials).done:
-        return [WorkerResult() for _ in devices]  # nothing to run: no launcher to start
+        return [WorkerResult() for _ in range(n_threads)]  # nothing to run: no launcher to start
     own_launcher = launcher is None
     launcher = launcher or make_launcher(options.launcher)
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=study_dir,
                         launcher=launcher, budget_bytes=budget, stop=flags,
                         poll_s=options.poll_s, term_grace_s=options.term_grace_s,
-                        preflight=preflight, on_event=options.on_event)
+                        preflight=preflight, on_event=options.on_event,
+                        admission=local.Admission(pool))
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
     worker_options = WorkerOptions(n_trials=n_trials, deadline=deadline)
-    results = [WorkerResult() for _ in devices]
+    # Each thread plans for its kind of device; admission says which device of that kind.
+    kind = WorkerDevice(pool.devices[0].kind, {}, None, pool.devices[0].kind)
+    return run_threads(ctx, kind, worker_options, n_threads, flags, tick, launcher,
+                        own_launcher)
+
+
+def run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: WorkerOptions,
+                 n_threads: int, flags: StopFlags, tick: Callable[[], None] | None,
+                 launcher: Launcher | None, own_launcher: bool,
+                 run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport]
+                 | None = None) -> list[WorkerResult]:
+    """``n_threads`` worker loops on ``ctx`` until they end; the launcher closed if owned."""
+    results = [WorkerResult() for _ in range(n_threads)]
     lock = threading.Lock()
 
     def target(i: int) -> None:
         try:
-            results[i] = worker_loop(ctx, devices[i], worker_options, lock)
+            results[i] = worker_loop(ctx, device, worker_options, lock, run)
         except BaseException as exc:
             results[i].error = f"{type(exc).__name__}: {exc}"
             flags.stop.set()  # one broken worker stops the others cleanly
 
     threads = [threading.Thread(target=target, args=(i,), name=f"sweeps-worker-{i}")
-               for i in range(len(devices))]
+               for i in range(n_threads)]
     try:
         for t in threads:
             t.start()
@@ -431,7 +457,7 @@ def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study
             flags.stop.set()
             for t in threads:
                 t.join()
-        if own_launcher:
+        if own_launcher and launcher is not None:
             launcher.close()
     return results
 

@@ -117,6 +117,25 @@ GraceOption = Annotated[
     int, typer.Option("--grace", help="Seconds without a heartbeat before a trial is failed and "
                                       "re-queued by another worker.")
 ]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", help="The same as --max-concurrent (kept for "
+                                               "scripts written before admission by memory).")
+]
+MaxConcurrentOption = Annotated[
+    int | None, typer.Option("--max-concurrent", help="At most N trials at once [default: as "
+                                                      "many as this host's memory and cores "
+                                                      "hold].")
+]
+EngineOption = Annotated[
+    str, typer.Option("--engine", help="local (this machine: trials admitted to its GPUs or "
+                                       "CPU by predicted memory) or ray (a Ray cluster; "
+                                       "pip install -e .[ray]).")
+]
+AddressOption = Annotated[
+    str | None, typer.Option("--address", help="With --engine ray: the cluster to join "
+                                               "[default: $RAY_ADDRESS, a running local "
+                                               "cluster, else a new one on this machine].")
+]
 ConfigFileOption = Annotated[
     Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields.")
 ]

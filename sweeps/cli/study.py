@@ -16,11 +16,15 @@ import typer
 from lm.errors import SweepsError
 from sweeps import study as service
 from sweeps.cli.options import (
+    AddressOption,
+    EngineOption,
     GraceOption,
     HeartbeatOption,
     LauncherOption,
+    MaxConcurrentOption,
     RunsDirOption,
     StorageOption,
+    WorkersOption,
 )
 from sweeps.cli.progress import Board, live_display
 from sweeps.console import (
@@ -46,8 +50,10 @@ app = typer.Typer()
 @app.command()
 def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="A study spec (.toml).")],
-    workers: Annotated[int, typer.Option("--workers", help="Local workers (one GPU each, or a "
-                                                           "share of the CPU cores).")] = 1,
+    max_concurrent: MaxConcurrentOption = None,
+    engine: EngineOption = "local",
+    address: AddressOption = None,
+    workers: WorkersOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; run "
                                                             "nothing, write nothing.")] = False,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the spec's "
@@ -62,28 +68,35 @@ def run(
     from sweeps.spec import load_spec
     from sweeps.storage import mask_url, normalize_url, resolve_storage_url
 
-    service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
+    cap = service.concurrency_cap(workers, max_concurrent)
+    service.check_run_options(cap, n_trials, heartbeat, grace, launcher)
+    service.check_engine(engine, address)
     spec = load_spec(spec_path)
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
-        _print_plan(spec, url, workers, n_trials)
+        _print_plan(spec, url, cap or 1, n_trials)
         return
-    service.check_host(spec, workers)
+    if engine == "local":
+        service.check_host(spec, cap)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
                                             grace=grace)
     err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
                       f"{mask_url(url)}", highlight=False, markup=False)
-    _run(spec, st, study, runs_dir, workers, n_trials, launcher)
+    if engine == "ray":
+        _run_ray(spec, st, study, url, runs_dir, cap, n_trials, address, (heartbeat, grace))
+        return
+    _run(spec, st, study, runs_dir, cap, n_trials, launcher)
 
 
 @app.command()
 def worker(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="The study to join.")],
     storage: StorageOption = None,
-    workers: Annotated[int, typer.Option("--workers", help="Local workers.")] = 1,
+    max_concurrent: MaxConcurrentOption = None,
+    workers: WorkersOption = None,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the study's "
                                                                     "n_trials.")] = None,
     runs_dir: RunsDirOption = Path("runs"),
@@ -94,6 +107,7 @@ def worker(
     """Join a study started by `sweeps run` (its spec is read from the database)."""
     from sweeps.storage import mask_url, resolve_storage_url
 
+    workers = service.concurrency_cap(workers, max_concurrent)
     service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
     url = resolve_storage_url(storage, None)
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
@@ -119,7 +133,7 @@ def _ensure_corpus(spec: StudySpec) -> None:
                       f"{time.perf_counter() - started:.1f} s", highlight=False, markup=False)
 
 
-def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers: int,
+def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers: int | None,
          n_trials: int | None, launcher: str) -> None:
     from sweeps import workers as wk
 
@@ -130,6 +144,30 @@ def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers:
     study_dir = runs_dir / spec.name
     with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
         results = wk.run_workers(spec, st, study, study_dir, options, flags, tick=tick)
+    _summary(spec, board, study_dir, results, flags)
+
+
+def _run_ray(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir: Path,
+             cap: int | None, n_trials: int | None, address: str | None,
+             beats: tuple[int, int]) -> None:
+    from sweeps import workers as wk
+    from sweeps.engines import ray as ray_engine
+
+    board = Board(study, wk.target_trials(spec, study, n_trials))
+    flags = wk.StopFlags()
+    options = wk.RunOptions(n_workers=cap, n_trials=n_trials, timeout=spec.study.timeout,
+                            on_event=board.on_event)
+    study_dir = runs_dir / spec.name
+    with ray_engine.connect(address) as cluster:
+        err_console.print(cluster.describe(), highlight=False, markup=False)
+        with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
+            results = ray_engine.run_on_cluster(spec, st, study, url, study_dir, options,
+                                                flags, tick=tick, beats=beats)
+    _summary(spec, board, study_dir, results, flags)
+
+
+def _summary(spec: StudySpec, board: Board, study_dir: Path, results: list[Any],
+             flags: Any) -> None:
     board.refresh(force=True)
     print_summary(f"study {board.study.study_name}", [
         ("finished", f"{board.finished}/{board.n_trials}"),

@@ -1,0 +1,11 @@
+"""Where and when trials run. Optuna's storage stays the single source of truth for asking,
+telling, heartbeats and retries; an engine only places trials.
+
+- ``local`` (the default, nothing to install): one machine; each device (each GPU, the CPU's
+  memory and cores) is a pool, and a trial is admitted to a device when its calibrated predicted
+  peak plus a margin fits what the running trials' predictions leave free.
+- ``ray`` (``pip install -e .[ray]``): every trial is a Ray task whose resource request comes from
+  the same prediction, so Ray places and packs trials across the nodes of a cluster.
+"""
+
+ENGINES = ("local", "ray")

@@ -1,0 +1,159 @@
+"""The Ray engine: resource requests from predicted memory, and a real local cluster of simulated
+nodes (different CPU counts, memory and declared GPUs) running a study on PostgreSQL.
+
+Ray refuses 127.0.0.1 as a node address on a machine with another interface, so the cluster
+runs inside a private network namespace this test makes (``unshare --net``, as root): there
+loopback is Ray's only address, and PostgreSQL is reached through its unix socket. Skipped with
+the reason where Ray is not installed or the namespace cannot be made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweeps import storage as st
+from sweeps import workers as wk
+from sweeps.engines import local
+from sweeps.engines import ray as ray_engine
+from sweeps.spec import Limits, StudySpec
+from tests.sweeps.helpers import shared_corpus, spec_dict, study_trials
+from tests.sweeps.pg import fresh_database
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+GiB = 2**30
+REPO = Path(__file__).resolve().parents[2]
+#: Set in the namespace: the inner test runs only there.
+INNER_ENV = "SWEEPS_TEST_RAY_NETNS"
+N_TRIALS = 4
+
+
+# --- requests (no Ray needed) --------------------------------------------------------------------
+
+
+def test_requests_follow_the_prediction() -> None:
+    cpu = ray_engine.request("cpu", 100 * 2**20, 2, None)
+    assert cpu == {"num_cpus": 2, "memory": local.reservation(100 * 2**20)}
+    gpu = ray_engine.request("cuda", 10 * GiB, 1, 100 * GiB)
+    assert gpu["num_gpus"] == pytest.approx(0.11) and gpu["num_cpus"] == 1
+    assert ray_engine.request("cuda", 200 * GiB, 1, 100 * GiB)["num_gpus"] == 1.0
+    assert ray_engine.request("cpu", None, 1, None) == {"num_cpus": 0}  # not launched
+
+
+def test_the_budget_is_the_largest_node() -> None:
+    nodes = [ray_engine.Node("a", "10.0.0.1", 4, 0, 1 * GiB),
+             ray_engine.Node("b", "10.0.0.2", 2, 2, 8 * GiB)]
+    pool = ray_engine.cluster_pool(nodes, "cpu", 1, None)
+    budget = local.trial_budget(Limits(memory_budget="auto"), pool)
+    assert local.reservation(budget) <= 8 * GiB < local.reservation(budget) + GiB
+    assert ray_engine.device_kind(StudySpec.from_dict(spec_dict("k", Path("."))), nodes) == "cpu"
+    gpu_pool = ray_engine.cluster_pool(nodes, "cuda", 1, 80 * GiB)
+    assert [d.label for d in gpu_pool.devices] == ["10.0.0.2"]
+
+
+# --- a cluster in a network namespace ------------------------------------------------------------
+
+
+def _namespace_or_skip() -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("a private network namespace needs root, unshare and ip")
+    probe = subprocess.run(["unshare", "--net", "ip", "link", "set", "lo", "up"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a network namespace: {probe.stderr.strip()[:200]}")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared_corpus(tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_a_cluster_places_by_memory_and_requeues_a_lost_node(tmp_path: Path,
+                                                             corpus: Path) -> None:
+    _namespace_or_skip()
+    with fresh_database("sweeps_ray") as url:
+        socket_url = f"postgresql://{url.username}@/{url.database}?host=/var/run/postgresql"
+        env = {**os.environ, INNER_ENV: "1", "SWEEPS_TEST_RAY_URL": socket_url,
+               "SWEEPS_TEST_RAY_DIR": str(tmp_path), "SWEEPS_TEST_RAY_CORPUS": str(corpus),
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        inner = f"{Path(__file__).relative_to(REPO)}::test_inside_the_namespace"
+        done = subprocess.run(
+            ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" -m pytest -q -x '
+             f'-p no:cacheprovider -s {inner}', sys.executable],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        assert "1 passed" in done.stdout, done.stdout[-2000:]
+        trials = study_trials(url.render_as_string(hide_password=False), "ray")
+        state = wk.budget_state(trials, N_TRIALS)
+        assert state.done and state.finished == N_TRIALS
+        assert sum(t.user_attrs.get("outcome") == "complete" for t in state.in_budget) \
+            == N_TRIALS, [t.user_attrs.get("reason") for t in trials]
+        assert len(wk.superseded_numbers(trials)) == 1  # the trial the lost node held
+
+
+def test_inside_the_namespace() -> None:
+    if os.environ.get(INNER_ENV) != "1":
+        pytest.skip("runs inside the network namespace the test above makes")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    tmp, url = Path(os.environ["SWEEPS_TEST_RAY_DIR"]), os.environ["SWEEPS_TEST_RAY_URL"]
+    data = spec_dict("ray", Path(os.environ["SWEEPS_TEST_RAY_CORPUS"]),
+                     fixed={"tokenizer": "word", "max_tokens": 300_000,
+                            "eval_every_tokens": 20_000},
+                     space={"vocab_size": {"choices": [300, 600]}},
+                     study={"n_trials": N_TRIALS}, limits={"collapse": False,
+                                                           "memory_budget": "auto"})
+    spec = StudySpec.from_dict(data)
+    # The head and "big" hold a trial; "small" has more cores but too little memory for any.
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "memory": 3 * GiB})
+    small = cluster.add_node(num_cpus=2, memory=64 * 2**20)
+    big = cluster.add_node(num_cpus=1, memory=3 * GiB, num_gpus=2)
+    try:
+        with ray_engine.connect(cluster.address) as info:
+            assert {n.address for n in info.nodes} == {"127.0.0.1"} and len(info.nodes) == 3
+            assert info.log_dir and "dashboard" in info.describe()
+            _run_and_lose_a_node(ray, cluster, spec, url, tmp, big, small)
+    finally:
+        cluster.shutdown()
+
+
+def _run_and_lose_a_node(ray, cluster, spec, url, tmp, big, small) -> None:
+    storage = st.open_storage(url, heartbeat_interval=2, grace_period=30)
+    wk.create_or_resume(spec, storage)
+    study = wk.load_for_workers(spec, storage)
+    out: list = []
+    options = wk.RunOptions(n_workers=None)
+    runner = threading.Thread(target=lambda: out.append(ray_engine.run_on_cluster(
+        spec, storage, study, url, tmp / "runs" / "ray", options, beats=(2, 30))))
+    runner.start()
+    on_big = f"node {big.node_id[:8]} cpu"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        running = [t for t in study.get_trials(deepcopy=False)
+                   if t.state.name == "RUNNING" and t.user_attrs.get("placed_on") == on_big]
+        if running and st.read_evals(storage, "ray") and any(
+                e["trial_number"] == running[0].number for e in st.read_evals(storage, "ray")):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("no trial ran on the big node")
+    cluster.remove_node(big)
+    runner.join(420)
+    assert not runner.is_alive() and out and all(r.error is None for r in out[0])
+    trials = study.get_trials()
+    placed = {t.user_attrs.get("placed_on") for t in trials if t.user_attrs.get("placed_on")}
+    assert f"node {small.node_id[:8]} cpu" not in placed and on_big in placed
+    lost = [t for t in trials if "lost" in str(t.user_attrs.get("reason"))]
+    assert len(lost) == 1 and lost[0].state.name == "FAIL"
