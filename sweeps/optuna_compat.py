@@ -6,7 +6,10 @@ database with plain SQL, without loading every trial), writing all of a trial's 
 one transaction (one commit instead of ~35: a measurable share of a short trial's overhead on
 PostgreSQL), queueing a study's initial trials together with a marker in one transaction (so
 processes starting the same study at once queue them exactly once), and the name of the RDB
-storage's stale-trial callback argument (renamed across versions).
+storage's stale-trial callback argument (renamed across versions). Also: adding finished trials
+(a warm start) in the same one transaction as the queued ones, renaming a study in place (Optuna
+has no rename API: one UPDATE of its ``studies`` table, inside the caller's transaction), and
+which system attributes hold a trial's constraints.
 ``tests/sweeps/test_optuna_compat.py`` fails loudly when an Optuna release changes any of them.
 """
 
@@ -64,37 +67,85 @@ def enqueue_once(rdb: RDBStorage, study_id: int, marker: str,
                  params: Sequence[dict[str, Any]]) -> bool:
     """Queue ``params`` as WAITING trials (as ``Study.enqueue_trial`` does) and set the study user
     attribute ``marker`` to true, all in one transaction; False, and nothing written, when the
-    marker is already there.
-
-    The marker is inserted first: its (study, key) uniqueness makes a second process's insert
-    wait for the first transaction and then fail, so exactly one process queues the trials, and a
-    process that dies half way queues nothing (the next start queues them all). Where Optuna's
-    internals moved, the public calls: correct for one process at a time.
-    """
+    marker is already there (see ``add_trials_once``)."""
     templates = [create_trial(state=TrialState.WAITING, system_attrs={"fixed_params": dict(p)})
                  for p in params]
+    return add_trials_once(rdb, study_id, marker, templates)
+
+
+def add_trials_once(rdb: RDBStorage, study_id: int, marker: str, templates: Sequence[Any],
+                    value: Any = True) -> bool:
+    """Add ``templates`` (``create_trial`` results: WAITING, or finished ones carried from
+    another study) and set the study user attribute ``marker`` to ``value``, all in one
+    transaction; False, and nothing written, when the marker is already there.
+
+    The marker is inserted first: its (study, key) uniqueness makes a second process's insert
+    wait for the first transaction and then fail, so exactly one process adds the trials, and a
+    process that dies half way adds nothing (the next start adds them all). Where Optuna's
+    internals moved, the public calls: correct for one process at a time.
+    """
     try:
         from optuna.storages._rdb.storage import _create_scoped_session
 
         prepare = rdb._get_prepared_new_trial
     except (ImportError, AttributeError):
-        if rdb.get_study_user_attrs(study_id).get(marker):
+        if marker in rdb.get_study_user_attrs(study_id):
             return False
         for template in templates:
             rdb.create_new_trial(study_id, template_trial=template)
-        rdb.set_study_user_attr(study_id, marker, True)
+        rdb.set_study_user_attr(study_id, marker, value)
         return True
     try:
         with _create_scoped_session(rdb.scoped_session) as session:
             # The marker's INSERT is the transaction's first statement: on SQLite it takes the
             # write lock before any read (a read first would make a waiting writer fail at once).
             session.add(models.StudyUserAttributeModel(study_id=study_id, key=marker,
-                                                       value_json=json.dumps(True)))
+                                                       value_json=json.dumps(value)))
             session.flush()
             # Optuna's own lock for numbering new trials (``_create_new_trial``).
             models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
             for template in templates:
                 prepare(study_id, template, session)
     except sa.exc.IntegrityError:
-        return False  # another process wrote the marker (and queued the trials) first
+        return False  # another process wrote the marker (and added the trials) first
     return True
+
+
+#: Prefix of the system attributes where ``Trial.set_constraint`` (and the older list form)
+#: keeps a trial's constraint values (``optuna.study._constrained_optimization``).
+CONSTRAINTS_KEY = "constraints"
+
+
+def constraint_attrs(system_attrs: dict[str, Any]) -> dict[str, Any]:
+    """The system attributes that hold a trial's constraints (what a carried trial keeps, so a
+    constrained sampler learns the infeasible region from it too)."""
+    return {k: v for k, v in system_attrs.items() if k.startswith(CONSTRAINTS_KEY)}
+
+
+#: Optuna's table of studies and its name column: the only place Optuna keeps a study's name
+#: (trials, attributes and directions refer to the study by id).
+STUDIES_TABLE = models.StudyModel.__table__
+
+
+def rename_study(conn: sa.Connection, study_id: int, new_name: str) -> None:
+    """Rename a study in place, inside the caller's transaction ``conn`` (Optuna has no rename
+    API; every other Optuna table refers to the study by id, so one UPDATE renames it)."""
+    t = STUDIES_TABLE
+    done = conn.execute(sa.update(t).where(t.c.study_id == study_id)
+                        .values(study_name=new_name))
+    if done.rowcount != 1:
+        raise RuntimeError(f"renaming study id {study_id} changed {done.rowcount} rows")
+
+
+def set_study_user_attr(conn: sa.Connection, study_id: int, key: str, value: Any) -> None:
+    """Overwrite an existing study user attribute inside the caller's transaction."""
+    t = models.StudyUserAttributeModel.__table__
+    conn.execute(sa.update(t).where(t.c.study_id == study_id, t.c.key == key)
+                 .values(value_json=json.dumps(value)))
+
+
+def running_trials(conn: sa.Connection, study_id: int) -> int:
+    """How many of the study's trials are RUNNING, read inside the caller's transaction."""
+    t = models.TrialModel.__table__
+    return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(
+        t.c.study_id == study_id, t.c.state == TrialState.RUNNING)).scalar_one())

@@ -36,7 +36,8 @@ class DryRunPlan:
     largest: list[tuple[str, object]] | None = field(default=None)
 
 
-def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> DryRunPlan:
+def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
+            from_study: str | None = None) -> DryRunPlan:
     from sweeps import preflight
     from sweeps import workers as wk
     from sweeps.storage import mask_url
@@ -60,7 +61,8 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> Dr
                               else f"synthetic {human_bytes(corpus.synthetic_size or 0)}"))
     rows: list[tuple[str, object]] = [
         ("study", spec.name),
-        ("storage", f"{mask_url(url)} (not opened: dry run)"),
+        ("storage", f"{mask_url(url)} (" + ("opened read-only for --from" if from_study
+                                             else "not opened: dry run") + ")"),
         ("objectives", ", ".join(f"{o.metric} ({o.direction})" for o in spec.study.objectives)),
         ("sampler / pruner", f"{spec.study.sampler.name} / {spec.study.pruner.name}"),
         ("trials", n_trials if n_trials is not None else spec.study.n_trials),
@@ -74,7 +76,22 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> Dr
         ("corpus", f"{corpus.dir} ({corpus_state})"),
     ]
     rows += steps_rows(spec)
+    if from_study is not None:
+        rows += carry_rows(spec, url, from_study)
     return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget))
+
+
+def carry_rows(spec: StudySpec, url: str, from_study: str) -> list[tuple[str, object]]:
+    """The plan's lines on ``--from``: how many trials carry over, and why the others do not
+    (the database is opened read-only)."""
+    from sweeps import fork
+    from sweeps.storage import read_only_storage
+
+    storage = read_only_storage(url)
+    try:
+        return fork.read(storage, spec, from_study, url).rows()
+    finally:
+        storage.engine.dispose()
 
 
 # --- optimizer steps ------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 plotly.js is inlined once in the head (each chart carries only its data), so the file opens
 offline and a 2,000-trial study stays a few MB, most of it plotly.js itself. The header
 summarises the study (storage with credentials masked, trials by outcome, the best trial and its
-config). A small script records page errors (``window.onerror``, rejected promises,
-``console.error``) and, once the page has loaded, how many charts rendered, into
-``#report-status``: what the browser test reads, and what a user sees if something broke.
+config). Several studies (``build_many``) share one report: a table of the studies, then
+``sweeps.charts.compare``'s charts with the study as the colour. A small script records page
+errors (``window.onerror``, rejected promises, ``console.error``) and, once the page has
+loaded, how many charts rendered, into ``#report-status``: what the browser test reads, and what
+a user sees if something broke.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sweeps import results as results_mod
 from sweeps.charts import (
     Chart,
     collapse,
+    compare,
     compute,
     curves,
     importance,
@@ -130,6 +133,24 @@ def write(storage: results_mod.StorageLike, study_name: str, out: Path) -> tuple
     return charts, data
 
 
+def build_many(storage: results_mod.StorageLike,
+               names: list[str]) -> tuple[str, list[Chart], StudyResults]:
+    """(HTML, charts, combined data) of a report of several studies on the same axes."""
+    studies = results_mod.load_many(storage, names)
+    data = results_mod.combine(studies)
+    charts = compare.charts(data, names)
+    return render(data, charts, header=summary_many(studies)), charts, data
+
+
+def write_many(storage: results_mod.StorageLike, names: list[str],
+               out: Path) -> tuple[list[Chart], StudyResults]:
+    """``write`` for several studies (``build_many``)."""
+    output_target(out)
+    text, charts, data = build_many(storage, names)
+    write_output(out, lambda f: f.write(text.encode("utf-8")))
+    return charts, data
+
+
 def write_pngs(charts: list[Chart], directory: Path) -> list[Path]:
     """Each chart's figure as ``<key>.png`` (needs the optional ``kaleido`` package)."""
     if importlib.util.find_spec("kaleido") is None:
@@ -153,7 +174,8 @@ def write_pngs(charts: list[Chart], directory: Path) -> list[Path]:
 # --- HTML -------------------------------------------------------------------------------------
 
 
-def render(data: StudyResults, charts: list[Chart]) -> str:
+def render(data: StudyResults, charts: list[Chart], header: str | None = None) -> str:
+    """The page: ``header`` (default: the one study's ``summary``), the charts, the scripts."""
     e = html.escape
     nav = " ".join(f'<a href="#{c.key}">{e(c.title.split(":")[0])}</a>' for c in charts)
     sections = "\n".join(_section(c) for c in charts)
@@ -165,7 +187,7 @@ def render(data: StudyResults, charts: list[Chart]) -> str:
 <style>{_CSS}</style>
 <script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>
 </head><body>
-{summary(data)}
+{summary(data) if header is None else header}
 <nav>{nav}</nav>
 <div id="report-status" data-state="loading"></div><pre id="report-errors"></pre>
 {sections}
@@ -211,6 +233,10 @@ def summary(data: StudyResults) -> str:
     factor = data.user_attrs.get("calibration_factor")
     if isinstance(factor, (int, float)):
         extras.append(f"memory calibration x{factor:.2f}")
+    carried = trials["carried_from"].dropna() if "carried_from" in trials else pd.Series()
+    if len(carried):
+        sources = sorted({str(c).rsplit("#", 1)[0] for c in carried})
+        extras.append(f"{len(carried):,} trials carried from {', '.join(sources)} (not run here)")
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     best = best_trial(trials)
     best_html = "<p>No trial has completed yet.</p>"
@@ -238,6 +264,30 @@ def summary(data: StudyResults) -> str:
 {len(trials):,} trials{"".join(" · " + e(x) for x in extras)} · generated {generated}</div>
 <div class="outcomes">{chips}</div>
 {best_html}
+</header>"""
+
+
+def summary_many(studies: list[StudyResults]) -> str:
+    """The header of a cross-study report: one row per study, in its chart colour."""
+    e = html.escape
+    rows = []
+    for i, data in enumerate(studies):
+        trials = data.trials
+        counts = trials["outcome"].value_counts()
+        chips = "".join(f'<span class="chip" style="background:{outcome_color(o)}">{e(o)}: '
+                        f"{counts[o]:,}</span>" for o in outcome_order(counts.index))
+        best = best_trial(trials)
+        best_text = "-" if best is None else f"{best['val_bpb']:.4f} (trial {int(best['number'])})"
+        rows.append(f'<tr><th><span class="chip" style="background:{compare.study_color(i)}">'
+                    f"{e(data.name)}</span></th><td>{len(trials):,}</td><td>{chips}</td>"
+                    f"<td>{e(best_text)}</td></tr>")
+    generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    names = ", ".join(f"<code>{e(d.name)}</code>" for d in studies)
+    return f"""<header>
+<h1>Studies {names}</h1>
+<div class="meta">storage <code>{e(studies[0].storage)}</code> · generated {generated}</div>
+<table class="studies"><tr><th>study</th><th>trials</th><th>outcomes</th>
+<th>best val_bpb (complete)</th></tr>{"".join(rows)}</table>
 </header>"""
 
 

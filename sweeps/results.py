@@ -5,6 +5,8 @@
 - ``evals_frame``: one row per evaluation (``sweeps_evals``: the ``metrics.jsonl`` lines).
 - ``samples_frame``: one row per generated sample (``sweeps_samples``).
 - ``load``: all three plus the study's directions, attributes and search space, in one go.
+- ``load_many`` and ``combine``: several studies, each loaded as above, and their frames stacked
+  with a ``study`` column first (trial numbers stay each study's own): the cross-study report.
 
 Optuna's own reader (``get_all_trials``) builds a ``FrozenTrial`` per trial through the ORM: ~6 s
 for 2,000 trials with ~40 user attributes each. The tables are read here directly instead (one
@@ -164,6 +166,35 @@ def load(storage: StorageLike, study_name: str) -> StudyResults:
                         distributions=distributions)
 
 
+def load_many(storage: StorageLike, names: list[str]) -> list[StudyResults]:
+    """Each named study, loaded as ``load`` does (a name given twice is a ``SweepsError``)."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SweepsError(f"study {repeated[0]!r} is named twice; name each study once")
+    return [load(storage, name) for name in names]
+
+
+def combine(studies: list[StudyResults]) -> StudyResults:
+    """Several studies as one: trials, evaluations and samples stacked with a ``study`` column
+    first; directions and objectives where every study has the same, else empty."""
+    def stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        parts = [f.assign(study=s.name) for f, s in zip(frames, studies, strict=True)]
+        frame = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+        return frame[["study", *(c for c in frame.columns if c != "study")]]
+
+    same = all(s.directions == studies[0].directions and s.objectives == studies[0].objectives
+               for s in studies)
+    distributions: dict[str, BaseDistribution] = {}
+    for s in studies:
+        distributions.update(s.distributions)
+    return StudyResults(
+        name=" vs ".join(s.name for s in studies), storage=studies[0].storage,
+        directions=studies[0].directions if same else [],
+        objectives=studies[0].objectives if same else [], user_attrs={},
+        trials=stacked([s.trials for s in studies]), evals=stacked([s.evals for s in studies]),
+        samples=stacked([s.samples for s in studies]), distributions=distributions)
+
+
 # --- Optuna's tables ----------------------------------------------------------------------------
 
 
@@ -236,7 +267,8 @@ def _trials_frame(conn: sa.Connection,
 def _columns(param_names: Mapping[str, Any]) -> list[str]:
     return ["number", "state", "outcome", "reason", "under_trained",
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
-            "fitted", "fitted_batch_size", "fitted_grad_accum", "retries", "retry_of", "host",
+            "fitted", "fitted_batch_size", "fitted_grad_accum", "retries", "retry_of",
+            "carried_from", "host",
             "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
 
 
@@ -269,6 +301,7 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     row["under_trained"] = attrs.get("under_trained")
     row["retries"] = attrs.get("retries", 0)
     row["retry_of"] = attrs.get("retry_of")
+    row["carried_from"] = attrs.get("carried_from")  # "STUDY#N": added by `sweeps run --from`
     row["host"] = attrs.get("host")
     row["run_dir"] = attrs.get("run_dir")
     row["datetime_start"] = start

@@ -542,6 +542,42 @@ def delete_study_records(engine: EngineLike, study: str) -> None:
             conn.execute(table.delete().where(table.c.study_name == study))
 
 
+def copy_study_records(source: EngineLike, study: str, target: EngineLike, new_study: str,
+                       trial_ids: Mapping[int, tuple[int, int]]) -> int:
+    """Copy the evaluations and samples of ``study``'s trials into ``new_study`` (on ``target``,
+    which may be another database): ``trial_ids`` maps each copied trial's number to its
+    (number, storage id) in the new study; other trials' rows stay behind. Host rows are not
+    copied: they name live worker processes of the source. One transaction; rows copied."""
+    rows_by_table = {}
+    with _engine(source).connect() as conn:
+        for table in (evals_table, samples_table):
+            rows = [dict(r._mapping) for r in conn.execute(
+                sa.select(table).where(table.c.study_name == study).order_by(table.c.id))]
+            rows_by_table[table] = [
+                {**{k: v for k, v in r.items() if k != "id"}, "study_name": new_study,
+                 "trial_number": trial_ids[r["trial_number"]][0],
+                 "trial_id": trial_ids[r["trial_number"]][1]}
+                for r in rows if r["trial_number"] in trial_ids]
+    with _engine(target).begin() as conn:
+        for table, rows in rows_by_table.items():
+            # Rows already under the new name belong to no study (the new study did not exist:
+            # an orphan of `optuna delete-study`); they must not join the copy.
+            conn.execute(table.delete().where(table.c.study_name == new_study))
+            if rows:
+                conn.execute(table.insert(), rows)
+    return sum(len(rows) for rows in rows_by_table.values())
+
+
+def rename_study_records(conn: sa.Connection, study: str, new_study: str) -> None:
+    """Move ``study``'s rows of the project's tables to ``new_study``, inside the caller's
+    transaction; rows left under ``new_study`` by a study deleted outside sweeps (an orphan of
+    ``optuna delete-study``) are removed first, so they never join the renamed study."""
+    for table in (evals_table, samples_table, hosts_table):
+        conn.execute(table.delete().where(table.c.study_name == new_study))
+        conn.execute(table.update().where(table.c.study_name == study)
+                     .values(study_name=new_study))
+
+
 def _rows(engine: EngineLike, query: sa.Select) -> list[dict[str, Any]]:
     with _engine(engine).connect() as conn:
         return [dict(r._mapping) for r in conn.execute(query)]

@@ -50,6 +50,7 @@ from lm import host, outcomes
 from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import storage as st
+from sweeps.fork import CarryPlan, add_once, is_carried
 from sweeps.launchers import Launcher, make_launcher
 from sweeps.runner import (
     RunnerContext,
@@ -115,7 +116,9 @@ class BudgetState:
 
 def budget_state(trials: Sequence[FrozenTrial], n_trials: int) -> BudgetState:
     gone = superseded_numbers(trials)
-    counted = tuple(sorted((t for t in trials if t.number not in gone), key=lambda t: t.number))
+    # Trials carried from another study (``sweeps run --from``) inform the sampler only.
+    counted = tuple(sorted((t for t in trials if t.number not in gone and not is_carried(t)),
+                           key=lambda t: t.number))
     return BudgetState(n_trials, counted, counted[:n_trials])
 
 
@@ -181,10 +184,11 @@ ENQUEUED_ATTR = "sweeps_enqueued"
 _IDENTITY_KEYS = ("fixed", "space", "ablation", "corpus")
 
 
-def create_or_resume(spec: StudySpec, storage: RDBStorage, *,
-                     n_trials: int | None = None) -> tuple[optuna.Study, bool]:
-    """The study named by the spec: created (spec stored, ``[[enqueue]]``/ablation trials queued
-    once), or resumed after checking the stored spec agrees. Returns (study, created)."""
+def create_or_resume(spec: StudySpec, storage: RDBStorage, *, n_trials: int | None = None,
+                     carry: CarryPlan | None = None) -> tuple[optuna.Study, bool]:
+    """The study named by the spec: created (spec stored, ``carry``'s trials of an older study
+    added and ``[[enqueue]]``/ablation trials queued, each once), or resumed after checking the
+    stored spec agrees. Returns (study, created)."""
     name = spec.name
     # The creator is the process whose create_study succeeded: of several started at once, the
     # others see DuplicatedStudyError and resume.
@@ -212,6 +216,8 @@ def create_or_resume(spec: StudySpec, storage: RDBStorage, *,
     # The latest run's target, so workers joining later stop at the same count.
     study.set_user_attr(N_TRIALS_ATTR, int(n_trials if n_trials is not None
                                            else spec.study.n_trials))
+    if carry is not None:
+        add_once(storage, study, carry, created=created)
     if ENQUEUED_ATTR not in study.user_attrs:
         # Exactly once, whoever gets there first (a marker written with the trials).
         optuna_compat.enqueue_once(storage, storage.get_study_id_from_name(name), ENQUEUED_ATTR,

@@ -4,6 +4,7 @@ options and calling one function of a non-CLI module.
 - ``data``: prepare, tokenize;  ``train``: train, generate;  ``memory``: estimate;
 - ``study``: run, worker, status, trials (the study service is ``sweeps.study``, the dry-run plan
   ``sweeps.plan``), with ``progress`` for what ``sweeps run`` shows;  ``report``: report, export;
+- ``lifecycle``: delete, copy, rename (the service is ``sweeps.lifecycle``);
 - ``options``: options shared by several commands, defined once.
 
 Heavy imports (torch, the training loop, Optuna, plotly) happen inside the commands that need
@@ -20,7 +21,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli import data, memory, report, study, train
+from sweeps.cli import data, lifecycle, memory, report, study, train
 from sweeps.console import console, err_console, write_line
 
 app = typer.Typer(
@@ -30,7 +31,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for _group in (data, train, memory, study, report):
+for _group in (data, train, memory, study, lifecycle, report):
     app.add_typer(_group.app)
 
 _state = {"debug": False}

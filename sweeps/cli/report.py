@@ -28,24 +28,30 @@ StudyArgument = Annotated[str, typer.Argument(help="The study's name.")]
 
 @app.command()
 def report(
-    study: StudyArgument,
+    studies: Annotated[list[str], typer.Argument(
+        metavar="STUDY...", help="The study's name; several: one report with the studies on "
+                                 "the same axes.")],
     out: Annotated[Path | None, typer.Option("--out", help="The HTML file to write "
-                                                          "[default: STUDY.html].")] = None,
+                                                          "[default: STUDY.html, or "
+                                                          "A_vs_B.html].")] = None,
     storage: StorageOption = None,
     png: Annotated[Path | None, typer.Option(
         "--png", help="Also write each chart as DIR/<chart>.png (needs `pip install kaleido`).",
     )] = None,
 ) -> None:
-    """Write the study's trade-off report: one self-contained HTML file that works offline."""
+    """Write the study's trade-off report: one self-contained HTML file that works offline
+    (several studies: their Pareto fronts, vocabulary and learning curves overlaid)."""
     from sweeps import report as report_mod
     from sweeps.storage import resolve_storage_url
 
     if png is not None and importlib.util.find_spec("kaleido") is None:
         raise SweepsError("--png needs the kaleido package, which is not installed; "
                           "run `pip install kaleido` or leave out --png")
-    out = out or Path(f"{study}.html")
+    out = out or Path("_vs_".join(studies) + ".html")
     started = time.perf_counter()
-    charts, data = report_mod.write(resolve_storage_url(storage, None), study, out)
+    url = resolve_storage_url(storage, None)
+    charts, data = (report_mod.write(url, studies[0], out) if len(studies) == 1
+                    else report_mod.write_many(url, studies, out))
     pngs = report_mod.write_pngs(charts, png) if png is not None else []
     counts = data.trials["outcome"].value_counts()
     rows: list[tuple[str, object]] = [

@@ -63,6 +63,9 @@ def run(
     launcher: LauncherOption = "auto",
     heartbeat: HeartbeatOption = 10,
     grace: GraceOption = 60,
+    from_study: Annotated[str | None, typer.Option(
+        "--from", metavar="STUDY", help="Start the new study with the finished trials of STUDY "
+        "that fit the spec (not counted in n_trials; the plan says which and why).")] = None,
 ) -> None:
     """Create the study (or resume it) and run it to n_trials with live progress."""
     from sweeps.spec import load_spec
@@ -75,14 +78,14 @@ def run(
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
-        _print_plan(spec, url, cap or 1, n_trials)
+        _print_plan(spec, url, cap or 1, n_trials, from_study)
         return
     if engine == "local":
         service.check_host(spec, cap)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
-                                            grace=grace)
+                                            grace=grace, from_study=from_study)
     err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
                       f"{mask_url(url)}", highlight=False, markup=False)
     if engine == "ray":
@@ -190,12 +193,13 @@ def _counts_text(counts: dict[str, int], sep: str = ", ") -> str:
 # --- the plan (--dry-run) ------------------------------------------------------------------------
 
 
-def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> None:
+def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None,
+                from_study: str | None = None) -> None:
     from rich.table import Table
 
     from sweeps import plan
 
-    p = plan.dry_run(spec, url, workers, n_trials)
+    p = plan.dry_run(spec, url, workers, n_trials, from_study)
     print_summary(f"plan: {spec.source or spec.name}", p.rows)
     table = Table(title="space", title_justify="left", box=None, padding=(0, 2))
     for col in ("parameter", "type", "values", "when"):

@@ -42,3 +42,49 @@ def test_table_models_and_callback_argument() -> None:
                  "TrialSystemAttributeModel", "StudyUserAttributeModel", "StudyDirectionModel"):
         assert hasattr(optuna_compat.models, name), name
     assert optuna_compat.stale_callback_arg() in inspect.signature(RDBStorage.__init__).parameters
+
+
+def test_a_study_is_renamed_by_its_one_name_column(tmp_path: Path) -> None:
+    """Optuna keeps a study's name in ``studies.study_name`` only (everything else refers to the
+    study by id): a new name column anywhere, or a renamed one, fails here first."""
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+
+    named = sorted(table.name for table in models.BaseModel.metadata.sorted_tables
+                   if "study_name" in table.columns)
+    assert named == ["studies"]
+    assert optuna_compat.STUDIES_TABLE.name == "studies"
+    assert {"study_id", "study_name"} <= set(optuna_compat.STUDIES_TABLE.columns.keys())
+    storage, study = _study(tmp_path)
+    study.set_user_attr("spec", {"study": {"name": "compat"}})
+    study.ask()
+    with storage.engine.begin() as conn:
+        optuna_compat.rename_study(conn, study._study_id, "renamed")
+        optuna_compat.set_study_user_attr(conn, study._study_id, "spec",
+                                          {"study": {"name": "renamed"}})
+        assert optuna_compat.running_trials(conn, study._study_id) == 1
+    again = optuna.load_study(study_name="renamed", storage=storage)
+    assert again.user_attrs == {"spec": {"study": {"name": "renamed"}}}
+    assert len(again.trials) == 1
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["renamed"]
+    with storage.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM studies WHERE study_name = 'compat'")
+                            ).scalar_one() == 0
+
+
+def test_finished_trials_are_added_once_with_their_marker(tmp_path: Path) -> None:
+    from optuna.trial import TrialState, create_trial
+
+    storage, study = _study(tmp_path)
+    done = create_trial(state=TrialState.COMPLETE, value=1.0,
+                        params={"x": 1.0}, distributions={
+                            "x": optuna.distributions.FloatDistribution(0, 2)},
+                        user_attrs={"carried_from": "old#0"},
+                        system_attrs={"constraints": [0.0]})
+    assert optuna_compat.add_trials_once(storage, study._study_id, "m", [done], {"n": 1})
+    assert not optuna_compat.add_trials_once(storage, study._study_id, "m", [done], {"n": 1})
+    [t] = study.get_trials()
+    assert (t.state, t.value, t.params, t.user_attrs) == (TrialState.COMPLETE, 1.0, {"x": 1.0},
+                                                          {"carried_from": "old#0"})
+    assert optuna_compat.constraint_attrs(t.system_attrs) == {"constraints": [0.0]}
+    assert study.user_attrs["m"] == {"n": 1}

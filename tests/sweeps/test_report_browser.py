@@ -209,6 +209,22 @@ def test_a_two_thousand_trial_report_opens_and_renders(
           f"{opened:.1f} s")
 
 
+@pytest.mark.slow
+def test_a_two_study_report_renders_in_chromium(chromium: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    fake_study.fabricate(url, "first", 25, seed=4)
+    fake_study.fabricate(url, "second", 40, seed=5)
+    out = tmp_path / "two.html"
+    proc = sweeps_cli("report", "first", "second", "--storage", url, "--out", str(out),
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    source = out.read_text(encoding="utf-8")
+    assert source.count('<div class="chart"') == 3  # Pareto, vocabulary, learning curves
+    dom = open_in_chromium(chromium, out, tmp_path, screenshot=tmp_path / "two.png")
+    assert_rendered(dom, 3)
+    assert "<code>first</code>, <code>second</code>" in dom
+
+
 # --- optuna-dashboard -----------------------------------------------------------------------------
 
 

@@ -1,0 +1,181 @@
+"""``sweeps delete``, ``copy`` and ``rename`` on SQLite and PostgreSQL, as a user runs them: what
+each changes (Optuna's rows, the ``sweeps_`` rows, the stored spec, run dirs), what each refuses
+with one line and nothing changed, Optuna's own CLI agreeing after each, and a copy resumed by
+``sweeps worker NEW``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweeps import storage as st
+from sweeps.spec.types import MAX_NAME_LENGTH
+from tests.sweeps import fake_study
+from tests.sweeps.cli import assert_user_error
+from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.pg import fresh_database
+
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+OPTUNA = str(Path(sys.executable).parent / "optuna")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database holding the fabricated study ``alpha`` (12 trials, evaluations, samples)."""
+    if request.param == "sqlite":
+        found = f"sqlite:///{tmp_path / 'life.db'}"
+        fake_study.fabricate(found, "alpha", 12, seed=3)
+        yield found
+        return
+    with fresh_database("sweeps_life") as pg:
+        found = pg.render_as_string(hide_password=False)
+        fake_study.fabricate(found, "alpha", 12, seed=3)
+        yield found
+
+
+def run(*args: str, cwd: Path, stdin: int | None = subprocess.DEVNULL
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, stdin=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def optuna_studies(url: str) -> list[str]:
+    proc = subprocess.run([OPTUNA, "studies", "--storage", url, "-f", "json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return sorted(s["name"] for s in json.loads(proc.stdout))
+
+
+def optuna_trials(url: str, name: str) -> list[tuple[int, str]]:
+    proc = subprocess.run([OPTUNA, "trials", "--study-name", name, "--storage", url, "-f",
+                           "json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [(t["number"], t["state"]) for t in json.loads(proc.stdout)]
+
+
+def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
+    """(trials as (number, state, params, values, outcome), evaluations, samples, spec)."""
+    storage = st.open_storage(url)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = [(t.number, t.state.name, t.params, t.values, t.user_attrs.get("outcome"))
+                  for t in study.get_trials()]
+        return (trials, len(st.read_evals(storage, name)), len(st.read_samples(storage, name)),
+                study.user_attrs["spec"])
+    finally:
+        storage.engine.dispose()
+
+
+def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> None:
+    before = snapshot(url, "alpha")
+    assert before[1] > 0 and before[2] > 0
+    proc = run("copy", "alpha", "beta", "--storage", url, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    copied = snapshot(url, "beta")
+    assert copied[:3] == before[:3] and before[3]["study"]["name"] == "alpha"
+    assert copied[3]["study"]["name"] == "beta"  # the copy's spec names the copy
+    assert optuna_studies(url) == ["alpha", "beta"]
+    assert optuna_trials(url, "beta") == optuna_trials(url, "alpha")
+
+    proc = run("rename", "beta", "gamma", "--storage", url, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    renamed = snapshot(url, "gamma")
+    assert renamed[:3] == before[:3] and renamed[3]["study"]["name"] == "gamma"
+    storage = st.open_storage(url)
+    assert st.read_evals(storage, "beta") == [] and st.read_samples(storage, "beta") == []
+    storage.engine.dispose()
+    assert optuna_studies(url) == ["alpha", "gamma"]
+    assert len(optuna_trials(url, "gamma")) == 12
+
+    runs = tmp_path / "runs"
+    (runs / "gamma" / "trials" / "0").mkdir(parents=True)
+    (runs / "alpha").mkdir()
+    refused = run("delete", "gamma", "--storage", url, cwd=tmp_path)  # stdin: not a terminal
+    assert_user_error(refused, "without a confirmation", "--yes")
+    proc = run("delete", "gamma", "--storage", url, "--yes", "--runs-dir", str(runs),
+               "--delete-runs", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert optuna_studies(url) == ["alpha"]
+    assert not (runs / "gamma").exists() and (runs / "alpha").is_dir()
+    storage = st.open_storage(url)
+    assert st.read_evals(storage, "gamma") == []
+    storage.engine.dispose()
+    assert snapshot(url, "alpha") == before  # the source never changed
+
+
+def test_refusals_are_one_line_and_change_nothing(url: str, tmp_path: Path) -> None:
+    fake_study.fabricate(url, "other", 2, seed=1)
+    before = (optuna_studies(url), snapshot(url, "alpha"))
+    for args, needles in [
+        (("copy", "missing", "x"), ["no study 'missing'", "alpha"]),
+        (("rename", "missing", "x"), ["no study 'missing'"]),
+        (("delete", "missing", "--yes"), ["no study 'missing'"]),
+        (("copy", "alpha", "other"), ["'other' already exists"]),
+        (("rename", "alpha", "other"), ["'other' already exists"]),
+        (("rename", "alpha", "a/b"), ["'a/b'", "letters, digits"]),
+        (("copy", "alpha", "-x"), []),  # an option-like name: Typer's own usage error
+        (("rename", "alpha", "n" * (MAX_NAME_LENGTH + 1)), [f"1 to {MAX_NAME_LENGTH}"]),
+        (("delete", "alpha", "--yes", "--delete-runs"), ["--delete-runs needs --runs-dir"]),
+    ]:
+        proc = run(*args, "--storage", url, cwd=tmp_path)
+        if needles:
+            assert_user_error(proc, *needles)
+        else:
+            assert proc.returncode == 2
+    assert (optuna_studies(url), snapshot(url, "alpha")) == before
+
+
+def test_running_trials_need_force(url: str, tmp_path: Path) -> None:
+    storage = st.open_storage(url)
+    optuna.load_study(study_name="alpha", storage=storage).ask()  # a RUNNING trial, no worker
+    storage.engine.dispose()
+    for args in (("delete", "alpha", "--yes"), ("rename", "alpha", "beta"),
+                 ("copy", "alpha", "beta")):
+        assert_user_error(run(*args, "--storage", url, cwd=tmp_path), "1 RUNNING trial",
+                          "--force")
+    assert optuna_studies(url) == ["alpha"]
+    proc = run("copy", "alpha", "beta", "--force", "--storage", url, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    states = [s for _, s in optuna_trials(url, "beta")]
+    # in the copy, the running trial is failed and queued again: the copy will run it
+    assert states.count("RUNNING") == 0 and states[12:] == ["FAIL", "WAITING"]
+    assert run("rename", "alpha", "delta", "--force", "--storage", url,
+               cwd=tmp_path).returncode == 0
+    assert optuna_studies(url) == ["beta", "delta"]
+
+
+def test_copy_to_another_database(tmp_path: Path) -> None:
+    source, target = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    fake_study.fabricate(source, "alpha", 5, seed=2)
+    proc = run("copy", "alpha", "alpha", "--storage", source, "--to-storage", target,
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(target, "alpha") == snapshot(source, "alpha")
+    assert optuna_studies(target) == ["alpha"]
+
+
+def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path,
+                                                   tmp_path_factory: pytest.TempPathFactory
+                                                   ) -> None:
+    corpus = shared_corpus(tmp_path_factory)
+    data = spec_dict("orig", corpus, fixed={"tokenizer": "word"},
+                     space={"vocab_size": {"choices": [300, 600]}}, study={"n_trials": 1})
+    (tmp_path / "orig.toml").write_text(toml_text(data))
+    url = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    assert sweeps_run("run", "orig.toml", "--storage", url, cwd=tmp_path).returncode == 0
+    assert run("copy", "orig", "twin", "--storage", url, cwd=tmp_path).returncode == 0
+    proc = sweeps_run("worker", "twin", "--storage", url, "--n-trials", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "trial 1 complete" in proc.stderr
+    assert [s for _, s in optuna_trials(url, "twin")] == ["COMPLETE", "COMPLETE"]
+    assert [s for _, s in optuna_trials(url, "orig")] == ["COMPLETE"]
+    assert (tmp_path / "runs" / "twin" / "trials" / "1").is_dir()
+    storage = st.open_storage(url)
+    assert {r["trial_number"] for r in st.read_evals(storage, "twin")} == {0, 1}
+    storage.engine.dispose()
