@@ -33,22 +33,38 @@ def size_bins(sizes: pd.Series) -> pd.Series:
     return pd.Series(np.digitize(sizes, edges), index=sizes.index).astype(float)
 
 
+def _trained_fully(trials: pd.DataFrame) -> pd.Series:
+    """Complete trials, and trials judged (``lm.outcomes.PREDICTION_VERDICTS``) after training
+    their whole ``max_tokens``."""
+    judged = trials["outcome"].isin(outcomes.PREDICTION_VERDICTS)
+    if {"tokens_seen", "max_tokens"} <= set(trials.columns):
+        seen = pd.to_numeric(trials["tokens_seen"], errors="coerce")
+        budget = pd.to_numeric(trials["max_tokens"], errors="coerce")
+        judged &= (seen >= budget).fillna(False)
+    else:
+        judged &= False
+    return (trials["outcome"] == outcomes.COMPLETE) | judged
+
+
 def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(points, best, tokens):
 
     - points: trials with val_bpb and a vocab size: number, outcome, tokenizer, vocab_size,
       val_bpb, val_loss;
     - best: per tokenizer and vocab size (or size bin), the trial with the lowest val_bpb among
-      complete trials (all trials when none completed), sorted by size;
+      trials that trained their whole budget (complete, or given a verdict on their predictions
+      at their last evaluation: a 300-word model's bits per byte is the point of this chart);
+      all trials when none did; sorted by size;
     - tokens: per tokenizer and vocab size (or bin), mean bytes_per_token and unk_rate.
     """
     cols = ["number", "outcome", "tokenizer", "vocab_size", "val_bpb", "val_loss",
             "bytes_per_token", "unk_rate"]
     frame = trials[cols].copy()
+    frame["full"] = _trained_fully(trials)
     frame["vocab_size"] = pd.to_numeric(frame["vocab_size"], errors="coerce").astype(float)
     frame = frame[frame["tokenizer"].notna() & np.isfinite(frame["vocab_size"])]
     points = frame[np.isfinite(frame["val_bpb"])].reset_index(drop=True)
-    pool = points[points["outcome"] == outcomes.COMPLETE]
+    pool = points[points["full"]]
     pool = pool if len(pool) else points
     best_rows = []
     for _, part in pool.groupby("tokenizer", sort=True):

@@ -89,6 +89,21 @@ def test_vocab_best_per_size_and_token_statistics() -> None:
         ["bpe", 1024.0, 3.0, 0.0], ["word", 300.0, 5.0, 0.4]]
 
 
+def test_vocab_best_line_keeps_a_judged_trial_that_trained_its_whole_budget() -> None:
+    frame = trials([
+        {"number": 0, "outcome": "unk_dominated", "tokenizer": "word", "vocab_size": 300,
+         "val_bpb": 4.8, "val_loss": 2.0, "tokens_seen": 401_408, "max_tokens": 400_000},
+        {"number": 1, "outcome": "unigram_collapse", "tokenizer": "bpe", "vocab_size": 2048,
+         "val_bpb": 2.7, "val_loss": 6.0, "tokens_seen": 150_016, "max_tokens": 200_000},
+        {"number": 2, "outcome": "complete", "tokenizer": "bpe", "vocab_size": 4096,
+         "val_bpb": 2.2, "val_loss": 5.0, "tokens_seen": 401_408, "max_tokens": 400_000},
+    ])
+    _, best, _ = vocab.data(frame)
+    # The 300-word model was judged at its last evaluation: its bits per byte is a full-budget
+    # point; the collapsed BPE model stopped at 150k of 200k tokens is not.
+    assert best[["tokenizer", "number"]].values.tolist() == [["bpe", 2], ["word", 0]]
+
+
 def test_vocab_sizes_are_binned_when_continuous() -> None:
     few = pd.Series([300, 600, 300, 1200])
     assert vocab.size_bins(few).tolist() == [300.0, 600.0, 300.0, 1200.0]
