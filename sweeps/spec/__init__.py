@@ -56,6 +56,7 @@ from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.checks import iter_grid, validate_tokenizer
 from sweeps.spec.reader import load_spec
 from sweeps.spec.types import (
+    FLOPS_BUDGET,
     GRID_SAMPLERS,
     MAX_GRID_POINTS,
     METRICS,
@@ -63,6 +64,7 @@ from sweeps.spec.types import (
     PARAM_TYPES,
     PRUNERS,
     SAMPLERS,
+    SIZE_FIELDS,
     Ablation,
     CollapseLimits,
     CorpusSpec,
@@ -72,12 +74,15 @@ from sweeps.spec.types import (
     ParamSpec,
     PrunerSpec,
     SamplerSpec,
+    Scaling,
     StudySection,
     StudySpec,
+    budget_tokens,
     parse_bytes,
 )
 
 __all__ = [
+    "FLOPS_BUDGET",
     "GRID_SAMPLERS",
     "MAX_GRID_POINTS",
     "METRICS",
@@ -85,6 +90,7 @@ __all__ = [
     "PARAM_TYPES",
     "PRUNERS",
     "SAMPLERS",
+    "SIZE_FIELDS",
     "Ablation",
     "CollapseLimits",
     "Condition",
@@ -95,8 +101,10 @@ __all__ = [
     "ParamSpec",
     "PrunerSpec",
     "SamplerSpec",
+    "Scaling",
     "StudySection",
     "StudySpec",
+    "budget_tokens",
     "iter_grid",
     "load_spec",
     "parse_bytes",
