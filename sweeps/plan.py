@@ -84,7 +84,7 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None) -> Dr
     return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid)
 
 
-# --- an IsoFLOP grid ([scaling]) --------------------------------------------------------------------
+# --- an IsoFLOP grid ([scaling]) ---------------------------------------------------------------
 
 GRID_COLUMNS = ("budget", "size", "N (non-emb.)", "tokens", "tokens/N", "steps", "memory",
                 "flags")

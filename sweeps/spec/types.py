@@ -711,7 +711,7 @@ def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:
     sizes = get("sizes")
     for size in sizes if isinstance(sizes, (list, tuple)) else ():
         for k in size if isinstance(size, Mapping) else ():
-            if k in fixed:
+            if k in fixed and k in SIZE_FIELDS:  # another key is Scaling's to refuse
                 raise FieldError(f"fixed.{k}", f"{k} is set by scaling.sizes; remove it from "
                                  "[fixed]")
     if get("seeds") is not None and "seed" in fixed:
