@@ -229,3 +229,22 @@ def test_a_tiny_grid_end_to_end(corpus: Path, tmp_path: Path) -> None:
     _, charts, _ = report.build(url, "iso_e2e")
     [section] = [c for c in charts if c.key == "scaling"]
     assert section.figure is not None and section.note is None
+
+
+def test_the_shipped_isoflop_study_can_be_fitted() -> None:
+    """studies/isoflop.toml: enough budgets and a wide enough span of sizes for the fit, and
+    every cell long enough to be judged and to leave its warm-up."""
+    from sweeps import scaling
+    from sweeps.pruning import planned_steps
+    from sweeps.spec import load_spec
+
+    spec = load_spec(Path(__file__).parents[2] / "studies" / "isoflop.toml", check_paths=False)
+    assert spec.scaling is not None and len(spec.scaling.budgets) >= scaling.MIN_BUDGETS
+    sizes = {flops.estimate(trial_config(spec, p), 0).params_non_embedding
+             for p in spec.initial_trials()}
+    assert len(sizes) >= scaling.MIN_SIZES and max(sizes) >= scaling.MIN_SIZE_RATIO * min(sizes)
+    for point in spec.initial_trials():
+        cfg = trial_config(spec, point)
+        assert planned_steps(cfg.max_tokens, cfg.tokens_per_step) >= \
+            spec.limits.collapse.min_steps
+        assert cfg.max_tokens > 4 * cfg.warmup_tokens
