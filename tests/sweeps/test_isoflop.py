@@ -248,3 +248,24 @@ def test_the_shipped_isoflop_study_can_be_fitted() -> None:
         assert planned_steps(cfg.max_tokens, cfg.tokens_per_step) >= \
             spec.limits.collapse.min_steps
         assert cfg.max_tokens > 4 * cfg.warmup_tokens
+
+
+def test_a_study_resumed_with_another_grid_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """The cells are enqueued once, when the study is created: a changed [scaling] under the
+    same name would run the old grid while the spec said another."""
+    from sweeps import storage as st
+    from sweeps import workers as wk
+
+    storage = st.open_storage(f"sqlite:///{tmp_path / 'sweeps.db'}")
+    try:
+        spec = StudySpec.from_dict(scaling_dict("iso", corpus))
+        study, created = wk.create_or_resume(spec, storage)
+        assert created and len(study.get_trials()) == 9
+        assert [t.system_attrs["fixed_params"] for t in study.get_trials()] == \
+            spec.initial_trials()
+        assert wk.create_or_resume(spec, storage)[1] is False
+        other = StudySpec.from_dict(scaling_dict("iso", corpus, budgets=BUDGETS[:2]))
+        with pytest.raises(SweepsError, match=r"different \[scaling\]"):
+            wk.create_or_resume(other, storage)
+    finally:
+        storage.engine.dispose()
