@@ -1,6 +1,7 @@
 """What a study would do, worked out without running anything: the ``sweeps run --dry-run`` plan
-(devices, budget, the space, the largest point's predicted peak) and the feasibility table of
-``sweeps estimate SPEC`` (which points of the space fit the budget). Data only; the CLI prints it.
+(devices, budget, the space, the largest point's predicted peak, an IsoFLOP study's grid) and the
+feasibility table of ``sweeps estimate SPEC`` (which points of the space fit the budget). Data
+only; the CLI prints it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class DryRunPlan:
     rows: list[tuple[str, object]]
     space: list[tuple[str, str, str, str]]  # parameter, type, values, when
     largest: list[tuple[str, object]] | None = field(default=None)
+    grid: list[tuple[str, ...]] | None = field(default=None)  # [scaling]: GRID_COLUMNS per cell
 
 
 def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
@@ -78,7 +80,85 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
     rows += steps_rows(spec)
     if from_study is not None:
         rows += carry_rows(spec, url, from_study)
-    return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget))
+    grid = None
+    if spec.scaling is not None:
+        cells = scaling_cells(spec, device, budget)
+        rows.append(grid_summary(spec, cells))
+        grid = [cell.row() for cell in cells]
+    return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid)
+
+
+# --- an IsoFLOP grid ([scaling]) ---------------------------------------------------------------
+
+GRID_COLUMNS = ("budget", "size", "N (non-emb.)", "tokens", "tokens/N", "steps", "memory",
+                "flags")
+
+
+@dataclass
+class GridCell:
+    """One budget x size of a ``[scaling]`` grid, as planned (each seed trains the same cell)."""
+
+    budget: float
+    size: dict[str, Any]
+    params_non_embedding: int
+    tokens: int
+    steps: int
+    predicted_bytes: int
+    flags: list[str]
+
+    def row(self) -> tuple[str, ...]:
+        return (f"{self.budget:.3g}", " ".join(f"{k}={v}" for k, v in self.size.items()),
+                f"{self.params_non_embedding:,}", f"{self.tokens:,}",
+                f"{self.tokens / self.params_non_embedding:.3g}", f"{self.steps:,}",
+                human_bytes(self.predicted_bytes), "; ".join(self.flags) or "-")
+
+
+def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[GridCell]:
+    """Each cell of the grid with what makes it untrainable, flagged before anything runs: fewer
+    optimizer steps than ``limits.collapse.min_steps`` (its verdicts cannot be judged), a
+    warm-up as long as the run (the learning rate never peaks), or a predicted peak over the
+    memory budget (never launched; with ``oom_policy = "fit"`` a fitted batch or checkpointing,
+    which changes its FLOPs per token, so it misses its budget)."""
+    from lm import flops
+    from sweeps import preflight
+    from sweeps.pruning import planned_steps
+    from sweeps.space import trial_config
+
+    assert spec.scaling is not None
+    collapse, out = spec.limits.collapse, []
+    cells = spec.scaling.cells
+    # expand() is seed-major: its first len(cells) points are the cells, each seed once.
+    for point, (cell_budget, size, tokens) in zip(spec.scaling.expand()[:len(cells)], cells,
+                                                  strict=True):
+        cfg = trial_config(spec, point)
+        steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+        plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
+        flags = []
+        if collapse.enabled and steps < collapse.min_steps:
+            flags.append(f"{steps} steps < limits.collapse.min_steps = {collapse.min_steps}")
+        if cfg.max_tokens <= cfg.warmup_tokens:
+            flags.append(f"max_tokens <= warmup_tokens = {cfg.warmup_tokens:,}")
+        if not plan.fits:
+            flags.append("over the memory budget: never launched")
+        elif plan.fitted:
+            flags.append(f"fitted ({', '.join(f'{k}={v}' for k, v in plan.fitted.items())}): "
+                         "off its budget")
+        n = flops.estimate(cfg, 0, n_evals=0).params_non_embedding
+        out.append(GridCell(cell_budget, size, n, tokens, steps, plan.predicted_bytes, flags))
+    return out
+
+
+def grid_summary(spec: StudySpec, cells: list[GridCell]) -> tuple[str, object]:
+    """The plan's line on the grid: its shape and how many cells are flagged."""
+    assert spec.scaling is not None
+    s = spec.scaling
+    seeds = len(s.seeds) if s.seeds is not None else 1
+    flagged = sum(1 for c in cells if c.flags)
+    text = (f"{len(s.budgets)} budgets x {len(s.sizes)} sizes x {seeds} seed(s) = "
+            f"{len(s.budgets) * len(s.sizes) * seeds} trials; ")
+    text += (f"{flagged} of {len(cells)} cells flagged (see the grid): they cannot be trained "
+             "honestly, change the budgets, sizes or batch" if flagged else "no cell flagged")
+    return ("IsoFLOP grid", text)
 
 
 def carry_rows(spec: StudySpec, url: str, from_study: str) -> list[tuple[str, object]]:
@@ -134,11 +214,13 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
 
 
 def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
-    """(parameter, type, values, when) for each searched parameter, ablation first."""
+    """(parameter, type, values, when) for each searched parameter, an ablation's or IsoFLOP
+    grid's first."""
     out = []
-    if spec.ablation is not None:
-        for name in spec.ablation.param_names:
-            out.append((name, "ablation", ", ".join(map(str, spec.ablation.choices(name))), ""))
+    if spec.design is not None:
+        kind = "ablation" if spec.ablation is not None else "scaling"
+        for name in spec.design.param_names:
+            out.append((name, kind, ", ".join(map(str, spec.design.choices(name))), ""))
     for p in spec.space:
         if p.type == "categorical":
             values = ", ".join(map(str, p.choices or ()))

@@ -63,7 +63,7 @@ from sweeps import optuna_compat, pruning, storage
 from sweeps.launchers import Launcher
 from sweeps.pruning import Verdict
 from sweeps.space import suggest, trial_config
-from sweeps.spec import Limits, StudySpec
+from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
 
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
@@ -451,6 +451,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     except SweepsError as exc:
         return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", attrs)
     attrs["sampled"] = dict(params)
+    if FLOPS_BUDGET in params:  # an IsoFLOP cell ([scaling]): the budget its fit groups it by
+        attrs["flops_budget"] = float(params[FLOPS_BUDGET])
     pre = ctx.preflight
     calibration = float(pre.calibration_factor(ctx.study))
     plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,

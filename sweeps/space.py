@@ -3,8 +3,10 @@
 Parameters are suggested in ``spec.space`` order, which puts every field a condition reads before
 the parameter it guards; a conditional parameter is suggested only when its condition holds for
 the values known at that point (``[fixed]``, ``TrainConfig`` defaults, earlier parameters), so
-Optuna never records a value that the trial does not use. An ablation's trials are all enqueued:
-its "space" is one categorical per varied field (plus ``seed``), so Optuna can store and show them.
+Optuna never records a value that the trial does not use. An ablation's or an IsoFLOP grid's
+trials are all enqueued (``StudySpec.design``): its "space" is one categorical per parameter of
+its expansion (a grid's: ``flops_budget``, the size fields, ``max_tokens`` and ``seed``), so Optuna
+can store and show them.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ def distribution(param: ParamSpec) -> BaseDistribution:
 def distributions(spec: StudySpec) -> dict[str, BaseDistribution]:
     """Every parameter's distribution (conditional ones included), for ``enqueue_trial``,
     ``add_trial`` and tables of the space."""
-    if spec.ablation is not None:
-        return {name: CategoricalDistribution(list(spec.ablation.choices(name)))
-                for name in spec.ablation.param_names}
+    if spec.design is not None:
+        return {name: CategoricalDistribution(list(spec.design.choices(name)))
+                for name in spec.design.param_names}
     return {p.name: distribution(p) for p in spec.space}
 
 
@@ -57,9 +59,9 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     Enqueued and re-queued trials get their stored values back from Optuna (``suggest_*``
     returns a fixed or already-set parameter), so the same call serves every kind of trial.
     """
-    if spec.ablation is not None:
-        return {name: trial.suggest_categorical(name, list(spec.ablation.choices(name)))
-                for name in spec.ablation.param_names}
+    if spec.design is not None:
+        return {name: trial.suggest_categorical(name, list(spec.design.choices(name)))
+                for name in spec.design.param_names}
     env = spec.base_values()
     params: dict[str, Any] = {}
     for p in spec.space:
@@ -79,14 +81,15 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
 
 def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
     """``TrainConfig`` of one trial: defaults, ``[fixed]`` (or the ablation baseline), the
-    corpus, then ``params``. Raises ``SweepsError`` for a combination the config rejects."""
+    corpus, then ``params`` (``StudySpec.trial_values``: an IsoFLOP cell's ``flops_budget`` is
+    not a config field). Raises ``SweepsError`` for a combination the config rejects."""
     known = set(spec.param_names)
     unknown = sorted(set(params) - known)
     if unknown:
         raise SweepsError(f"study {spec.name!r}: parameter {unknown[0]!r} is not in its space "
                           f"({', '.join(sorted(known)) or 'empty'}); was the spec changed "
                           "after the study started?")
-    values = {**spec.base_values(), **params}
+    values = spec.trial_values(params)
     try:
         cfg = TrainConfig.from_dict(values)
         validate_tokenizer(cfg)
@@ -97,13 +100,14 @@ def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
 
 
 def grid_points(spec: StudySpec, limit: int | None = None) -> list[dict[str, Any]]:
-    """Every point of the space (conditions respected, no repeats), or the ablation's list.
+    """Every point of the space (conditions respected, no repeats), or the ablation's or IsoFLOP
+    grid's list.
 
     For grid/bruteforce samplers and feasibility tables. A float range without ``step`` has no
     grid (SweepsError). ``limit``: more points than this is a SweepsError, not a long wait.
     """
-    if spec.ablation is not None:
-        points = spec.ablation.expand()
+    if spec.design is not None:
+        points = spec.design.expand()
     else:
         for p in spec.space:
             if not p.finite:

@@ -181,7 +181,7 @@ SPEC_ATTR = "spec"
 N_TRIALS_ATTR = "n_trials"
 ENQUEUED_ATTR = "sweeps_enqueued"
 #: Parts of a spec that must not change under a running study (its trials would not compare).
-_IDENTITY_KEYS = ("fixed", "space", "ablation", "corpus")
+_IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
 
 
 def create_or_resume(spec: StudySpec, storage: RDBStorage, *, n_trials: int | None = None,

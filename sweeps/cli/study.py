@@ -207,6 +207,13 @@ def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None,
     for row in p.space:
         table.add_row(*(plain(cell) for cell in row))
     console.print(table)
+    if p.grid is not None:
+        grid = Table(title="IsoFLOP grid", title_justify="left", box=None, padding=(0, 2))
+        for col in plan.GRID_COLUMNS:
+            grid.add_column(col)
+        for row in p.grid:
+            grid.add_row(*(plain(cell) for cell in row))
+        wide_console().print(grid)
     if p.largest is None:
         console.print("no point of the space makes a valid config")
         return

@@ -1,9 +1,10 @@
 """Study specs: one TOML file -> a validated, frozen ``StudySpec``.
 
-A spec says what to search (``[space]``, ``[ablation]``, ``[[enqueue]]``), what is held constant
-(``[fixed]``), on which data (``[corpus]``), how to judge and stop trials (``[study]``,
-``[limits]``). Everything a user can get wrong is caught here, before a database row or a run
-directory exists, with a one-line ``SweepsError`` that names the file, the key and the value:
+A spec says what to search (``[space]``, ``[ablation]``, ``[scaling]``, ``[[enqueue]]``), what is
+held constant (``[fixed]``), on which data (``[corpus]``), how to judge and stop trials
+(``[study]``, ``[limits]``). Everything a user can get wrong is caught here, before a database row
+or a run directory exists, with a one-line ``SweepsError`` that names the file, the key and the
+value:
 
     studies/vocab.toml: space.d_ff.low: must be <= high, got low=512, high=64; swap them
 
@@ -16,6 +17,24 @@ The package is split by concern:
 - ``checks``: the cross-checks that build real ``TrainConfig`` objects (fixed values alone, then
   each bound of each searched field, each enqueued config, each ablation point), so a spec that
   could only produce invalid configs fails now, not after an hour of trials.
+
+``[scaling]`` is an IsoFLOP grid (``Scaling``): ``budgets`` (training FLOPs, finite, > 0, each
+once) x ``sizes`` (tables of ``SIZE_FIELDS``, every size the same keys, each a valid config with
+``[fixed]``) x optional ``seeds``. Each cell is one enqueued trial, like an ablation's point
+(``StudySpec.design`` serves both): its parameters are ``flops_budget``, the size fields,
+``max_tokens = budget_tokens(cfg, budget)`` (whole optimizer steps nearest to the budget, by
+``lm.flops``) and ``seed``. ``flops_budget`` is no config field (``StudySpec.trial_values`` drops
+it); the runner records it as the trial's ``flops_budget`` attribute, which the IsoFLOP fit
+(``sweeps.scaling``) groups by. A grid excludes ``[space]``, ``[ablation]``, ``[[enqueue]]``, a
+sampler (its trials are enqueued), a pruner (a stopped cell has no loss at its budget), more
+``n_trials`` than cells, and ``[fixed]`` values of what it sets (``max_tokens``, the size
+fields, ``seed`` with ``seeds``). Example::
+
+    [scaling]
+    budgets = [4e11, 1.2e12, 3.6e12]
+    sizes = [{d_model = 32, n_layers = 1, n_heads = 2, d_ff = 128},
+             {d_model = 64, n_layers = 2, n_heads = 4, d_ff = 256}]
+    seeds = [0, 1]
 
 Conditions (``when = "tokenizer == 'word'"``) are ``sweeps.conditions``: parsed with ``ast`` into
 a tiny expression language and evaluated by walking the tree, never ``eval``.
@@ -56,6 +75,7 @@ from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.checks import iter_grid, validate_tokenizer
 from sweeps.spec.reader import load_spec
 from sweeps.spec.types import (
+    FLOPS_BUDGET,
     GRID_SAMPLERS,
     MAX_GRID_POINTS,
     METRICS,
@@ -63,6 +83,7 @@ from sweeps.spec.types import (
     PARAM_TYPES,
     PRUNERS,
     SAMPLERS,
+    SIZE_FIELDS,
     Ablation,
     CollapseLimits,
     CorpusSpec,
@@ -72,12 +93,15 @@ from sweeps.spec.types import (
     ParamSpec,
     PrunerSpec,
     SamplerSpec,
+    Scaling,
     StudySection,
     StudySpec,
+    budget_tokens,
     parse_bytes,
 )
 
 __all__ = [
+    "FLOPS_BUDGET",
     "GRID_SAMPLERS",
     "MAX_GRID_POINTS",
     "METRICS",
@@ -85,6 +109,7 @@ __all__ = [
     "PARAM_TYPES",
     "PRUNERS",
     "SAMPLERS",
+    "SIZE_FIELDS",
     "Ablation",
     "CollapseLimits",
     "Condition",
@@ -95,8 +120,10 @@ __all__ = [
     "ParamSpec",
     "PrunerSpec",
     "SamplerSpec",
+    "Scaling",
     "StudySection",
     "StudySpec",
+    "budget_tokens",
     "iter_grid",
     "load_spec",
     "parse_bytes",

@@ -45,15 +45,17 @@ from sweeps.spec.types import (
     ParamSpec,
     PrunerSpec,
     SamplerSpec,
+    Scaling,
     StudySection,
     StudySpec,
     check_fixed_and_space,
     check_grid,
+    check_scaling_fixed,
     check_search,
     train_defaults,
 )
 
-_TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation")
+_TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation", "scaling")
 _CORPUS_KEYS = ("dir", "source", "format", "synthetic", "out", "val_fraction")
 _PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "when")
 
@@ -140,41 +142,43 @@ class _Parser:
         defaults = {**train_defaults(), **fixed}
         space = self.parse_space(top.get("space", {}), fixed)
         check_search(space=bool(space), ablation="ablation" in top,
-                     enqueue=bool(top.get("enqueue")))
-        ablation = None
+                     enqueue=bool(top.get("enqueue")), scaling="scaling" in top)
+        ablation = scaling = None
         if "ablation" in top:
             ablation = self.parse_ablation(top["ablation"], defaults)
             check_ablation(ablation, fixed)
+        elif "scaling" in top:
+            scaling = self.parse_scaling(top["scaling"], fixed, defaults)
         else:
             check_fixed(fixed, space)
             check_bounds(space, fixed)
         enqueue = check_enqueue(self.enqueue_entries(top.get("enqueue", [])), space, fixed)
         limits = self.parse_limits(top.get("limits", {}))
-        study = self.parse_study(top["study"], space, ablation, enqueue, defaults)
+        study = self.parse_study(top["study"], space, ablation or scaling, enqueue, defaults)
         corpus = self.parse_corpus(top["corpus"])
         # StudySpec checks the rules between sections (fixed vs limits, grid vs space, ...).
         return StudySpec(study=study, corpus=corpus, fixed=fixed, space=space, limits=limits,
-                         enqueue=enqueue, ablation=ablation,
+                         enqueue=enqueue, ablation=ablation, scaling=scaling,
                          source=Path(self.label) if self.label != "study spec" else None,
                          raw=_plain(self.data))
 
     # --- [study] ---
 
-    def parse_study(self, value: Any, space: tuple[ParamSpec, ...], ablation: Ablation | None,
-                    enqueue: tuple[dict[str, Any], ...],
+    def parse_study(self, value: Any, space: tuple[ParamSpec, ...],
+                    design: Ablation | Scaling | None, enqueue: tuple[dict[str, Any], ...],
                     defaults: dict[str, Any]) -> StudySection:
         t = _table(value, "study", _keys(StudySection))
         if "name" not in t:
             raise FieldError("study.name", "missing; give the study a name, e.g. name = \"vocab\"")
         objectives = self.parse_objectives(t.get("objectives", ["val_bpb"]))
         multi = len(objectives) > 1
-        sampler = self.parse_sampler(t.get("sampler"), multi, ablation)
+        sampler = self.parse_sampler(t.get("sampler"), multi, design)
         check_grid(space, sampler.name)  # before counting the grid's points
-        pruner = self.parse_pruner(t.get("pruner"), multi)
+        pruner = self.parse_pruner(t.get("pruner"), multi, isinstance(design, Scaling))
         if "n_trials" in t:
             n_trials = t["n_trials"]
-        elif ablation is not None:
-            n_trials = len(ablation.expand())
+        elif design is not None:
+            n_trials = len(design.expand())
         elif sampler.name in GRID_SAMPLERS:
             n_trials = sum(1 for _ in itertools.islice(iter_grid(space, defaults),
                                                        MAX_GRID_POINTS + 1))
@@ -214,17 +218,19 @@ class _Parser:
             out.append(_make(Objective, where, {"direction": default, **t}, rename))
         return tuple(out)
 
-    def parse_sampler(self, value: Any, multi: bool, ablation: Ablation | None) -> SamplerSpec:
+    def parse_sampler(self, value: Any, multi: bool,
+                      design: Ablation | Scaling | None) -> SamplerSpec:
         if value is None:
-            # Ablation trials are all enqueued: the sampler never chooses anything.
-            return SamplerSpec("random" if ablation is not None else "nsga2" if multi else "tpe")
+            # Ablation and IsoFLOP trials are all enqueued: the sampler never chooses anything.
+            return SamplerSpec("random" if design is not None else "nsga2" if multi else "tpe")
         return self.named("study.sampler", value, SamplerSpec, SAMPLERS)
 
-    def parse_pruner(self, value: Any, multi: bool) -> PrunerSpec:
+    def parse_pruner(self, value: Any, multi: bool, scaling: bool) -> PrunerSpec:
         if value is None:
             # Optuna's pruners compare one intermediate value; with several objectives only the
-            # project's own rules (OOM, collapse, divergence) stop trials early.
-            return PrunerSpec("none" if multi else "median")
+            # project's own rules (OOM, collapse, divergence) stop trials early. An IsoFLOP cell
+            # is worth its loss at its whole budget: never pruned.
+            return PrunerSpec("none" if multi or scaling else "median")
         return self.named("study.pruner", value, PrunerSpec, PRUNERS)
 
     def named(self, key: str, value: Any, cls: type, names: tuple[str, ...]) -> Any:
@@ -352,6 +358,16 @@ class _Parser:
             "vary": tuple((k, [normalise(x) for x in v] if isinstance(v, list) else v)
                           for k, v in vary.items()),
             "seeds": t.get("seeds"), "defaults": {**defaults}})
+
+    def parse_scaling(self, value: Any, fixed: dict[str, Any],
+                      defaults: dict[str, Any]) -> Scaling:
+        t = _table(value, "scaling", _keys(Scaling))
+        for key in ("budgets", "sizes"):
+            if key not in t:
+                raise FieldError(f"scaling.{key}", "missing; e.g. budgets = [1e12, 3e12, 1e13] "
+                                 "and sizes = [{d_model = 32, n_layers = 1}, ...]")
+        check_scaling_fixed(t, fixed)
+        return _make(Scaling, "scaling", {**t, "defaults": {**defaults}})
 
     # --- [limits] ---
 

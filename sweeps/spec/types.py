@@ -105,6 +105,18 @@ def _as_tuple(obj: object, name: str) -> None:
         object.__setattr__(obj, name, tuple(getattr(obj, name)))
 
 
+def _check_seed_list(obj: Ablation | Scaling) -> None:
+    """``obj.seeds``: a non-empty list of distinct integers >= 0 (``[ablation]``, ``[scaling]``)."""
+    _as_tuple(obj, "seeds")
+    seeds = obj.seeds
+    if not isinstance(seeds, tuple) or not seeds:
+        raise FieldError("seeds", f"must be a non-empty list of integers, got {seeds!r}")
+    for i, seed in enumerate(seeds):
+        require_int(seed, f"seeds[{i}]", 0)
+    if len(set(seeds)) != len(seeds):
+        raise FieldError("seeds", f"lists a seed twice: {list(seeds)}")
+
+
 def _check_scalars(values: tuple[Any, ...], name: str) -> None:
     """Each value becomes an Optuna categorical choice: scalars only."""
     for i, v in enumerate(values):
@@ -515,13 +527,7 @@ class Ablation:
             self._check_seeds()
 
     def _check_seeds(self) -> None:
-        _as_tuple(self, "seeds")
-        if not isinstance(self.seeds, tuple) or not self.seeds:
-            raise FieldError("seeds", f"must be a non-empty list of integers, got {self.seeds!r}")
-        for i, seed in enumerate(self.seeds):
-            require_int(seed, f"seeds[{i}]", 0)
-        if len(set(self.seeds)) != len(self.seeds):
-            raise FieldError("seeds", f"lists a seed twice: {list(self.seeds)}")
+        _check_seed_list(self)
         if "seed" in self.baseline:
             raise FieldError("baseline.seed", "conflicts with ablation.seeds; remove one")
         if "seed" in dict(self.vary):
@@ -568,6 +574,150 @@ class Ablation:
         return ", ".join(changed) or "baseline"
 
 
+# --- [scaling] ----------------------------------------------------------------------------------
+
+#: The trial parameter that carries an IsoFLOP cell's compute budget. Not a ``TrainConfig``
+#: field: ``StudySpec.trial_values`` leaves it out of the config, and the runner records it as
+#: the trial's ``flops_budget`` attribute, which ``sweeps.scaling`` groups the fit by.
+FLOPS_BUDGET = "flops_budget"
+#: The ``TrainConfig`` fields one model size of ``[scaling] sizes`` may set.
+SIZE_FIELDS = ("d_model", "n_layers", "n_heads", "d_ff")
+
+
+def budget_tokens(cfg: TrainConfig, budget: float) -> int:
+    """The ``max_tokens`` that spends ``budget`` training FLOPs on ``cfg``'s model: the whole
+    number of optimizer steps (each ``flops_per_token x tokens_per_step``, ``lm.flops``) nearest
+    to the budget, so a cell trains within half a step of it; 0 when not even half a step fits.
+    Evaluation is not counted (the compute axis is training compute, as in ``lm.flops``)."""
+    from lm import flops
+
+    per_step = flops.estimate(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
+    return round(budget / per_step) * cfg.tokens_per_step
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """``[scaling]``: an IsoFLOP grid. Every compute budget x every model size (x every seed) is
+    one trial, enqueued as an ablation's points are; its ``max_tokens`` is ``budget_tokens`` of
+    its budget and its model, and its ``flops_budget`` parameter is the budget the fit groups by.
+
+    Every size sets the same ``SIZE_FIELDS`` (so every trial has the same parameters); the rest
+    of the config is ``defaults`` (``[fixed]`` over ``TrainConfig``'s defaults).
+    """
+
+    budgets: tuple[float, ...]
+    sizes: tuple[dict[str, Any], ...]
+    seeds: tuple[int, ...] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: (budget, size, max_tokens) per cell, budget-major: worked out once, here.
+    cells: tuple[tuple[float, dict[str, Any], int], ...] = field(
+        default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_budgets()
+        self._check_sizes()
+        if self.seeds is not None:
+            _check_seed_list(self)
+        configs = [self.config(size, i) for i, size in enumerate(self.sizes)]
+        cells = []
+        for j, budget in enumerate(self.budgets):
+            for size, cfg in zip(self.sizes, configs, strict=True):
+                tokens = budget_tokens(cfg, budget)
+                if tokens < 1:
+                    shown = ", ".join(f"{k}={v}" for k, v in size.items())
+                    raise FieldError(f"budgets[{j}]", f"{budget:.3g} FLOPs is less than half an "
+                                     f"optimizer step of the size {shown} ({cfg.tokens_per_step}"
+                                     " tokens); raise the budget or shrink the model or batch")
+                cells.append((budget, dict(size), tokens))
+        object.__setattr__(self, "cells", tuple(cells))
+
+    def _check_budgets(self) -> None:
+        _as_tuple(self, "budgets")
+        if not isinstance(self.budgets, tuple) or not self.budgets:
+            raise FieldError("budgets", "must be a non-empty list of training FLOPs such as "
+                             f"[1e12, 3e12, 1e13], got {self.budgets!r}")
+        for i, b in enumerate(self.budgets):
+            if (not isinstance(b, (int, float)) or isinstance(b, bool) or not math.isfinite(b)
+                    or b <= 0):
+                raise FieldError(f"budgets[{i}]", f"must be a finite number of FLOPs > 0, got "
+                                 f"{b!r}")
+        object.__setattr__(self, "budgets", tuple(float(b) for b in self.budgets))
+        if len(set(self.budgets)) != len(self.budgets):
+            raise FieldError("budgets", f"lists a budget twice: {list(self.budgets)}")
+
+    def _check_sizes(self) -> None:
+        _as_tuple(self, "sizes")
+        if not isinstance(self.sizes, tuple) or not self.sizes:
+            raise FieldError("sizes", "must be a non-empty list of model shapes such as "
+                             f"[{{d_model = 64, n_layers = 2}}], got {self.sizes!r}")
+        for i, size in enumerate(self.sizes):
+            if not isinstance(size, Mapping) or not size:
+                raise FieldError(f"sizes[{i}]", f"must be a table of {', '.join(SIZE_FIELDS)}, "
+                                 f"got {size!r}")
+            for k in size:
+                if k not in SIZE_FIELDS:
+                    raise FieldError(f"sizes[{i}].{k}", f"a size sets only "
+                                     f"{', '.join(SIZE_FIELDS)}; put {k} in [fixed]")
+            if set(size) != set(self.sizes[0]):
+                raise FieldError(f"sizes[{i}]", f"sets {', '.join(sorted(size))} but sizes[0] "
+                                 f"sets {', '.join(sorted(self.sizes[0]))}; give every size the "
+                                 "same keys")
+            if any(dict(size) == dict(other) for other in self.sizes[:i]):
+                raise FieldError(f"sizes[{i}]", f"{dict(size)} is listed twice; list it once")
+        object.__setattr__(self, "sizes", tuple(dict(s) for s in self.sizes))
+
+    def config(self, size: Mapping[str, Any], index: int) -> TrainConfig:
+        """The config of one size (any budget: ``max_tokens`` does not change FLOPs per token)."""
+        values = {**(self.defaults or train_defaults()), **size}
+        values.pop("corpus", None)
+        try:
+            return TrainConfig.from_dict({"corpus": "<corpus>", **values})
+        except SweepsError as exc:
+            raise FieldError(f"sizes[{index}]", f"not a valid config: {exc}") from None
+
+    @property
+    def size_fields(self) -> list[str]:
+        return [k for k in SIZE_FIELDS if k in self.sizes[0]]
+
+    @property
+    def param_names(self) -> list[str]:
+        names = [FLOPS_BUDGET, *self.size_fields, "max_tokens"]
+        return [*names, "seed"] if self.seeds is not None else names
+
+    def choices(self, name: str) -> tuple[Any, ...]:
+        """Every value ``name`` takes in the expansion, in order of first appearance."""
+        if name not in self.param_names:
+            raise KeyError(name)
+        return unique(point[name] for point in self.expand())
+
+    def expand(self) -> list[dict[str, Any]]:
+        """The trial list: each budget's sizes, budget by budget; seed-major, so the first pass
+        over the seeds is a whole grid."""
+        points = [{FLOPS_BUDGET: budget, **{k: size[k] for k in self.size_fields},
+                   "max_tokens": tokens} for budget, size, tokens in self.cells]
+        if self.seeds is None:
+            return points
+        return [{**point, "seed": seed} for seed in self.seeds for point in points]
+
+
+def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:
+    """What a ``[scaling]`` grid sets (sizes, ``max_tokens``, seeds) is not also ``[fixed]``;
+    ``scaling`` is the ``[scaling]`` table (a ``Scaling`` or its TOML data)."""
+    get = (lambda k: getattr(scaling, k, None)) if isinstance(scaling, Scaling) else \
+        (lambda k: scaling.get(k) if isinstance(scaling, Mapping) else None)
+    if "max_tokens" in fixed:
+        raise FieldError("fixed.max_tokens", "each [scaling] cell's max_tokens is derived from "
+                         "its budget and model size; remove it from [fixed]")
+    sizes = get("sizes")
+    for size in sizes if isinstance(sizes, (list, tuple)) else ():
+        for k in size if isinstance(size, Mapping) else ():
+            if k in fixed and k in SIZE_FIELDS:  # another key is Scaling's to refuse
+                raise FieldError(f"fixed.{k}", f"{k} is set by scaling.sizes; remove it from "
+                                 "[fixed]")
+    if get("seeds") is not None and "seed" in fixed:
+        raise FieldError("fixed.seed", "conflicts with scaling.seeds; remove one")
+
+
 # --- the whole spec -----------------------------------------------------------------------------
 
 #: How many combinations of searched values ``check_compute_limit`` tries before giving up.
@@ -578,8 +728,8 @@ def _compute_points(spec: StudySpec) -> list[dict[str, Any]] | None:
     """Parameter sets that bound the spec's compute from below: the ablation's points, else
     the corners of the space (each bound and choice; a conditional field also at its base
     value), else the enqueued points; None when there are too many corners to try."""
-    if spec.ablation is not None:
-        return spec.ablation.expand()
+    if spec.design is not None:
+        return spec.design.expand()
     if not spec.space:
         return [dict(e) for e in spec.enqueue]
     base = spec.base_values()
@@ -605,10 +755,10 @@ def check_compute_limit(spec: StudySpec) -> None:
     points = _compute_points(spec)
     if not points:
         return
-    base, cheapest = spec.base_values(), None
+    cheapest = None
     for point in points:
         try:
-            cfg = TrainConfig.from_dict({**base, **point})
+            cfg = TrainConfig.from_dict(spec.trial_values(point))
         except SweepsError:
             continue
         bound = flops.estimate(cfg, cfg.max_tokens, n_evals=0).flops
@@ -637,6 +787,30 @@ def check_fixed_and_space(fixed: Mapping[str, Any], space: Iterable[ParamSpec]) 
                              "one of them")
 
 
+def check_design(spec: StudySpec) -> None:
+    """An ablation's or IsoFLOP grid's trials are all enqueued: no sampler chooses anything, and
+    a grid's cells are compared at their whole budgets, never pruned on the way, nor added to."""
+    design = spec.design
+    if design is None:
+        return
+    what = "an ablation" if spec.ablation is not None else "an IsoFLOP grid"
+    if spec.study.sampler.name != "random":
+        raise FieldError("study.sampler", f"{what} enqueues every trial, so sampler "
+                         f"{spec.study.sampler.name!r} would never be used; remove "
+                         "study.sampler")
+    if spec.scaling is None:
+        return
+    if spec.study.pruner.name != "none":
+        raise FieldError("study.pruner", f"pruner {spec.study.pruner.name!r} would stop IsoFLOP "
+                         "cells before their budget is spent (a stopped cell has no loss at its "
+                         "budget); use pruner = \"none\" or leave it out")
+    cells = len(design.expand())
+    if spec.study.n_trials > cells:
+        raise FieldError("study.n_trials", f"is {spec.study.n_trials}, but the [scaling] grid "
+                         f"has {cells} cells and more trials would be random mixes of budgets "
+                         "and sizes; remove n_trials")
+
+
 def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
     """A grid sampler enumerates every value: each parameter needs a finite set, and ``grid``
     (unlike ``bruteforce``) cannot leave conditional parameters out of a point."""
@@ -655,17 +829,25 @@ def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
                                  "\"bruteforce\", which walks conditions")
 
 
-def check_search(*, space: bool, ablation: bool, enqueue: bool) -> None:
-    """What to search comes from ``[space]`` (with ``[[enqueue]]``) or from ``[ablation]``."""
+def check_search(*, space: bool, ablation: bool, enqueue: bool, scaling: bool = False) -> None:
+    """What to search comes from ``[space]`` (with ``[[enqueue]]``), from ``[ablation]`` or from
+    ``[scaling]``."""
+    if scaling and (space or ablation):
+        other = "[space]" if space else "[ablation]"
+        raise FieldError("scaling", f"[scaling] and {other} cannot be combined; an IsoFLOP "
+                         f"grid's trials are its cells: remove one of them")
+    if scaling and enqueue:
+        raise FieldError("enqueue", "[[enqueue]] and [scaling] cannot be combined; the grid "
+                         "enqueues its own cells: remove [[enqueue]]")
     if ablation and space:
         raise FieldError("ablation", "[ablation] and [space] cannot be combined; an ablation's "
                          "trial list is its expansion: remove one of them")
     if ablation and enqueue:
         raise FieldError("enqueue", "[[enqueue]] and [ablation] cannot be combined; the "
                          "ablation runs its baseline first: remove [[enqueue]]")
-    if not space and not ablation and not enqueue:
+    if not space and not ablation and not enqueue and not scaling:
         raise FieldError("space", "nothing to search: add [space.<field>] tables, an "
-                         "[ablation], or [[enqueue]] configs")
+                         "[ablation], a [scaling] grid, or [[enqueue]] configs")
 
 
 @dataclass(frozen=True)
@@ -684,6 +866,7 @@ class StudySpec:
     enqueue: tuple[dict[str, Any], ...] = ()
     ablation: Ablation | None = None
     source: Path | None = None
+    scaling: Scaling | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -691,11 +874,10 @@ class StudySpec:
         _as_tuple(self, "enqueue")
         check_fixed_and_space(self.fixed, self.space)
         check_search(space=bool(self.space), ablation=self.ablation is not None,
-                     enqueue=bool(self.enqueue))
-        if self.ablation is not None and self.study.sampler.name != "random":
-            raise FieldError("study.sampler", f"an ablation enqueues every trial, so sampler "
-                             f"{self.study.sampler.name!r} would never be used; remove "
-                             "study.sampler")
+                     enqueue=bool(self.enqueue), scaling=self.scaling is not None)
+        if self.scaling is not None:
+            check_scaling_fixed(self.scaling, self.fixed)
+        check_design(self)
         check_grid(self.space, self.study.sampler.name)
         if self.limits.max_wall_s is not None and "max_wall_s" in self.fixed:
             raise FieldError("fixed.max_wall_s", "also set as limits.max_wall_s; keep the one "
@@ -720,9 +902,15 @@ class StudySpec:
         return self.study.name
 
     @property
+    def design(self) -> Ablation | Scaling | None:
+        """The enqueued trial list, when the spec has one: ``[ablation]`` or ``[scaling]``. Both
+        give ``param_names``, ``choices(name)`` and ``expand()``."""
+        return self.ablation if self.ablation is not None else self.scaling
+
+    @property
     def param_names(self) -> list[str]:
-        if self.ablation is not None:
-            return self.ablation.param_names
+        if self.design is not None:
+            return self.design.param_names
         return [p.name for p in self.space]
 
     def param(self, name: str) -> ParamSpec:
@@ -744,10 +932,16 @@ class StudySpec:
             values["max_wall_s"] = self.limits.max_wall_s
         return values
 
+    def trial_values(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A trial's ``TrainConfig`` values: ``base_values`` then its parameters, less
+        ``FLOPS_BUDGET`` (a grid cell's budget is the trial's, not the config's)."""
+        return {**self.base_values(), **{k: v for k, v in params.items() if k != FLOPS_BUDGET}}
+
     def initial_trials(self) -> list[dict[str, Any]]:
-        """Parameter sets to enqueue before sampling: ``[[enqueue]]``, or the ablation."""
-        if self.ablation is not None:
-            return self.ablation.expand()
+        """Parameter sets to enqueue before sampling: ``[[enqueue]]``, the ablation or the
+        IsoFLOP grid."""
+        if self.design is not None:
+            return self.design.expand()
         return [dict(e) for e in self.enqueue]
 
     def to_dict(self) -> dict[str, Any]:

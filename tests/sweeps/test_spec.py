@@ -164,7 +164,7 @@ def test_shipped_studies_parse() -> None:
         spec = load_spec(path, check_paths=False)
         assert spec.study.n_trials >= 1
         for params in spec.initial_trials()[:3]:
-            TrainConfig.from_dict({**spec.base_values(), **params})
+            TrainConfig.from_dict(spec.trial_values(params))
 
 
 def test_vocab_study_covers_the_issue_fields() -> None:
