@@ -11,6 +11,14 @@ orchestrator must not).
   flushed as written (``append_metrics``).
 - ``best.pt`` (``CHECKPOINT_FILE``): weights only (``torch.load(..., weights_only=True)``) of the
   best evaluation: ``{"state_dict", "fingerprint", "model_config", "tokens", "val_bpb"}``.
+- ``resume.pt`` (``RESUME_FILE``): what continuing the run needs, taken at an evaluation every
+  ``checkpoint_every_tokens`` (``lm.train``), weights-only loadable: ``{"resume_fingerprint",
+  "config", "tokens", "step", "model", "optimizer", "scaler", "sampler", "torch_rng",
+  "cuda_rng", "next_eval", "train_wall_s", "train_s", "n_evals", "best_val_bpb", "best_tokens",
+  "last_metrics"}``. Removed when the run completes or diverges (nothing is left to resume).
+- ``resume.json`` (``RESUME_INDEX_FILE``): ``{"resume_fingerprint", "tokens"}`` of the
+  checkpoint being written, for the orchestrator, which reads no torch files. Written before
+  ``resume.pt``, so its tokens are never behind the checkpoint's.
 - ``result.json`` (``RESULT_FILE``): the ``RunResult``, written atomically at the end whatever
   the outcome (``write_result``). Exit codes are in ``lm/outcomes.py``.
 - ``train.log`` (``LOG_FILE``): the child's stdout and stderr, captured by the parent; for people
@@ -30,13 +38,15 @@ from typing import Any
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from lm.files import write_json_atomic
+from lm.files import _replace_with, write_json_atomic
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
 CHECKPOINT_FILE = "best.pt"
+RESUME_FILE = "resume.pt"
+RESUME_INDEX_FILE = "resume.json"
 LOG_FILE = "train.log"
 
 #: Keys of each ``metrics.jsonl`` object, in order, with the type of their value (``float``: any
@@ -106,6 +116,8 @@ class RunResult:
     traceback: str | None = None
     #: The environment failed the run (``lm/outcomes.py`` ``ENVIRONMENT_EXIT_CODE``).
     environment: bool = False
+    #: The tokens of the resume checkpoint this run continued (0: it started from scratch).
+    resumed_from_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))
@@ -136,6 +148,53 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
 def write_result(run_dir: Path, result: RunResult) -> None:
     """``result.json``, atomically: the parent never reads half a result."""
     write_json_atomic(Path(run_dir) / RESULT_FILE, result.to_dict(), indent=2)
+
+
+def write_resume_index(run_dir: Path, resume_fingerprint: str, tokens: int) -> None:
+    """``resume.json``: which configuration the next ``resume.pt`` continues, and where."""
+    write_json_atomic(Path(run_dir) / RESUME_INDEX_FILE,
+                      {"resume_fingerprint": resume_fingerprint, "tokens": tokens})
+
+
+def read_resume_index(run_dir: Path) -> dict[str, Any] | None:
+    """``resume.json`` beside an existing ``resume.pt``, or None (no checkpoint, or an index
+    that is not ours)."""
+    run_dir = Path(run_dir)
+    try:
+        value = json.loads((run_dir / RESUME_INDEX_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not (run_dir / RESUME_FILE).is_file() or not isinstance(value, dict) \
+            or not isinstance(value.get("resume_fingerprint"), str) \
+            or not _fits(value.get("tokens"), int) or value.get("tokens") is None:
+        return None
+    return value
+
+
+def keep_metrics_until(source: Path, tokens: int, into: Path | None = None) -> int:
+    """Write the ``metrics.jsonl`` lines of run dir ``source`` up to ``tokens`` (an evaluation
+    at or before a resume checkpoint) into run dir ``into`` (default: ``source``, rewritten only
+    when a line is dropped); the first line beyond them, or unreadable (a write cut short),
+    ends them. Returns how many were kept."""
+    path = Path(source) / METRICS_FILE
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        lines = []
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            break
+        if not isinstance(row, dict) or not _fits(row.get("tokens"), int) \
+                or row.get("tokens") is None or row["tokens"] > tokens:
+            break
+        kept.append(line + b"\n")
+    target = Path(into or source) / METRICS_FILE
+    if into is not None or len(kept) < sum(1 for line in lines if line.strip()):
+        _replace_with(target, lambda fh: fh.write(b"".join(kept)), mode=0o644)
+    return len(kept)
 
 
 # --- what the parent accepts from a child --------------------------------------------------------

@@ -4,8 +4,15 @@
 every sweep trial executes. What it writes in ``run_dir`` is the contract in ``lm/run_files.py``;
 ``result.json`` is written at the end whatever the outcome: complete, oom, diverged, timeout,
 interrupted (SIGTERM/SIGINT) or crashed. Exit codes are in ``lm/outcomes.py``. Bad input (a
-``SweepsError`` while checking the config, corpus, token cache or device) writes nothing and
-exits 2.
+``SweepsError`` while checking the config, corpus, token cache, device or resume checkpoint)
+writes nothing and exits 2.
+
+Resuming: every ``checkpoint_every_tokens`` the run saves ``resume.pt`` at an evaluation (where
+the running loss is empty): weights, AdamW and GradScaler states, the batch sampler's generator,
+torch's RNG, counters and evaluation bookkeeping. A run whose directory holds one of the same
+``resume_fingerprint`` continues from it, keeping the ``metrics.jsonl`` rows up to it, and
+computes what the uninterrupted run would have, bit for bit on the same device and threads. One
+of another configuration is refused (one line): continuing it would be neither run.
 """
 
 from __future__ import annotations
@@ -35,12 +42,16 @@ from lm.run_files import (
     CHECKPOINT_FILE,
     METRICS_FILE,
     RESULT_FILE,
+    RESUME_FILE,
+    RESUME_INDEX_FILE,
     TOKENIZER_FILE,
     RunResult,
     append_metrics,
+    keep_metrics_until,
     read_config,
     write_config,
     write_result,
+    write_resume_index,
 )
 from lm.runtime import (
     RunInterrupted,
@@ -284,12 +295,13 @@ def run(
         state = _RunState(cfg, run_dir, started)
         try:
             setup = _setup(cfg)
+            resume = load_resume(cfg, run_dir)
         except SweepsError:
             raise  # bad input: nothing written
         except BaseException as exc:
             return _ending(state, exc)
         try:
-            state.begin(setup)
+            state.begin(setup, resume)
             limit_bytes = cfg.cpu_memory_limit_bytes if setup.device.type == "cpu" else None
             with cpu_memory_limit(limit_bytes) as limit:
                 state.memory_limit = limit
@@ -297,6 +309,45 @@ def run(
             return state.finish(outcome, reason)
         except BaseException as exc:  # every ending gets a result.json
             return _ending(state, exc)
+
+
+def load_resume(cfg: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
+    """``run_dir``'s resume checkpoint when it continues ``cfg``, None when there is none;
+    another configuration's, or an unreadable one, is a one-line ``SweepsError``."""
+    path = run_dir / RESUME_FILE
+    if not path.is_file():
+        return None
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a foreign or truncated file: torch's errors vary
+        raise SweepsError(f"{path} cannot be read as a resume checkpoint "
+                          f"({type(exc).__name__}); delete it to train from the start") from None
+    if not isinstance(ckpt, dict) or ckpt.get("resume_fingerprint") != cfg.resume_fingerprint():
+        theirs = ckpt.get("config", {}) if isinstance(ckpt, dict) else {}
+        ours = cfg.computation()
+        differs = next((f"{k}={theirs.get(k)!r} there, {v!r} here" for k, v in ours.items()
+                        if theirs.get(k) != v), "another fingerprint")
+        raise SweepsError(f"{path} is a checkpoint of another configuration ({differs}); "
+                          "delete it to train this one from the start")
+    return ckpt
+
+
+def _save_atomic(path: Path, obj: dict[str, Any]) -> None:
+    """``torch.save`` to a temporary name, then rename: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        # Through a file object: a failed write then keeps its OSError (as the context of
+        # torch's RuntimeError), so a full disk is told from a bug.
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half checkpoint behind
+        raise
+
+
+def _cpu(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.detach().cpu() for k, v in state.items()}
 
 
 class EnvironmentFailure(Exception):
@@ -384,21 +435,31 @@ class _RunState:
         self.best_tokens: int | None = None
         self.unigram_entropy: float | None = None
         self.unigram_bpb: float | None = None
+        self.resume: dict[str, Any] | None = None
+        #: The tokens of the checkpoint this run continued, and of its latest one.
+        self.resumed_from_tokens = 0
+        self.checkpoint_tokens = 0
 
     def where(self) -> str:
         return f"step {self.step} ({self.tokens:,} tokens)"
 
     # -- start --
 
-    def begin(self, setup: _Setup) -> None:
+    def begin(self, setup: _Setup, resume: dict[str, Any] | None = None) -> None:
         cfg, run_dir = self.cfg, self.run_dir
         self.setup = setup
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (RESULT_FILE, CHECKPOINT_FILE):
-            (run_dir / stale).unlink(missing_ok=True)
+        # Resuming keeps best.pt: its evaluation is at or before the checkpoint, or after it on
+        # the same computation (the continued run writes the same weights there again).
+        stale = (RESULT_FILE,) if resume else (RESULT_FILE, CHECKPOINT_FILE, RESUME_INDEX_FILE)
+        for name in stale:
+            (run_dir / name).unlink(missing_ok=True)
         write_config(run_dir, cfg)
         setup.cache.tokenizer.save(run_dir / TOKENIZER_FILE)
-        (run_dir / METRICS_FILE).write_text("", encoding="utf-8")
+        if resume is None:
+            (run_dir / METRICS_FILE).write_text("", encoding="utf-8")
+        else:
+            self._resume_counters(resume)
 
         counts = np.asarray(setup.cache.meta["unigram_counts"], dtype=np.float64)
         self.unigram = metrics.unigram_probs(counts).float()
@@ -419,6 +480,16 @@ class _RunState:
         _warm_up(device, cfg)
         torch.manual_seed(cfg.seed)
 
+    def _resume_counters(self, resume: dict[str, Any]) -> None:
+        """Where the checkpoint left off; rows written after it are dropped (they come again)."""
+        self.resume = resume
+        self.step, self.tokens = resume["step"], resume["tokens"]
+        self.train_s, self.n_evals = resume["train_s"], resume["n_evals"]
+        self.best_val_bpb, self.best_tokens = resume["best_val_bpb"], resume["best_tokens"]
+        self.last_metrics = resume["last_metrics"]
+        self.resumed_from_tokens = self.checkpoint_tokens = self.tokens
+        keep_metrics_until(self.run_dir, self.tokens)
+
     # -- the loop --
 
     def train(self, progress: Progress | None, on_eval: OnEval | None) -> tuple[str, str]:
@@ -433,9 +504,12 @@ class _RunState:
         # is optimizer.step(), unscale_() and update() do nothing.
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
-        next_eval = cfg.eval_every_tokens
+        next_eval, wall_before = cfg.eval_every_tokens, 0.0
+        if self.resume is not None:
+            next_eval, wall_before = self._restore(sampler, scaler)
         loss_sum, loss_n = 0.0, 0
-        train_started = time.monotonic()
+        # A resumed run's wall-clock limit counts the time its earlier processes trained.
+        train_started = time.monotonic() - wall_before
         t0 = time.monotonic()
         while self.tokens < cfg.max_tokens:
             lr = lr_at(self.tokens, cfg)
@@ -479,6 +553,8 @@ class _RunState:
                 loss_sum, loss_n = 0.0, 0
                 while next_eval <= self.tokens:
                     next_eval += cfg.eval_every_tokens
+                if self._checkpoint_due():
+                    self._save_resume(sampler, scaler, next_eval, time.monotonic() - train_started)
                 t0 = time.monotonic()
             if over_time:
                 return outcomes.TIMEOUT, (
@@ -486,6 +562,57 @@ class _RunState:
                     f"{cfg.max_tokens:,} tokens"
                 )
         return outcomes.COMPLETE, f"trained {self.tokens:,} tokens in {self.step} steps"
+
+    def _restore(self, sampler: BatchSampler, scaler: torch.amp.GradScaler) -> tuple[int, float]:
+        """Load the resume checkpoint into the fresh model, optimizer, scaler, sampler and RNG
+        (after the model's initialisation has drawn from it); (next evaluation, wall seconds)."""
+        ckpt = self.resume
+        assert ckpt is not None and self.model is not None and self.optimizer is not None
+        assert self.setup is not None
+        device = self.setup.device
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        sampler.rng.bit_generator.state = ckpt["sampler"]
+        torch.set_rng_state(ckpt["torch_rng"])
+        if ckpt.get("cuda_rng") is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(ckpt["cuda_rng"], device)
+        self.resume = None  # its tensors are copied: free them
+        return ckpt["next_eval"], ckpt["train_wall_s"]
+
+    def _checkpoint_due(self) -> bool:
+        """At the first evaluation past each multiple of ``checkpoint_every_tokens`` (the
+        final one has nothing left to resume)."""
+        every = self.cfg.checkpoint_every_tokens
+        return every is not None and self.tokens < self.cfg.max_tokens \
+            and self.tokens // every > self.checkpoint_tokens // every
+
+    def _save_resume(self, sampler: BatchSampler, scaler: torch.amp.GradScaler, next_eval: int,
+                     train_wall_s: float) -> None:
+        cfg, model, optimizer = self.cfg, self.model, self.optimizer
+        assert model is not None and optimizer is not None and self.setup is not None
+        device = self.setup.device
+        write_resume_index(self.run_dir, cfg.resume_fingerprint(), self.tokens)
+        _save_atomic(self.run_dir / RESUME_FILE, {
+            "resume_fingerprint": cfg.resume_fingerprint(),
+            "config": cfg.computation(),
+            "tokens": self.tokens,
+            "step": self.step,
+            "model": _cpu(model.state_dict()),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "sampler": sampler.rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "next_eval": next_eval,
+            "train_wall_s": train_wall_s,
+            "train_s": self.train_s,
+            "n_evals": self.n_evals,
+            "best_val_bpb": self.best_val_bpb,
+            "best_tokens": self.best_tokens,
+            "last_metrics": self.last_metrics,
+        })
+        self.checkpoint_tokens = self.tokens
 
     def _evaluate(self, lr: float, train_loss: float, on_eval: OnEval | None) -> None:
         cfg, setup, model = self.cfg, self.setup, self.model
@@ -554,27 +681,13 @@ class _RunState:
 
     def _save_checkpoint(self, val_bpb: float) -> None:
         assert self.model is not None and self.setup is not None
-        path = self.run_dir / CHECKPOINT_FILE
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            # Through a file object: a failed write then keeps its OSError (as the context of
-            # torch's RuntimeError), so a full disk is told from a bug.
-            with open(tmp, "wb") as fh:
-                torch.save(
-                    {
-                        "state_dict": {k: v.detach().cpu()
-                                       for k, v in self.model.state_dict().items()},
-                        "fingerprint": self.cfg.fingerprint(),
-                        "model_config": dataclasses.asdict(self.setup.model_cfg),
-                        "tokens": self.tokens,
-                        "val_bpb": val_bpb,
-                    },
-                    fh,
-                )
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # a full disk leaves no half checkpoint behind
-            raise
+        _save_atomic(self.run_dir / CHECKPOINT_FILE, {
+            "state_dict": _cpu(self.model.state_dict()),
+            "fingerprint": self.cfg.fingerprint(),
+            "model_config": dataclasses.asdict(self.setup.model_cfg),
+            "tokens": self.tokens,
+            "val_bpb": val_bpb,
+        })
 
     # -- the end --
 
@@ -615,8 +728,12 @@ class _RunState:
             fingerprint=self.cfg.fingerprint(),
             traceback=tb,
             environment=environment,
+            resumed_from_tokens=self.resumed_from_tokens,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if outcome in (outcomes.COMPLETE, outcomes.DIVERGED):  # nothing left to resume
+            for name in (RESUME_FILE, RESUME_INDEX_FILE):
+                (self.run_dir / name).unlink(missing_ok=True)
         write_result(self.run_dir, result)
         return result
 

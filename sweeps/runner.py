@@ -50,13 +50,18 @@ from lm import flops, host, outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from lm.run_files import (
+    CHECKPOINT_FILE,
     LOG_FILE,
     METRICS_FILE,
     RESULT_FILE,
+    RESUME_FILE,
+    RESUME_INDEX_FILE,
     TOKENIZER_FILE,
     check_metrics_row,
     jsonable,
+    keep_metrics_until,
     read_result_dict,
+    read_resume_index,
     write_config,
 )
 from sweeps import optuna_compat, pruning, storage
@@ -285,6 +290,8 @@ class _TrialRun:
             shutil.rmtree(run_dir)  # a previous attempt of this trial number
         run_dir.mkdir(parents=True)
         write_config(run_dir, cfg)
+        earlier = ctx.storage.get_trial_system_attrs(self.trial_id).get("retry_history", [])
+        resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
         started = time.monotonic()
         child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE, env=self.device.env,
@@ -431,6 +438,25 @@ def _last_log_line(run_dir: Path | None) -> str:
         return "see its log"
     lines = [line.strip() for line in lines if line.strip()]
     return lines[-1][:300] if lines else f"see {run_dir / LOG_FILE}"
+
+
+def resume_from_earlier(study_dir: Path, earlier: list[int], cfg: TrainConfig,
+                        run_dir: Path) -> int:
+    """Give a re-queued trial's fresh ``run_dir`` the latest resume checkpoint of ``cfg``'s
+    computation among its ``earlier`` trials' run dirs (their ``retry_history``), with the
+    ``metrics.jsonl`` rows it covers and their ``best.pt``: the child then continues it, and
+    the trial's evaluations are followed from the first. Its tokens; 0 when there is none."""
+    found = [(index["tokens"], src) for src in (study_dir / "trials" / str(n) for n in earlier)
+             if (index := read_resume_index(src)) is not None
+             and index["resume_fingerprint"] == cfg.resume_fingerprint()]
+    if not found:
+        return 0
+    tokens, src = max(found)
+    for name in (RESUME_INDEX_FILE, RESUME_FILE, CHECKPOINT_FILE):
+        if (src / name).is_file():
+            shutil.copyfile(src / name, run_dir / name)
+    keep_metrics_until(src, tokens, into=run_dir)
+    return tokens
 
 
 # --- a whole trial -------------------------------------------------------------------------------
@@ -618,7 +644,8 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
     if params:
         out["params"] = params
         out["params_total"] = int(params.get("total", 0))
-    for key in ("bytes_per_token", "unk_rate", "best_val_bpb", "steps", "device"):
+    for key in ("bytes_per_token", "unk_rate", "best_val_bpb", "steps", "device",
+                "resumed_from_tokens"):
         if r.get(key) is not None:
             out[key] = r[key]
     for key in FINAL_METRICS:
