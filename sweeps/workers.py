@@ -103,7 +103,12 @@ class BudgetState:
 
     @property
     def done(self) -> bool:
-        return len(self.in_budget) >= self.n_trials and self.finished == len(self.in_budget)
+        """Every trial of the budget finished, and no trial beyond it still RUNNING (one asked
+        by a worker that died before handing it back: it is failed once its heartbeat is
+        stale, so the study is never left with a RUNNING trial)."""
+        beyond = self.counted[self.n_trials:]
+        return len(self.in_budget) >= self.n_trials and self.finished == len(self.in_budget) \
+            and not any(t.state == TrialState.RUNNING for t in beyond)
 
     @property
     def can_ask(self) -> bool:
@@ -303,6 +308,10 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
     if not state.can_ask:
         return False, None
     trial = study.ask()
+    if storage.get_heartbeat_interval() is not None:
+        # At once: a worker killed before its trial's first heartbeat would otherwise leave it
+        # RUNNING for ever (Optuna fails only trials whose heartbeat went stale).
+        storage.record_heartbeat(optuna_compat.trial_id(trial))
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.holds(trial.number):
         return False, trial
