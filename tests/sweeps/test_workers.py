@@ -251,7 +251,8 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
 
 
 def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
-    spec = write_spec(tmp_path, corpus, "resume", 3, 40_000)
+    # Long enough that the running trial is still running when the kill lands, even unloaded.
+    spec = write_spec(tmp_path, corpus, "resume", 3, 200_000)
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     args = ("run", str(spec), "--storage", url, "--workers", "2")
     first = sweeps_popen(*args, cwd=tmp_path)
