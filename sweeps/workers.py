@@ -308,9 +308,11 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
     if not state.can_ask:
         return False, None
     trial = study.ask()
+    # At once, so a worker killed right after the ask leaves a trial that can be failed: its
+    # owner (a restart on this host fails it at once) and its heartbeat (others fail it once
+    # stale; Optuna fails only trials whose heartbeat went stale).
+    st.record_host(storage, study.study_name, trial.number, optuna_compat.trial_id(trial))
     if storage.get_heartbeat_interval() is not None:
-        # At once: a worker killed before its trial's first heartbeat would otherwise leave it
-        # RUNNING for ever (Optuna fails only trials whose heartbeat went stale).
         storage.record_heartbeat(optuna_compat.trial_id(trial))
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.holds(trial.number):
