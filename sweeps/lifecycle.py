@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import storage as st
-from sweeps.spec.types import _NAME, MAX_NAME_LENGTH
+from sweeps.spec.types import MAX_NAME_LENGTH, STUDY_NAME
 
 #: The study user attribute that holds the spec (``sweeps.workers.SPEC_ATTR``, not imported:
 #: the workers module pulls in the runner).
@@ -57,7 +57,7 @@ def check_name(name: str, what: str = "the new name") -> None:
     if not name or len(name) > MAX_NAME_LENGTH:
         raise SweepsError(f"{what} {name[:40]!r} must be 1 to {MAX_NAME_LENGTH} characters "
                           f"long, got {len(name)}")
-    if not _NAME.fullmatch(name):
+    if not STUDY_NAME.fullmatch(name):
         raise SweepsError(f"{what} {name!r} may use only letters, digits, '_', '.' and '-', "
                           "starting with a letter or digit (it names run directories)")
 
@@ -149,7 +149,7 @@ def delete_study(url: str, name: str, *, force: bool = False, runs_dir: Path | N
 def _run_dirs(runs_dir: Path | None, name: str) -> Path | None:
     """``runs_dir/<name>``, only for a name that cannot leave ``runs_dir``."""
     assert runs_dir is not None
-    if not _NAME.fullmatch(name):
+    if not STUDY_NAME.fullmatch(name):
         raise SweepsError(f"study {name!r} is not a name sweeps gives run directories; delete "
                           "its runs by hand, or leave out --delete-runs")
     path = runs_dir / name

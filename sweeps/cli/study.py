@@ -147,7 +147,7 @@ def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers:
     study_dir = runs_dir / spec.name
     with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
         results = wk.run_workers(spec, st, study, study_dir, options, flags, tick=tick)
-    _summary(spec, board, study_dir, results, flags)
+    _summary(board, study_dir, results, flags)
 
 
 def _run_ray(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir: Path,
@@ -166,10 +166,10 @@ def _run_ray(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir: 
         with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
             results = ray_engine.run_on_cluster(spec, st, study, url, study_dir, options,
                                                 flags, tick=tick, beats=beats)
-    _summary(spec, board, study_dir, results, flags)
+    _summary(board, study_dir, results, flags)
 
 
-def _summary(spec: StudySpec, board: Board, study_dir: Path, results: list[Any],
+def _summary(board: Board, study_dir: Path, results: list[Any],
              flags: Any) -> None:
     board.refresh(force=True)
     print_summary(f"study {board.study.study_name}", [

@@ -49,7 +49,7 @@ GRID_SAMPLERS = ("grid", "bruteforce")
 #: The most points a grid may have (a bigger one is a typo in a step, or a job for a sampler).
 MAX_GRID_POINTS = 100_000
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: A study name is a run directory's name (at most 255 bytes) and a database key (Optuna's column
 #: holds 512): 200 characters leave room for both.
 MAX_NAME_LENGTH = 200
@@ -206,7 +206,7 @@ class StudySection:
         if len(self.name) > MAX_NAME_LENGTH:
             raise FieldError("name", f"is {len(self.name):,} characters long; it names a run "
                              f"directory and a database key: use at most {MAX_NAME_LENGTH}")
-        if not _NAME.fullmatch(self.name):
+        if not STUDY_NAME.fullmatch(self.name):
             raise FieldError("name", f"{self.name!r} may use only letters, digits, '_', '.' "
                              "and '-' (it names run directories); rename it")
         if self.storage is not None:
