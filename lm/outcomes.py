@@ -51,7 +51,8 @@ WAITING = "waiting"
 VOCABULARY: tuple[Outcome, ...] = (
     Outcome(COMPLETE, "COMPLETE", "the token budget was trained and evaluated", 0,
             color="#2ca02c"),
-    Outcome(PRUNED, "PRUNED", "stopped by Optuna's pruner", color="#7f7f7f"),
+    Outcome(PRUNED, "PRUNED", "stopped early by the pruner (median, successive halving, "
+            "hyperband)", color="#7f7f7f"),
     Outcome(PREDICTED_OOM, "PRUNED", "never launched: its predicted peak exceeds the budget",
             infeasible=True, color="#ff9896"),
     Outcome(OOM, "PRUNED", "CUDA out of memory, MemoryError, a failed CPU allocation or the "

@@ -78,6 +78,7 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
         ("corpus", f"{corpus.dir} ({corpus_state})"),
     ]
     rows += steps_rows(spec)
+    rows += fidelity_rows(spec)
     if from_study is not None:
         rows += carry_rows(spec, url, from_study)
     grid = None
@@ -210,6 +211,37 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
                      f"{len(short)} of {len(steps)} points get fewer than limits.collapse."
                      f"min_steps = {limits.min_steps} (fewest: {shown}: {n} steps); they run "
                      "unjudged, marked under_trained: raise max_tokens or shrink the batch"))
+    return rows
+
+
+def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
+    """The dry run's lines on successive halving / Hyperband: the rungs, who goes on, and how
+    many optimizer steps the first rung comes after (over the space's grid or a sample)."""
+    from sweeps import fidelity
+
+    p = spec.study.pruner
+    if not p.by_tokens:
+        return []
+    study_rungs = fidelity.rungs(spec)
+    shown = ", ".join(f"{r:,}" for r in study_rungs)
+    rows: list[tuple[str, object]] = [(
+        "rungs", f"{shown} tokens: at each, a trial goes on only among the best "
+                 f"1/{p.reduction_factor} of the trials that reached it (once "
+                 f"{p.min_trials or p.reduction_factor} have)")]
+    if p.name == "hyperband":
+        n = fidelity.n_brackets(spec, study_rungs)
+        rows.append(("brackets", f"{n}, by trial number (number mod {n}): the k-th bracket is "
+                                 "judged from the k-th rung on, the last one never"))
+    points, how = sample_points(spec, samples, 0)
+    steps = []
+    for point in points or [{}]:
+        n = point_steps(spec, point)
+        tokens = spec.trial_values(point).get("max_tokens")
+        if n is not None and isinstance(tokens, int) and tokens > 0:
+            steps.append(max(1, round(n * study_rungs[0] / tokens)))
+    if steps:
+        rows.append(("first rung", f"after {min(steps):,} to {max(steps):,} optimizer steps "
+                                   f"over the {how}"))
     return rows
 
 

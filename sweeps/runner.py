@@ -64,7 +64,7 @@ from lm.run_files import (
     read_resume_index,
     write_config,
 )
-from sweeps import optuna_compat, pruning, storage
+from sweeps import fidelity, optuna_compat, pruning, storage
 from sweeps.launchers import Launcher
 from sweeps.pruning import Verdict
 from sweeps.space import suggest, trial_config
@@ -283,6 +283,13 @@ class _TrialRun:
         # Intermediate values go to Optuna only with one objective it can compare.
         self.report_metric = objective if (not self.spec.study.multi_objective
                                            and objective in ("val_bpb", "val_loss")) else None
+        # Multi-fidelity on tokens (``sweeps.fidelity``): the study's rungs, the ones this trial
+        # is judged at (set per attempt, from its config), and its values at those it passed.
+        self.study_rungs = fidelity.rungs(self.spec) if self.spec.study.pruner.by_tokens else ()
+        self.my_rungs: tuple[int, ...] = ()
+        self.rung_values: dict[str, list[float]] = {}
+        self.judged: set[int] = set()
+        self.static: dict[str, float] = {}
 
     def attempt(self, cfg: TrainConfig, run_dir: Path, attempt_no: int) -> Attempt:
         ctx, trial = self.ctx, self.trial
@@ -290,6 +297,7 @@ class _TrialRun:
             shutil.rmtree(run_dir)  # a previous attempt of this trial number
         run_dir.mkdir(parents=True)
         write_config(run_dir, cfg)
+        self.start_rungs(cfg)
         earlier = ctx.storage.get_trial_system_attrs(self.trial_id).get("retry_history", [])
         resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
@@ -387,6 +395,39 @@ class _TrialRun:
             if trial.should_prune():
                 return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
                     ctx.spec.study.pruner.name, metric, value, index, row))
+        return self.halving(row, history)
+
+    def start_rungs(self, cfg: TrainConfig) -> None:
+        """An attempt's rungs: judged afresh (a fitted retry trains from token 0 again)."""
+        if not self.study_rungs:
+            return
+        self.my_rungs = fidelity.decision_rungs(self.spec, self.study_rungs, self.trial.number,
+                                                cfg.max_tokens)
+        self.rung_values, self.judged = {}, set()
+        estimate = flops.estimate(cfg)
+        self.static = {"params": float(estimate.params), "flops": float(estimate.flops)}
+
+    def halving(self, row: dict[str, Any], history: list[dict[str, Any]]) -> Verdict | None:
+        """Successive halving / Hyperband at the rungs this evaluation passed: record the
+        trial's values there (other workers rank against them), then rank it."""
+        tokens = row.get("tokens")
+        if not self.my_rungs or not isinstance(tokens, int):
+            return None
+        before = history[-2] if len(history) > 1 else None
+        spec, number = self.spec, self.trial.number
+        for rung in (r for r in self.my_rungs if r <= tokens and r not in self.judged):
+            self.judged.add(rung)
+            own = fidelity.rung_vector(spec.study.objectives, before, row, rung, self.static)
+            if own is None:
+                continue  # an objective it cannot be ranked on: not judged at this rung
+            self.rung_values[str(rung)] = own
+            optuna_compat.write_user_attrs(self.ctx.storage, self.trial_id,
+                                           {fidelity.RUNGS_ATTR: dict(self.rung_values)})
+            trials = self.ctx.study.get_trials(deepcopy=False, states=fidelity.COMPETING_STATES)
+            others = fidelity.competitors(trials, spec, self.study_rungs, number, rung)
+            verdict = fidelity.judge(spec, self.study_rungs, number, rung, own, others, row)
+            if verdict is not None:
+                return verdict
         return None
 
 

@@ -211,16 +211,13 @@ def require_scipy(sampler: str) -> None:
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    """The spec's Optuna pruner; steps are evaluation indices. Multi-objective: none (Optuna's
-    pruners compare a single value; the runner's own rules still stop bad trials)."""
+    """The spec's Optuna pruner; steps are evaluation indices. None (``NopPruner``) with several
+    objectives (Optuna's pruners compare a single value) and for the pruners on tokens, which
+    the runner applies itself (``sweeps.fidelity``); the project's own rules always apply."""
     p = spec.study.pruner
-    if spec.study.multi_objective or p.name == "none":
+    if spec.study.multi_objective or p.name == "none" or p.by_tokens:
         return optuna.pruners.NopPruner()
     if p.name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=p.n_startup_trials,
                                            n_warmup_steps=p.n_warmup_evals)
-    if p.name == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=p.min_resource,
-                                              max_resource=p.max_resource,
-                                              reduction_factor=p.reduction_factor)
     raise SweepsError(f"unknown pruner {p.name!r}")  # unreachable: the spec checked it

@@ -40,7 +40,10 @@ METRICS: dict[str, str] = {
 DIRECTIONS = ("minimize", "maximize")
 SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
 QMC_TYPES = ("sobol", "halton")
-PRUNERS = ("median", "hyperband", "none")
+PRUNERS = ("median", "successive_halving", "hyperband", "none")
+#: Pruners whose resource is tokens trained (``sweeps.fidelity``): the project's own, for any
+#: number of objectives.
+FIDELITY_PRUNERS = ("successive_halving", "hyperband")
 PARAM_TYPES = ("int", "float", "categorical")
 OOM_POLICIES = ("prune", "fit")
 CORPUS_FORMATS = ("posts", "text")
@@ -164,28 +167,55 @@ class SamplerSpec:
 
 @dataclass(frozen=True)
 class PrunerSpec:
-    """Optuna's pruner. Steps are evaluation indices (0, 1, 2, ...), the same for every trial.
+    """When a trial is stopped before its budget (besides the project's own rules).
 
-    Evaluations are indexed rather than counted in tokens because trials with different
-    ``batch_size * grad_accum * seq_len`` reach a token count at different exact numbers, and the
-    median pruner only compares values reported at the same step.
+    - ``median``: Optuna's median pruner on the evaluations. Its steps are evaluation indices,
+      the same for every trial: trials with different ``batch_size * grad_accum * seq_len``
+      reach a token count at different exact numbers, and it only compares values reported at
+      the same step. One objective only.
+    - ``successive_halving`` and ``hyperband``: multi-fidelity with tokens trained as the
+      resource (``sweeps.fidelity``), any number of objectives. Rungs at ``min_tokens x
+      reduction_factor**k`` tokens below a trial's ``max_tokens``; at each rung a trial goes on
+      only if it is among the best ``1/reduction_factor`` of the trials that reached that rung
+      (asynchronously: no trial waits for others), once ``min_trials`` have. ``hyperband``
+      splits the trials into ``n_brackets`` brackets by trial number, bracket ``s`` stopping
+      trials from rung ``s`` on (the last bracket stops none): hedging against a first rung too
+      early to rank configurations.
     """
 
     name: str
     n_startup_trials: int = 5  # median: trials that finish before anything is pruned
     n_warmup_evals: int = 1  # median: evaluations of a trial before it can be pruned
-    min_resource: int = 1  # hyperband, in evaluations
-    max_resource: int | Literal["auto"] = "auto"  # hyperband
-    reduction_factor: int = 3  # hyperband
+    # Halving: tokens of the first rung. None: max_tokens / reduction_factor**2 (two rungs),
+    # rounded to a whole number of evaluations (``sweeps.fidelity.rungs``).
+    min_tokens: int | None = None
+    reduction_factor: int = 3  # halving: the best 1/reduction_factor go on at each rung
+    # Halving: trials that must have reached a rung before one is stopped there (ranking two
+    # trials says little). None: reduction_factor.
+    min_trials: int | None = None
+    # Hyperband: None: one per rung, plus one that stops nothing.
+    n_brackets: int | None = None
 
     def __post_init__(self) -> None:
         check_choice(self, "name", PRUNERS)
         check_int(self, "n_startup_trials", 0)
         check_int(self, "n_warmup_evals", 0)
-        check_int(self, "min_resource", 1)
-        if self.max_resource != "auto":
-            check_int(self, "max_resource", 1)
         check_int(self, "reduction_factor", 2)
+        for key, low in (("min_tokens", 1), ("min_trials", 1), ("n_brackets", 1)):
+            if getattr(self, key) is None:
+                continue
+            if self.name not in FIDELITY_PRUNERS:
+                raise FieldError(key, f"applies to {' and '.join(FIDELITY_PRUNERS)}, not to "
+                                 f"pruner {self.name!r}; remove it")
+            check_int(self, key, low)
+        if self.n_brackets is not None and self.name != "hyperband":
+            raise FieldError("n_brackets", "applies to hyperband only; remove it or use "
+                             "name = \"hyperband\"")
+
+    @property
+    def by_tokens(self) -> bool:
+        """Multi-fidelity on tokens trained (``sweeps.fidelity``), not an Optuna pruner."""
+        return self.name in FIDELITY_PRUNERS
 
 
 @dataclass(frozen=True)
@@ -222,10 +252,10 @@ class StudySection:
             if any(o.metric == objective.metric for o in self.objectives[:i]):
                 raise FieldError(f"objectives[{i}]", f"metric {objective.metric!r} is listed "
                                  "twice; list it once")
-        if self.multi_objective and self.pruner.name != "none":
-            raise FieldError("pruner", f"pruner {self.pruner.name!r} needs a single objective; "
-                             "use pruner = \"none\" (OOM, collapse and divergence rules still "
-                             "apply)")
+        if self.multi_objective and self.pruner.name == "median":
+            raise FieldError("pruner", "pruner 'median' needs a single objective; use pruner = "
+                             "\"successive_halving\" (any number of objectives) or \"none\" "
+                             "(OOM, collapse and divergence rules still apply)")
         if self.seed is not None:
             check_int(self, "seed", 0, MAX_SAMPLER_SEED)
         check_int(self, "n_trials", 1)
@@ -884,6 +914,10 @@ class StudySpec:
                              "in [limits]")
         if self.limits.max_flops is not None:
             check_compute_limit(self)
+        if self.study.pruner.by_tokens:
+            from sweeps.fidelity import rungs  # it reads the spec's values
+
+            rungs(self)  # a FieldError when the rungs cannot work
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str | Path | None = None,

@@ -279,8 +279,11 @@ def test_make_pruner(corpus_dir: Path) -> None:
                                                              "n_warmup_evals": 3}))
     assert isinstance(median, optuna.pruners.MedianPruner)
     assert median._n_startup_trials == 2 and median._n_warmup_steps == 3
-    assert isinstance(space.make_pruner(make_spec(corpus_dir, pruner="hyperband")),
-                      optuna.pruners.HyperbandPruner)
+    # The pruners on tokens are the runner's own (sweeps.fidelity): nothing for Optuna to do.
+    data = make_spec(corpus_dir).to_dict()
+    data["study"]["pruner"] = {"name": "successive_halving", "min_tokens": 1000}
+    data["fixed"]["eval_every_tokens"] = 1000
+    assert isinstance(space.make_pruner(StudySpec.from_dict(data)), optuna.pruners.NopPruner)
     assert isinstance(space.make_pruner(make_spec(corpus_dir, pruner="none")),
                       optuna.pruners.NopPruner)
     multi = make_spec(corpus_dir, objectives=["val_bpb", "wall_s"])

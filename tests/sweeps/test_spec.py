@@ -97,11 +97,12 @@ def test_objective_direction_override_and_tables(corpus_dir: Path) -> None:
     data = base(corpus_dir)
     data["study"]["objectives"] = [{"metric": "params", "direction": "maximize"}]
     data["study"]["sampler"] = {"name": "tpe", "n_startup_trials": 3, "multivariate": False}
-    data["study"]["pruner"] = {"name": "hyperband", "min_resource": 2, "reduction_factor": 4}
+    data["study"]["pruner"] = {"name": "hyperband", "min_tokens": 4000, "reduction_factor": 4}
+    data["fixed"]["eval_every_tokens"] = 2000
     spec = parse(data)
     assert spec.study.directions == ["maximize"]
     assert spec.study.sampler.n_startup_trials == 3 and not spec.study.sampler.multivariate
-    assert spec.study.pruner.name == "hyperband" and spec.study.pruner.min_resource == 2
+    assert spec.study.pruner.name == "hyperband" and spec.study.pruner.min_tokens == 4000
 
 
 def test_load_spec_resolves_paths_relative_to_the_file(tmp_path: Path) -> None:
