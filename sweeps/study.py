@@ -40,6 +40,16 @@ def check_run_options(workers: int | None, n_trials: int | None, heartbeat: int,
         raise SweepsError(f"--launcher must be auto, fork or subprocess, got {launcher!r}")
 
 
+def check_n_trials(spec: StudySpec, n_trials: int | None) -> None:
+    """``--n-trials`` against the spec: an IsoFLOP grid runs at most its cells."""
+    from sweeps.spec.types import too_many_cells
+
+    problem = None if n_trials is None else too_many_cells(spec, n_trials)
+    if problem is not None:
+        raise SweepsError(f"--n-trials is {n_trials}, but {problem}; use at most the grid's "
+                          "cells or leave --n-trials out")
+
+
 def concurrency_cap(workers: int | None, max_concurrent: int | None) -> int | None:
     """``--max-concurrent`` or its older name ``--workers``: one cap, or None (the host's)."""
     if workers is not None and max_concurrent is not None and workers != max_concurrent:

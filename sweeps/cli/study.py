@@ -75,6 +75,7 @@ def run(
     service.check_run_options(cap, n_trials, heartbeat, grace, launcher)
     service.check_engine(engine, address)
     spec = load_spec(spec_path)
+    service.check_n_trials(spec, n_trials)
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
@@ -114,6 +115,7 @@ def worker(
     service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
     url = resolve_storage_url(storage, None)
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
+    service.check_n_trials(spec, n_trials)
     service.check_host(spec, workers)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)

@@ -834,11 +834,22 @@ def check_design(spec: StudySpec) -> None:
         raise FieldError("study.pruner", f"pruner {spec.study.pruner.name!r} would stop IsoFLOP "
                          "cells before their budget is spent (a stopped cell has no loss at its "
                          "budget); use pruner = \"none\" or leave it out")
-    cells = len(design.expand())
-    if spec.study.n_trials > cells:
-        raise FieldError("study.n_trials", f"is {spec.study.n_trials}, but the [scaling] grid "
-                         f"has {cells} cells and more trials would be random mixes of budgets "
-                         "and sizes; remove n_trials")
+    problem = too_many_cells(spec, spec.study.n_trials)
+    if problem is not None:
+        raise FieldError("study.n_trials", f"is {spec.study.n_trials}, but {problem}; remove "
+                         "n_trials")
+
+
+def too_many_cells(spec: StudySpec, n_trials: int) -> str | None:
+    """Why ``n_trials`` is too many for the spec's IsoFLOP grid (its spec or ``--n-trials``),
+    or None."""
+    if spec.scaling is None:
+        return None
+    cells = len(spec.scaling.expand())
+    if n_trials <= cells:
+        return None
+    return (f"the [scaling] grid has {cells} cells and more trials would be random mixes of "
+            "budgets and sizes")
 
 
 def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:

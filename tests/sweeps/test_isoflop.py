@@ -204,6 +204,13 @@ def test_the_dry_run_prints_the_grid(corpus: Path, tmp_path: Path) -> None:
     assert "d_model=64 n_layers=1 n_heads=4 d_ff=256" in out
     assert "< limits.collapse.min_steps = 40" in out  # 2e8 FLOPs is a few steps of d_model 64
     assert not (tmp_path / "sweeps.db").exists()
+    # More trials than cells on the command line is refused like in the spec: one line, exit 2.
+    proc = sweeps_run("run", "iso.toml", "--dry-run", "--n-trials", "10", cwd=tmp_path,
+                      env={"SWEEPS_STORAGE": "sqlite:///sweeps.db"})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "--n-trials is 10, but the [scaling] grid has 9 cells" in proc.stderr
+    assert not (tmp_path / "sweeps.db").exists()
 
 
 def test_a_tiny_grid_end_to_end(corpus: Path, tmp_path: Path) -> None:
