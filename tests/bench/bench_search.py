@@ -1,0 +1,399 @@
+"""Benchmark: how much compute each search strategy needs to reach a good configuration.
+
+Every strategy (the ``STRATEGIES`` table below: a sampler and a pruner) runs a real study through
+``sweeps.workers.run_workers`` on the real ``history.stackexchange.com`` dump beside the project
+(``../shared/data/stackexchange/history.Posts.xml``, prepared once into a temporary directory),
+with the same search space, the same per-trial token budget, the same number of trials and the
+same seeds, rep by rep (every strategy of a rep runs before the next rep: a load that drifts
+touches them alike). The space: lr over 1e-4 .. 3e-1 (log; the high end collapses or diverges),
+d_model, n_layers, d_ff, batch_size and warmup; a BPE tokenizer of 1024 ids, built once, so no
+trial builds a token cache; seq_len 32. Each trial trains 36,864 tokens (``--tokens``): small
+models early in training, where the best ones are those that leave the unigram plateau first
+(val_bpb from ~3.0, the unigram's, down to ~2.78). The project's own rules apply to every
+strategy (memory, collapse, divergence: the default ``[limits]``); collapse is judged only after
+200 optimizer steps, which only batch_size 4 reaches (288 steps; 8 and 16 run unjudged:
+``under_trained``), and a very low or very high lr at batch_size 4 is then often told
+``unigram_collapse`` (it has not left the plateau at step 224).
+
+Per strategy and rep, in the order trials ended (``datetime_complete``; trial number with one
+worker), it accumulates:
+
+- trial-seconds: each trial's ``wall_s`` (launch to end; 0 for a trial never launched). Wall
+  seconds depend on the machine's load; read them only against the other rows of the same run.
+- FLOPs: each trial's ``flops`` (training FLOPs of the tokens it actually trained): the same
+  axis on any machine, whatever the load.
+- the best val_bpb so far, of COMPLETE trials only (a pruned trial's value is at a lower
+  fidelity; a collapsed or diverged one has none).
+
+The reference is the unpruned TPE study of the same rep (``tpe``: 40 trials by default; it is
+always run). For each strategy it prints the fraction of the reference's trial-seconds (and
+FLOPs) spent when it first reached the reference's best value (or "not reached", with the gap in
+bpb it ended at), its best value within 10 %, 20 %, 40 % and 100 % of the reference's
+trial-seconds, and whether it met the project's target: "reach the best value of an unpruned
+40-trial TPE study with at most 40 % of its trial-seconds". Per rep, then the mean over reps.
+
+Two workers by default (``--workers 2``), each trial on one thread of its own core
+(``SWEEPS_NUM_THREADS=1``), all from one fork server: measured on a 2-core Xeon, a full-length
+trial spends 1.4-5 s in its training loop and 2-6 s from launch to end (median ~3.5-4 s) with
+two running at once, a 20-trial study takes 36-44 s, and a full run (3 reps x 5 strategies x 40
+trials) about 20 minutes. One worker would double that. With two, TPE proposes while a trial
+still runs (constant liar), the two workers' draws interleave and the median pruner compares
+against whatever has finished, so a rerun is close to, not exactly, the same; ``--workers 1``
+makes every study reproducible (trial order = number order; training is deterministic).
+Seeds: rep ``r`` uses sampler seed ``1000 + r`` and training seed ``r`` in every strategy. TPE's
+first 10 trials are random sampling with that seed, so the strategies of a rep start from the
+same configurations (with two workers, up to the interleaving) and differ by what they do next.
+For the reference's own row, "reached" is when it found its best.
+
+The halving strategies use the token-based pruners (``min_tokens``, ``reduction_factor``):
+rungs at min_tokens x 3**k below max_tokens, min_tokens = max_tokens / 9 rounded to a multiple
+of 512 tokens, and the evaluations every min_tokens. A checkout without them skips those rows
+(listed) unless ``--strategies`` names them, which is then an error.
+
+    .venv/bin/python tests/bench/bench_search.py [--reps 3] [--trials 40] [--workers 2]
+        [--tokens 36864] [--strategies random,tpe,tpe+median,...] [--quick] [--json OUT]
+
+``--quick``: one rep of 8 trials per strategy (a smoke run of about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from lm import outcomes
+from lm.corpus import prepare
+from lm.errors import SweepsError
+from lm.tokens import load_tokens
+from sweeps import storage as st
+from sweeps import workers as wk
+from sweeps.launchers import make_launcher
+from sweeps.spec import StudySpec
+
+#: Stands for the first rung's tokens in a pruner of ``STRATEGIES`` (set from ``--tokens``).
+FIRST_RUNG = "<first rung>"
+#: The strategies: (name, sampler, pruner table as a spec's ``[study] pruner`` would give it).
+STRATEGIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("random", "random", {"name": "none"}),
+    ("tpe", "tpe", {"name": "none"}),
+    ("tpe+median", "tpe", {"name": "median"}),
+    ("tpe+halving", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
+                            "reduction_factor": 3}),
+    ("tpe+hyperband", "tpe", {"name": "hyperband", "min_tokens": FIRST_RUNG,
+                              "reduction_factor": 3}),
+)
+#: The strategy every other is measured against: unpruned TPE.
+REFERENCE = "tpe"
+#: The project's target: the reference's best value within this share of its trial-seconds.
+TARGET_SHARE = 0.40
+#: Shares of the reference's trial-seconds at which each strategy's best value is shown.
+SHARES = (0.10, 0.20, 0.40, 1.00)
+SEED_BASE = 1000
+TOKENS = 36_864  # 9 x 4096: 2-4 s of training per trial on one thread here
+#: The largest micro-batch (16 x 32 tokens): rungs and evaluations are multiples of it, so
+#: every trial evaluates exactly at them.
+STEP_QUANTUM = 512
+VOCAB = 1024
+DATA = Path(__file__).resolve().parents[3] / "shared/data/stackexchange"
+POSTS = "history.Posts.xml"
+
+FIXED: dict[str, Any] = {
+    "device": "cpu", "tokenizer": "bpe", "vocab_size": VOCAB, "n_heads": 4, "seq_len": 32,
+    "eval_tokens": 2048, "sample_tokens": 0,
+}
+SPACE: dict[str, dict[str, Any]] = {
+    "lr": {"type": "float", "low": 1e-4, "high": 3e-1, "log": True},
+    "d_model": {"choices": [32, 48, 64]},
+    "n_layers": {"type": "int", "low": 1, "high": 2},
+    "d_ff": {"choices": [64, 128, 256]},
+    "batch_size": {"choices": [4, 8, 16]},
+    "warmup_tokens": {"choices": [0, 2048, 8192]},
+}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Tokens per trial, the first rung (two rungs below the end) and the evaluation period."""
+
+    max_tokens: int
+    min_tokens: int
+
+    @classmethod
+    def of(cls, tokens: int) -> Budget:
+        first = max(STEP_QUANTUM, round(tokens / 9 / STEP_QUANTUM) * STEP_QUANTUM)
+        return cls(tokens, first)
+
+    @property
+    def eval_every(self) -> int:
+        return self.min_tokens
+
+
+def pruner_table(pruner: dict[str, Any], budget: Budget) -> dict[str, Any]:
+    return {k: budget.min_tokens if v == FIRST_RUNG else v for k, v in pruner.items()}
+
+
+def spec_for(strategy: tuple[str, str, dict[str, Any]], rep: int, corpus: Path, trials: int,
+             budget: Budget) -> StudySpec:
+    name, sampler, pruner = strategy
+    study_name = f"search-{name.replace('+', '-')}-rep{rep}"
+    return StudySpec.from_dict({
+        "study": {"name": study_name, "sampler": sampler, "seed": SEED_BASE + rep,
+                  "pruner": pruner_table(pruner, budget), "n_trials": trials},
+        "corpus": {"dir": str(corpus)},
+        "fixed": {**FIXED, "seed": rep, "max_tokens": budget.max_tokens,
+                  "eval_every_tokens": budget.eval_every},
+        "space": SPACE,
+        "limits": {"memory_budget": "4GiB"},
+    })
+
+
+def choose(wanted: str | None, corpus: Path, budget: Budget) -> list[tuple[str, str, dict]]:
+    """The strategies to run, the reference first; those this checkout's spec refuses are
+    skipped (said) by default, an error when ``--strategies`` names them."""
+    names = [s[0] for s in STRATEGIES]
+    asked = names if wanted is None else [n.strip() for n in wanted.split(",") if n.strip()]
+    unknown = [n for n in asked if n not in names]
+    if unknown:
+        sys.exit(f"unknown strategy {', '.join(unknown)}; choose from {', '.join(names)}")
+    if REFERENCE not in asked:
+        print(f"(adding {REFERENCE}: every strategy is measured against it)")
+    chosen = []
+    for strategy in STRATEGIES:
+        if strategy[0] != REFERENCE and strategy[0] not in asked:
+            continue
+        try:
+            spec_for(strategy, 0, corpus, 2, budget)
+        except SweepsError as exc:
+            if wanted is not None:
+                sys.exit(f"strategy {strategy[0]}: this checkout refuses its spec: {exc}")
+            print(f"skipped {strategy[0]}: this checkout refuses its spec ({exc})")
+            continue
+        chosen.append(strategy)
+    return sorted(chosen, key=lambda s: s[0] != REFERENCE)
+
+
+def run_study(spec: StudySpec, url: str, work: Path, launcher: Any,
+              workers: int) -> tuple[list[optuna.trial.FrozenTrial], float]:
+    """One study to its end: its finished trials and its wall-clock seconds."""
+    storage = st.open_storage(url, heartbeat_interval=10, grace_period=60)
+    wk.create_or_resume(spec, storage)
+    study = wk.load_for_workers(spec, storage)
+    started = time.perf_counter()
+    results = wk.run_workers(spec, storage, study, work / spec.name,
+                             wk.RunOptions(n_workers=workers, poll_s=0.05), launcher=launcher)
+    wall = time.perf_counter() - started
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise SystemExit(f"study {spec.name}: {errors[0]}")
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state in wk.FINISHED]
+    storage.engine.dispose()
+    return trials, wall
+
+
+def records(trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int,
+            workers: int) -> list[dict[str, Any]]:
+    """One record per trial, in the order the compute was spent (see the module docstring)."""
+    def order(t: optuna.trial.FrozenTrial) -> tuple[float, int]:
+        done = t.datetime_complete.timestamp() if t.datetime_complete else float("inf")
+        return (0.0 if workers == 1 else done, t.number)
+
+    out = []
+    for t in sorted(trials, key=order):
+        a = t.user_attrs
+        outcome = a.get("outcome") or t.state.name.lower()
+        out.append({
+            "strategy": strategy, "rep": rep, "number": t.number, "outcome": outcome,
+            "wall_s": float(a.get("wall_s") or 0.0), "train_s": a.get("train_s"),
+            "flops": float(a.get("flops") or 0.0),
+            "val_bpb": a.get("val_bpb"), "tokens_seen": a.get("tokens_seen"),
+            "reason": a.get("reason"), "params": t.params,
+            "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
+        })
+    return out
+
+
+def curve(recs: list[dict[str, Any]]) -> list[tuple[float, float, float]]:
+    """(cumulative trial-seconds, cumulative FLOPs, best complete val_bpb so far) after each
+    trial; the best is inf until a trial completes."""
+    out, seconds, flops, best = [], 0.0, 0.0, float("inf")
+    for r in recs:
+        seconds += r["wall_s"]
+        flops += r["flops"]
+        if r["outcome"] == outcomes.COMPLETE and isinstance(r["val_bpb"], (int, float)):
+            best = min(best, float(r["val_bpb"]))
+        out.append((seconds, flops, best))
+    return out
+
+
+def compare(recs: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, Any]:
+    """One strategy's rep against the reference's rep."""
+    mine, theirs = curve(recs), curve(ref)
+    ref_s, ref_flops, ref_best = theirs[-1] if theirs else (0.0, 0.0, float("inf"))
+    final = mine[-1] if mine else (0.0, 0.0, float("inf"))
+    reached = next(((s, f) for s, f, b in mine if b <= ref_best), None)
+    out: dict[str, Any] = {
+        "best": final[2], "seconds": final[0], "flops": final[1], "ref_best": ref_best,
+        "ref_seconds": ref_s, "ref_flops": ref_flops,
+        "reached_s": None if reached is None or not ref_s else reached[0] / ref_s,
+        "reached_flops": None if reached is None or not ref_flops else reached[1] / ref_flops,
+        "gap": final[2] - ref_best,
+        "at": [min((b for s, _, b in mine if s <= share * ref_s), default=float("inf"))
+               for share in SHARES],
+        "outcomes": Counter(r["outcome"] for r in recs),
+        "full_s": [r["wall_s"] for r in recs if r["outcome"] == outcomes.COMPLETE],
+    }
+    out["met"] = out["reached_s"] is not None and out["reached_s"] <= TARGET_SHARE
+    return out
+
+
+def fmt_bpb(value: float) -> str:
+    return f"{value:.4f}" if value != float("inf") else "-"
+
+
+def fmt_reached(c: dict[str, Any]) -> str:
+    if c["reached_s"] is None:
+        return f"not reached (+{c['gap']:.4f})" if c["gap"] != float("inf") else "not reached"
+    return f"{c['reached_s']:.0%} s / {c['reached_flops']:.0%} FLOPs"
+
+
+def print_rep(rep: int, rows: dict[str, dict[str, Any]], walls: dict[str, float]) -> None:
+    ref = rows[REFERENCE]
+    print(f"\nrep {rep} (sampler seed {SEED_BASE + rep}, training seed {rep}): reference "
+          f"{REFERENCE} best {fmt_bpb(ref['ref_best'])} bpb, {ref['ref_seconds']:.1f} "
+          f"trial-s, {ref['ref_flops']:.3g} FLOPs")
+    shares = " ".join(f"{s:>7.0%}" for s in SHARES)
+    print(f"  {'strategy':<14} {'best':>7} {'trial-s':>8} {'FLOPs':>9} {'study wall':>10}  "
+          f"{'reached the reference at':<28} best at {shares}   target")
+    for name, c in rows.items():
+        at = " ".join(f"{fmt_bpb(b):>7}" for b in c["at"])
+        print(f"  {name:<14} {fmt_bpb(c['best']):>7} {c['seconds']:>8.1f} {c['flops']:>9.3g} "
+              f"{walls[name]:>9.1f}s  {fmt_reached(c):<28}         {at}   "
+              f"{'met' if c['met'] else 'no'}")
+
+
+def mean(values: list[float], *, strict: bool = False) -> float:
+    """The mean of the finite values (``strict``: inf when any is inf, i.e. missing)."""
+    finite = [v for v in values if v != float("inf")]
+    if not finite or (strict and len(finite) < len(values)):
+        return float("inf")
+    return statistics.fmean(finite)
+
+
+def print_summary(by_rep: list[dict[str, dict[str, Any]]]) -> None:
+    """The mean over reps of every strategy, and the target's verdict per rep."""
+    n = len(by_rep)
+    print(f"\nmean over {n} rep(s) ('best at': '-' unless every rep had a complete trial by "
+          "then; 'reached': over the reps that reached the reference); target: the "
+          f"reference's best within {TARGET_SHARE:.0%} of its trial-seconds, per rep")
+    shares = " ".join(f"{s:>7.0%}" for s in SHARES)
+    print(f"  {'strategy':<14} {'best':>7} {'trial-s':>8} {'FLOPs':>9} {'s/full trial':>12}  "
+          f"{'reached (reps) at':<30} best at {shares}   target met   outcomes (all reps)")
+    for name in by_rep[0]:
+        cs = [rows[name] for rows in by_rep]
+        hit = [c for c in cs if c["reached_s"] is not None]
+        reached = (f"{len(hit)}/{n}: {mean([c['reached_s'] for c in hit]):.0%} s / "
+                   f"{mean([c['reached_flops'] for c in hit]):.0%} FLOPs") if hit else \
+            f"0/{n} (gap +{mean([c['gap'] for c in cs]):.4f})"
+        at = " ".join(f"{fmt_bpb(mean([c['at'][i] for c in cs], strict=True)):>7}"
+                      for i in range(len(SHARES)))
+        full = [s for c in cs for s in c["full_s"]]
+        per_trial = f"{statistics.median(full):.2f}s" if full else "-"
+        met = "".join("Y" if c["met"] else "n" for c in cs)
+        counts = sum((c["outcomes"] for c in cs), Counter())
+        shown = ", ".join(f"{o} {counts[o]}" for o in outcomes.ENDINGS if counts[o])
+        print(f"  {name:<14} {fmt_bpb(mean([c['best'] for c in cs])):>7} "
+              f"{mean([c['seconds'] for c in cs]):>8.1f} {mean([c['flops'] for c in cs]):>9.3g} "
+              f"{per_trial:>12}  {reached:<30}         {at}   {met:<10}   {shown}")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
+    parser.add_argument("--trials", type=int, default=None, help="trials per study (default 40)")
+    parser.add_argument("--workers", type=int, default=2, help="trials at once (default 2)")
+    parser.add_argument("--tokens", type=int, default=TOKENS, help="training tokens per trial")
+    parser.add_argument("--strategies", default=None,
+                        help="comma-separated names (default: every one this checkout runs)")
+    parser.add_argument("--quick", action="store_true", help="one rep of 8 trials")
+    parser.add_argument("--json", type=Path, default=None, help="write every trial record here")
+    args = parser.parse_args()
+    args.reps = args.reps or (1 if args.quick else 3)
+    args.trials = args.trials or (8 if args.quick else 40)
+    if args.reps < 1 or args.trials < 1 or args.workers < 1:
+        parser.error("--reps, --trials and --workers must be at least 1")
+    if args.tokens < 2 * STEP_QUANTUM:
+        parser.error(f"--tokens must be at least {2 * STEP_QUANTUM}")
+    return args
+
+
+def prepare_data(work: Path) -> Path:
+    """The corpus in ``work`` and its token cache, built once, outside every timing."""
+    source = DATA / POSTS
+    if not source.is_file():
+        sys.exit(f"{source} is missing: this benchmark reads the real history.stackexchange.com "
+                 "dump beside the repository (../shared/data/stackexchange)")
+    corpus = work / "corpus"
+    manifest = prepare(corpus, sources=[str(source)])
+    cache = load_tokens(corpus, "bpe", VOCAB)
+    print(f"corpus: {source} -> {manifest['train_bytes']:,} training bytes, "
+          f"{len(cache.train):,} training tokens (BPE {VOCAB})")
+    return corpus
+
+
+def main() -> None:
+    args = parse_args()
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ.setdefault("SWEEPS_NUM_THREADS", "1")
+    budget = Budget.of(args.tokens)
+    all_records: list[dict[str, Any]] = []
+    by_rep: list[dict[str, dict[str, Any]]] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sweeps-bench-search-") as tmp:
+        work = Path(tmp)
+        corpus = prepare_data(work)
+        chosen = choose(args.strategies, corpus, budget)
+        print(f"{len(chosen)} strategies x {args.reps} rep(s) x {args.trials} trials of "
+              f"{budget.max_tokens:,} tokens (evaluated every {budget.eval_every:,}; first rung "
+              f"{budget.min_tokens:,}), {args.workers} worker(s) of "
+              f"{os.environ['SWEEPS_NUM_THREADS']} thread(s), {os.cpu_count()} cores")
+        launcher = make_launcher("fork")  # one fork server for every study
+        try:
+            for rep in range(args.reps):
+                recs, walls = {}, {}
+                for strategy in chosen:
+                    spec = spec_for(strategy, rep, corpus, args.trials, budget)
+                    trials, walls[strategy[0]] = run_study(
+                        spec, f"sqlite:///{work / 'bench.db'}", work, launcher, args.workers)
+                    recs[strategy[0]] = records(trials, strategy[0], rep, args.workers)
+                    all_records += recs[strategy[0]]
+                rows = {name: compare(r, recs[REFERENCE]) for name, r in recs.items()}
+                print_rep(rep, rows, walls)
+                by_rep.append(rows)
+        finally:
+            with contextlib.suppress(Exception):
+                launcher.close()
+    print_summary(by_rep)
+    print(f"\ntotal wall {time.perf_counter() - started:.0f} s")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                         "space": SPACE, "fixed": FIXED,
+                                         "records": all_records}, indent=1))
+        print(f"records: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
