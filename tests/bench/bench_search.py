@@ -3,8 +3,9 @@
 Every strategy (the ``STRATEGIES`` table below: a sampler and a pruner) runs a real study through
 ``sweeps.workers.run_workers`` on the real ``history.stackexchange.com`` dump beside the project
 (``../shared/data/stackexchange/history.Posts.xml``, prepared once into a temporary directory),
-with the same search space, the same per-trial token budget, the same number of trials and the
-same seeds, rep by rep (every strategy of a rep runs before the next rep: a load that drifts
+with the same search space, the same per-trial token budget, the same number of trials (twice
+that for the halving strategies: see ``STRATEGIES``) and the same seeds, rep by rep (every
+strategy of a rep runs before the next rep: a load that drifts
 touches them alike). The space: lr over 1e-4 .. 3e-1 (log; the high end collapses or diverges),
 d_model, n_layers, d_ff, batch_size and warmup; a BPE tokenizer of 1024 ids, built once, so no
 trial builds a token cache; seq_len 32. Each trial trains 36,864 tokens (``--tokens``): small
@@ -85,15 +86,18 @@ from sweeps.spec import StudySpec
 
 #: Stands for the first rung's tokens in a pruner of ``STRATEGIES`` (set from ``--tokens``).
 FIRST_RUNG = "<first rung>"
-#: The strategies: (name, sampler, pruner table as a spec's ``[study] pruner`` would give it).
-STRATEGIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("random", "random", {"name": "none"}),
-    ("tpe", "tpe", {"name": "none"}),
-    ("tpe+median", "tpe", {"name": "median"}),
+#: The strategies: (name, sampler, pruner table as a spec's ``[study] pruner`` would give it,
+#: trials as a multiple of ``--trials``). The halving strategies stop most trials at a ninth or
+#: a third of their tokens, so they get twice the trials: their curves then run on to about the
+#: reference's trial-seconds instead of stopping at a third of it.
+STRATEGIES: tuple[tuple[str, str, dict[str, Any], int], ...] = (
+    ("random", "random", {"name": "none"}, 1),
+    ("tpe", "tpe", {"name": "none"}, 1),
+    ("tpe+median", "tpe", {"name": "median"}, 1),
     ("tpe+halving", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
-                            "reduction_factor": 3}),
+                            "reduction_factor": 3}, 2),
     ("tpe+hyperband", "tpe", {"name": "hyperband", "min_tokens": FIRST_RUNG,
-                              "reduction_factor": 3}),
+                              "reduction_factor": 3}, 2),
 )
 #: The strategy every other is measured against: unpruned TPE.
 REFERENCE = "tpe"
@@ -145,9 +149,10 @@ def pruner_table(pruner: dict[str, Any], budget: Budget) -> dict[str, Any]:
     return {k: budget.min_tokens if v == FIRST_RUNG else v for k, v in pruner.items()}
 
 
-def spec_for(strategy: tuple[str, str, dict[str, Any]], rep: int, corpus: Path, trials: int,
-             budget: Budget) -> StudySpec:
-    name, sampler, pruner = strategy
+def spec_for(strategy: tuple[str, str, dict[str, Any], int], rep: int, corpus: Path,
+             trials: int, budget: Budget) -> StudySpec:
+    name, sampler, pruner, factor = strategy
+    trials *= factor
     study_name = f"search-{name.replace('+', '-')}-rep{rep}"
     return StudySpec.from_dict({
         "study": {"name": study_name, "sampler": sampler, "seed": SEED_BASE + rep,
@@ -160,7 +165,8 @@ def spec_for(strategy: tuple[str, str, dict[str, Any]], rep: int, corpus: Path, 
     })
 
 
-def choose(wanted: str | None, corpus: Path, budget: Budget) -> list[tuple[str, str, dict]]:
+def choose(wanted: str | None, corpus: Path,
+           budget: Budget) -> list[tuple[str, str, dict, int]]:
     """The strategies to run, the reference first; those this checkout's spec refuses are
     skipped (said) by default, an error when ``--strategies`` names them."""
     names = [s[0] for s in STRATEGIES]
