@@ -117,15 +117,41 @@ def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
     return outcomes.UNIGRAM_COLLAPSE if unigram_kl < limits.max_unigram_kl else outcomes.STALLED
 
 
-def collapse(history: Sequence[Row], limits: CollapseLimits) -> Verdict | None:
-    """A verdict when the last ``patience`` evaluations all support the same one."""
+def still_learning(history: Sequence[Row], limits: CollapseLimits) -> float | None:
+    """How much ``val_loss`` fell from the evaluation before the last ``patience`` ones to the
+    last, when that is at least ``min_loss_drop`` nats: a model on its way to (or off) the
+    unigram plateau, not one stuck on it. None when it is flat, rising or unknown."""
+    n = len(history)
+    if n <= limits.patience:
+        return None
+    before, last = history[n - limits.patience - 1].get("val_loss"), history[-1].get("val_loss")
+    if not (_finite(before) and _finite(last)):
+        return None
+    drop = before - last
+    return drop if drop >= limits.min_loss_drop else None
+
+
+def collapse(history: Sequence[Row], limits: CollapseLimits, *,
+             final: bool = False) -> Verdict | None:
+    """A verdict when the last ``patience`` evaluations all support the same one. A model that
+    learns nothing (``unigram_collapse``, ``stalled``) whose loss still falls is not stopped
+    (``still_learning``): a slow learning rate reaches the plateau late and may leave it. At its
+    ``final`` evaluation it is judged anyway, and the reason says the loss was still falling."""
     if not limits.enabled or len(history) < limits.patience:
         return None
     found = {prediction_verdict(r, limits) for r in history[len(history) - limits.patience:]}
     if len(found) != 1 or None in found:
         return None
     outcome = found.pop()
-    return Verdict(outcome, _verdict_reason(outcome, history[-1], limits))
+    reason = _verdict_reason(outcome, history[-1], limits)
+    drop = still_learning(history, limits) if outcome != outcomes.UNK_DOMINATED else None
+    if drop is not None:
+        if not final:
+            return None
+        reason += (f"; at the end of its budget, and its val_loss was still falling ({drop:.3f} "
+                   f"nats since evaluation {len(history) - limits.patience}): a longer budget "
+                   "or a higher learning rate might take it off the plateau")
+    return Verdict(outcome, reason)
 
 
 def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
@@ -150,10 +176,12 @@ def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
             "(near uniform, or stuck elsewhere): not learning")
 
 
-def project_rules(history: Sequence[Row], limits: Limits) -> Verdict | None:
-    """The project's rules on a trial's history so far: divergence first, then the verdicts on
-    its predictions."""
-    return divergence(history, limits.divergence) or collapse(history, limits.collapse)
+def project_rules(history: Sequence[Row], limits: Limits, *,
+                  final: bool = False) -> Verdict | None:
+    """The project's rules on a trial's history so far (``final``: its last evaluation, at its
+    token budget): divergence first, then the verdicts on its predictions."""
+    return divergence(history, limits.divergence) or collapse(history, limits.collapse,
+                                                              final=final)
 
 
 def optuna_prune_reason(pruner: str, metric: str, value: float | None, index: int,

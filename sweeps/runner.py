@@ -290,6 +290,7 @@ class _TrialRun:
         self.rung_values: dict[str, list[float]] = {}
         self.judged: set[int] = set()
         self.static: dict[str, float] = {}
+        self.max_tokens = 0  # the attempt's budget: its last evaluation is its final one
 
     def attempt(self, cfg: TrainConfig, run_dir: Path, attempt_no: int) -> Attempt:
         ctx, trial = self.ctx, self.trial
@@ -297,7 +298,7 @@ class _TrialRun:
             shutil.rmtree(run_dir)  # a previous attempt of this trial number
         run_dir.mkdir(parents=True)
         write_config(run_dir, cfg)
-        self.start_rungs(cfg)
+        self.start_attempt(cfg)
         earlier = ctx.storage.get_trial_system_attrs(self.trial_id).get("retry_history", [])
         resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
@@ -383,7 +384,9 @@ class _TrialRun:
         ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
                   val_bpb=row.get("val_bpb"))
         index = len(history) - 1
-        verdict = pruning.project_rules(history, ctx.spec.limits)
+        tokens = row.get("tokens")
+        final = isinstance(tokens, int) and tokens >= self.max_tokens
+        verdict = pruning.project_rules(history, ctx.spec.limits, final=final)
         if verdict is not None:
             return verdict
         metric = self.report_metric
@@ -397,8 +400,10 @@ class _TrialRun:
                     ctx.spec.study.pruner.name, metric, value, index, row))
         return self.halving(row, history)
 
-    def start_rungs(self, cfg: TrainConfig) -> None:
-        """An attempt's rungs: judged afresh (a fitted retry trains from token 0 again)."""
+    def start_attempt(self, cfg: TrainConfig) -> None:
+        """An attempt's budget and rungs: judged afresh (a fitted retry trains from token 0
+        again)."""
+        self.max_tokens = cfg.max_tokens
         if not self.study_rungs:
             return
         self.my_rungs = fidelity.decision_rungs(self.spec, self.study_rungs, self.trial.number,

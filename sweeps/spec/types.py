@@ -453,6 +453,9 @@ class CollapseLimits:
       the positions, and more than ``max_unk_samples`` of what the model writes (1.0: off).
     A trial whose token budget cannot reach ``min_steps`` runs to the end unjudged, marked
     ``under_trained``. ``MIN_STEPS`` is justified in ``studies/README.md`` (collapse findings).
+    Neither ``unigram_collapse`` nor ``stalled`` stops a trial whose ``val_loss`` still fell by
+    ``min_loss_drop`` nats or more since the evaluation before the ``patience`` ones (a slow
+    learning rate on its way to or off the plateau); at its last evaluation it is judged anyway.
     """
 
     enabled: bool = True
@@ -463,6 +466,7 @@ class CollapseLimits:
     max_unk_argmax: float = 0.5
     max_unk_samples: float = 0.25
     patience: int = 1
+    min_loss_drop: float = 0.01  # nats: less is flat (a collapsed model's loss), more is learning
 
     def __post_init__(self) -> None:
         check_bool(self, "enabled")
@@ -473,6 +477,7 @@ class CollapseLimits:
         check_number(self, "max_unk_argmax", minimum=0.0, maximum=1.0)
         check_number(self, "max_unk_samples", minimum=0.0, maximum=1.0)
         check_int(self, "patience", 1)
+        check_number(self, "min_loss_drop", minimum=0.0)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,42 @@ def test_verdict_patience_needs_consecutive_evaluations_of_one_verdict() -> None
     assert pruning.collapse([at(INIT, 300), COLLAPSED], limits) is None  # stalled, collapsed
 
 
+def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
+    """A slow learning rate reaches the unigram plateau late: context-free and no better than
+    the unigram at step 272, like a collapsed model, but its loss fell 0.15 nats since the
+    evaluation before. It runs on; at its last evaluation it is judged, and the reason says
+    the loss was still falling. A flat loss (the collapsed model's) is stopped at once."""
+    limits = CollapseLimits()
+    slow = [at({**COLLAPSED, "val_loss": 6.35}, 180), COLLAPSED]
+    assert pruning.still_learning(slow, limits) == pytest.approx(0.15)
+    assert pruning.collapse(slow, limits) is None
+    verdict = pruning.collapse(slow, limits, final=True)
+    assert verdict is not None and verdict.outcome == "unigram_collapse"
+    assert "at the end of its budget, and its val_loss was still falling (0.150 nats since " \
+           "evaluation 1)" in verdict.reason
+    flat = [at({**COLLAPSED, "val_loss": 6.205}, 180), COLLAPSED]
+    assert pruning.still_learning(flat, limits) is None
+    assert pruning.collapse(flat, limits).outcome == "unigram_collapse"
+    assert "still falling" not in pruning.collapse(flat, limits, final=True).reason
+    rising = [at({**COLLAPSED, "val_loss": 6.0}, 180), COLLAPSED]
+    assert pruning.collapse(rising, limits) is not None
+    # Stalled waits the same way; <unk> domination is the vocabulary's, whatever the loss does.
+    assert pruning.collapse([at({**INIT, "val_loss": 7.3}, 300), at(INIT, 400)], limits) is None
+    assert pruning.collapse([at({**UNK, "val_loss": 3.5}, 200), UNK], limits) is not None
+    # With patience 2 the drop is taken over both judged evaluations.
+    two = CollapseLimits(patience=2)
+    history = [at({**COLLAPSED, "val_loss": 6.3}, 150), at(COLLAPSED, 220), COLLAPSED]
+    assert pruning.still_learning(history, two) == pytest.approx(0.1)
+    assert pruning.collapse(history, two) is None
+    assert pruning.collapse(history, CollapseLimits(patience=2, min_loss_drop=0.2)) is not None
+
+
+def test_project_rules_pass_final_on() -> None:
+    slow = [at({**COLLAPSED, "val_loss": 6.35}, 180), COLLAPSED]
+    assert pruning.project_rules(slow, Limits()) is None
+    assert pruning.project_rules(slow, Limits(), final=True).outcome == "unigram_collapse"
+
+
 def test_missing_statistics_are_never_a_verdict() -> None:
     limits = CollapseLimits()
     for key in ("unigram_gap", "mean_kl_to_mean", "kl_mean_to_unigram", "step"):
