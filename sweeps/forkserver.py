@@ -61,10 +61,12 @@ def available() -> bool:
 class ForkChild:
     """A trial child forked by the server; the same small interface as ``launchers.PopenChild``."""
 
-    def __init__(self, conn: socket.socket, pid: int) -> None:
+    def __init__(self, conn: socket.socket, pid: int, buffer: bytes = b"") -> None:
         self.pid = pid
         self._conn = conn
-        self._buffer = b""
+        #: What the server sent after the pid line: a child that ended at once may have its
+        #: return code in the same read.
+        self._buffer = buffer
         self.returncode: int | None = None
         #: The server went away before reporting: the child died with it (parent-death signal).
         self.lost = False
@@ -72,17 +74,18 @@ class ForkChild:
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        try:
-            self._conn.setblocking(False)
-            data = self._conn.recv(4096)
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError:
-            data = b""
-        if not data:  # the server is gone: so is the child (it had PDEATHSIG)
-            self.returncode, self.lost = -signal.SIGKILL, True
-            return self.returncode
-        self._buffer += data
+        if b"\n" not in self._buffer:
+            try:
+                self._conn.setblocking(False)
+                data = self._conn.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return None
+            except OSError:
+                data = b""
+            if not data:  # the server is gone: so is the child (it had PDEATHSIG)
+                self.returncode, self.lost = -signal.SIGKILL, True
+                return self.returncode
+            self._buffer += data
         if b"\n" in self._buffer:
             line = self._buffer.split(b"\n", 1)[0]
             self.returncode = int(json.loads(line)["returncode"])
@@ -162,18 +165,11 @@ class ForkServer:
         request = {"run_dir": str(run_dir), "log": str(log_path), "env": env or {},
                    "cpus": cpus}
         conn.sendall(json.dumps(request).encode() + b"\n")
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = conn.recv(4096)
-            if not chunk:
-                raise SweepsError("the fork server closed the connection before starting the "
-                                  "trial; use --launcher subprocess")
-            line += chunk
-        reply = json.loads(line)
+        reply, rest = read_reply(conn)
         if "error" in reply:
             conn.close()
             raise SweepsError(f"the fork server could not start the trial: {reply['error']}")
-        return ForkChild(conn, int(reply["pid"]))
+        return ForkChild(conn, int(reply["pid"]), rest)
 
     def close(self) -> None:
         """Stop the server (its remaining children are killed) and remove its socket."""
@@ -200,6 +196,20 @@ class ForkServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_reply(conn: socket.socket) -> tuple[dict[str, Any], bytes]:
+    """The server's first line on ``conn`` (the pid, or an error) and whatever came after it in
+    the same reads: the return code of a child that ended at once can arrive with its pid."""
+    data = b""
+    while b"\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            raise SweepsError("the fork server closed the connection before starting the "
+                              "trial; use --launcher subprocess")
+        data += chunk
+    line, rest = data.split(b"\n", 1)
+    return json.loads(line), rest
 
 
 def _readline_with_timeout(stream: Any, timeout: float) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ from optuna.trial import TrialState
 from lm import outcomes
 from sweeps import preflight
 from sweeps import storage as st
-from sweeps.forkserver import ForkServer
+from sweeps.forkserver import ForkChild, ForkServer, read_reply
 from sweeps.launchers import PopenChild, SubprocessLauncher
 from sweeps.preflight import TrialPlan
 from sweeps.pruning import Verdict
@@ -390,6 +391,24 @@ def test_the_fork_server_serves_only_its_own_orchestrator(server: Any, tmp_path:
                            capture_output=True, text=True, timeout=30)
     assert other.returncode == 0, other.stderr
     assert other.stdout.strip() in ("b''", "closed")  # closed unanswered: nothing forked
+
+
+def test_a_return_code_in_the_same_read_as_the_pid_is_kept() -> None:
+    """The server sends a child's pid line, then its return code line when it ends: for a child
+    that ends at once both can come in one read. The client used to parse the whole read as one
+    JSON document (``JSONDecodeError: Extra data``, seen once when two trials started together
+    on a cold token cache) and would have lost the return code. Not reproduced with real forks
+    (0 failures in 30 children that exit at once): the client must be slow to read."""
+    client, server_end = socket.socketpair()
+    try:
+        server_end.sendall(b'{"pid": 4242}\n{"returncode": 3}\n')
+        reply, rest = read_reply(client)
+        assert reply == {"pid": 4242} and rest == b'{"returncode": 3}\n'
+        child = ForkChild(client, 4242, rest)
+        assert child.poll() == 3 and child.wait(1) == 3
+    finally:
+        client.close()
+        server_end.close()
 
 
 # --- a child whose files are well-formed but wrong-shaped ----------------------------------------
