@@ -35,6 +35,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared_corpus(tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with ForkServer() as fork:
+        yield fork
+
+
 def make(corpus: Path, pruner: Any, *, fixed: dict | None = None, space: dict | None = None,
          objectives: list[str] | None = None) -> StudySpec:
     study = {"pruner": pruner, **({"objectives": objectives} if objectives else {})}
@@ -153,30 +159,31 @@ def test_a_dominated_point_never_ranks_above_its_dominator(points: list[tuple[in
 # --- real studies -------------------------------------------------------------------------------
 
 
-def run_study(tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]]) -> list[FrozenTrial]:
+def run_study(tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]],
+              server: ForkServer) -> list[FrozenTrial]:
     storage = st.open_storage(f"sqlite:///{tmp / 'sweeps.db'}", heartbeat_interval=1,
                               grace_period=5, max_retries=0)
     create_or_resume(spec, storage)
     study = load_for_workers(spec, storage)
     for params in numbers:
         study.enqueue_trial(params)
-    with ForkServer() as server:
-        ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp / "runs",
-                            launcher=server, budget_bytes=4 * 2**30, poll_s=0.02,
-                            term_grace_s=5.0)
-        for _ in numbers:
-            run_trial(ctx, CPU, study.ask())
+    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp / "runs",
+                        launcher=server, budget_bytes=4 * 2**30, poll_s=0.02, term_grace_s=5.0)
+    for _ in numbers:
+        run_trial(ctx, CPU, study.ask())
     return study.get_trials()
 
 
 @pytest.mark.parametrize("objectives", [["val_bpb"], ["val_bpb", "params"]])
 def test_halving_stops_a_trial_that_ranks_low_at_a_rung(corpus: Path, tmp_path: Path,
+                                                        server: ForkServer,
                                                         objectives: list[str]) -> None:
     """Two learning rates that train, then one that learns nothing: at the first rung (2,000
     tokens) the third ranks last of three and only the best 1 of 3 may go on. With params as a
     second objective (the same for all three) it is dominated: the same verdict."""
     spec = make(corpus, HALVING, objectives=objectives)
-    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}])
+    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}],
+                       server)
     ends = [t.user_attrs["outcome"] for t in trials]
     assert ends == ["complete", "complete", "pruned"], [t.user_attrs["reason"] for t in trials]
     for t in trials[:2]:  # both ran past every rung and recorded their values there
