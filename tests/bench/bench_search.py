@@ -47,7 +47,8 @@ same configurations (with two workers, up to the interleaving) and differ by wha
 For the reference's own row, "reached" is when it found its best.
 
 The halving strategies use the token-based pruners (``min_tokens``, ``reduction_factor``):
-rungs at min_tokens x 3**k below max_tokens, min_tokens = max_tokens / 9 rounded to a multiple
+rungs at min_tokens x 3**k below max_tokens, min_tokens = max_tokens / 9 (``--first-rung 9``:
+two rungs; ``--first-rung 3``: one, at a third) rounded to a multiple
 of 512 tokens, and the evaluations every min_tokens. A checkout without them skips those rows
 (listed) unless ``--strategies`` names them, which is then an error.
 
@@ -130,19 +131,20 @@ SPACE: dict[str, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class Budget:
-    """Tokens per trial, the first rung (two rungs below the end) and the evaluation period."""
+    """Tokens per trial, the first rung and the evaluation period (a ninth of the budget, in
+    every strategy: the rungs are multiples of it)."""
 
     max_tokens: int
     min_tokens: int
+    eval_every: int
 
     @classmethod
-    def of(cls, tokens: int) -> Budget:
-        first = max(STEP_QUANTUM, round(tokens / 9 / STEP_QUANTUM) * STEP_QUANTUM)
-        return cls(tokens, first)
+    def of(cls, tokens: int, divisor: int = 9) -> Budget:
+        def whole(share: float) -> int:
+            return max(STEP_QUANTUM, round(share / STEP_QUANTUM) * STEP_QUANTUM)
 
-    @property
-    def eval_every(self) -> int:
-        return self.min_tokens
+        every = whole(tokens / 9)
+        return cls(tokens, max(every, round(whole(tokens / divisor) / every) * every), every)
 
 
 def pruner_table(pruner: dict[str, Any], budget: Budget) -> dict[str, Any]:
@@ -333,6 +335,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=TOKENS, help="training tokens per trial")
     parser.add_argument("--strategies", default=None,
                         help="comma-separated names (default: every one this checkout runs)")
+    parser.add_argument("--first-rung", type=int, default=9,
+                        help="the halving strategies' first rung: max_tokens / this (default 9)")
     parser.add_argument("--quick", action="store_true", help="one rep of 8 trials")
     parser.add_argument("--json", type=Path, default=None, help="write every trial record here")
     args = parser.parse_args()
@@ -340,6 +344,8 @@ def parse_args() -> argparse.Namespace:
     args.trials = args.trials or (8 if args.quick else 40)
     if args.reps < 1 or args.trials < 1 or args.workers < 1:
         parser.error("--reps, --trials and --workers must be at least 1")
+    if args.first_rung < 2:
+        parser.error("--first-rung must be at least 2 (a rung before the end)")
     if args.tokens < 2 * STEP_QUANTUM:
         parser.error(f"--tokens must be at least {2 * STEP_QUANTUM}")
     return args
@@ -364,7 +370,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ.setdefault("SWEEPS_NUM_THREADS", "1")
-    budget = Budget.of(args.tokens)
+    budget = Budget.of(args.tokens, args.first_rung)
     all_records: list[dict[str, Any]] = []
     by_rep: list[dict[str, dict[str, Any]]] = []
     started = time.perf_counter()
