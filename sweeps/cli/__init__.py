@@ -58,13 +58,16 @@ def demo(
     """The main job: the quickstart study on a synthetic corpus, end to end, then its report."""
     if not QUICKSTART.exists():
         raise SweepsError(f"{QUICKSTART} is missing; run the demo from a checkout of the project")
+    from sweeps.spec import load_spec
+
+    name = load_spec(QUICKSTART).name
     out.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{out / 'sweeps.db'}"
     study.run(spec_path=QUICKSTART, storage=storage, runs_dir=out / "runs")
-    report_path = out / "quickstart.html"
-    report.report(study="quickstart", out=report_path, storage=storage)
+    report_path = out / f"{name}.html"
+    report.report(studies=[name], out=report_path, storage=storage)
     console.print(f"report: {report_path.resolve()}  (open it in a browser)", highlight=False)
-    console.print(f"more: sweeps trials quickstart --storage {storage}", highlight=False)
+    console.print(f"more: sweeps trials {name} --storage {storage}", highlight=False)
 
 
 def main() -> None:

@@ -227,6 +227,23 @@ def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
         (r["number"], r["state"]) for r in rows]
 
 
+def test_the_demo_runs_its_study_and_writes_its_report(corpus: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sweeps demo`` end to end, on a two-trial stand-in for the quickstart spec (the real one
+    takes a minute): its study, then its report (the demo once called the report command with
+    an argument it no longer had, after the run had finished)."""
+    spec = tmp_path / "mini.toml"
+    spec.write_text(toml_text(spec_dict("mini", corpus, fixed={"tokenizer": "word"},
+                                        space={"vocab_size": {"choices": [300, 600]}},
+                                        study={"n_trials": 2})))
+    monkeypatch.setattr(cli, "QUICKSTART", spec)
+    monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
+    assert main("demo", "--out", str(tmp_path / "out")) == 0
+    report = tmp_path / "out" / "mini.html"
+    assert report.is_file() and "plotly" in report.read_text()
+    assert (tmp_path / "out" / "sweeps.db").is_file()
+
+
 def test_sigterm_stops_the_children_and_marks_their_trials_interrupted(corpus: Path,
                                                                        tmp_path: Path) -> None:
     from optuna.trial import TrialState
