@@ -120,9 +120,10 @@ def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
 def still_learning(history: Sequence[Row], limits: CollapseLimits) -> float | None:
     """How much ``val_loss`` fell from the evaluation before the last ``patience`` ones to the
     last, when that is at least ``min_loss_drop`` nats: a model on its way to (or off) the
-    unigram plateau, not one stuck on it. None when it is flat, rising or unknown."""
+    unigram plateau, not one stuck on it. None when it is flat, rising or unknown, or when
+    ``min_loss_drop`` is not set (the default: see ``CollapseLimits``)."""
     n = len(history)
-    if n <= limits.patience:
+    if limits.min_loss_drop is None or n <= limits.patience:
         return None
     before, last = history[n - limits.patience - 1].get("val_loss"), history[-1].get("val_loss")
     if not (_finite(before) and _finite(last)):
@@ -133,10 +134,11 @@ def still_learning(history: Sequence[Row], limits: CollapseLimits) -> float | No
 
 def collapse(history: Sequence[Row], limits: CollapseLimits, *,
              final: bool = False) -> Verdict | None:
-    """A verdict when the last ``patience`` evaluations all support the same one. A model that
-    learns nothing (``unigram_collapse``, ``stalled``) whose loss still falls is not stopped
-    (``still_learning``): a slow learning rate reaches the plateau late and may leave it. At its
-    ``final`` evaluation it is judged anyway, and the reason says the loss was still falling."""
+    """A verdict when the last ``patience`` evaluations all support the same one. With
+    ``min_loss_drop`` set, a model that learns nothing (``unigram_collapse``, ``stalled``) whose
+    loss still falls is not stopped (``still_learning``): a slow learning rate reaches the
+    plateau late and may leave it. At its ``final`` evaluation it is judged anyway, and the
+    reason says the loss was still falling."""
     if not limits.enabled or len(history) < limits.patience:
         return None
     found = {prediction_verdict(r, limits) for r in history[len(history) - limits.patience:]}

@@ -144,8 +144,10 @@ def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
     the unigram at step 272, like a collapsed model, but its loss fell 0.15 nats since the
     evaluation before. It runs on; at its last evaluation it is judged, and the reason says
     the loss was still falling. A flat loss (the collapsed model's) is stopped at once."""
-    limits = CollapseLimits()
     slow = [at({**COLLAPSED, "val_loss": 6.35}, 180), COLLAPSED]
+    assert pruning.still_learning(slow, CollapseLimits()) is None  # off by default
+    assert pruning.collapse(slow, CollapseLimits()).outcome == "unigram_collapse"
+    limits = CollapseLimits(min_loss_drop=0.01)
     assert pruning.still_learning(slow, limits) == pytest.approx(0.15)
     assert pruning.collapse(slow, limits) is None
     verdict = pruning.collapse(slow, limits, final=True)
@@ -162,7 +164,7 @@ def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
     assert pruning.collapse([at({**INIT, "val_loss": 7.3}, 300), at(INIT, 400)], limits) is None
     assert pruning.collapse([at({**UNK, "val_loss": 3.5}, 200), UNK], limits) is not None
     # With patience 2 the drop is taken over both judged evaluations.
-    two = CollapseLimits(patience=2)
+    two = CollapseLimits(patience=2, min_loss_drop=0.01)
     history = [at({**COLLAPSED, "val_loss": 6.3}, 150), at(COLLAPSED, 220), COLLAPSED]
     assert pruning.still_learning(history, two) == pytest.approx(0.1)
     assert pruning.collapse(history, two) is None
@@ -171,8 +173,9 @@ def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
 
 def test_project_rules_pass_final_on() -> None:
     slow = [at({**COLLAPSED, "val_loss": 6.35}, 180), COLLAPSED]
-    assert pruning.project_rules(slow, Limits()) is None
-    assert pruning.project_rules(slow, Limits(), final=True).outcome == "unigram_collapse"
+    limits = Limits(collapse=CollapseLimits(min_loss_drop=0.01))
+    assert pruning.project_rules(slow, limits) is None
+    assert pruning.project_rules(slow, limits, final=True).outcome == "unigram_collapse"
 
 
 def test_missing_statistics_are_never_a_verdict() -> None:
