@@ -59,8 +59,7 @@ def _largest(spec: StudySpec, name: str) -> int:
     if spec.design is not None and name in spec.design.param_names:
         return int(max(spec.design.choices(name)))
     if name in spec.param_names:
-        p = spec.param(name)
-        return int(max(p.choices) if p.choices is not None else p.high)
+        return int(max(spec.param(name).probe_values()))
     return int(spec.base_values()[name])
 
 
@@ -146,7 +145,7 @@ def rung_vector(objectives: Sequence[Objective], before: Row | None, row: Row, t
         elif o.metric == "wall_s":
             value = at_tokens(before, row, tokens, "elapsed_s")
         elif o.metric == "peak_mem":
-            value = row.get("peak_mem_bytes") or static.get("peak_mem")
+            value = row.get("peak_mem_bytes") or None  # 0: not measured
         elif o.metric == "tokens_per_s":
             value = row.get("tokens_per_s")
         else:
