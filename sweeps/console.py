@@ -4,7 +4,8 @@ one rule for text from outside the program on a terminal.
 Study names, trial reasons, parameter values and samples come from a database that others write
 to. Printed raw, ``\x1b]0;TITLE\x07`` retitles the terminal and other escape sequences move the
 cursor, erase lines or fake output; read as rich markup, ``[/x]`` crashes the command. So every
-control character (C0, DEL, C1) is shown escaped, as visible text (``\x1b``): ``console`` and
+control character (C0, DEL, C1) is shown escaped, as visible text (``\x1b``; the rule is
+``sweeps.text.escape_controls``, which the report uses too): ``console`` and
 ``err_console`` do it to every string they render (``render_str``: print arguments, table cells
 and titles), keeping newlines and tabs, which rich lays out itself; ``plain`` makes a value one
 line and markup-free for a table cell; ``write_line`` is the same rule for plain stream writes.
@@ -29,17 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-_CONTROLS = (*range(0x20), 0x7F, *range(0x80, 0xA0))  # Unicode category Cc
-_NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
-_ESCAPE_ALL = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROLS}
-_ESCAPE_BUT_LAYOUT = {c: e for c, e in _ESCAPE_ALL.items() if c not in (0x09, 0x0A)}
-
-
-def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` with each control character written as visible text: ESC as ``\\x1b``, a
-    newline as ``\\n`` (kept, with tabs, when ``keep_newlines``); plain spaces and every
-    printable character unchanged."""
-    return text.translate(_ESCAPE_BUT_LAYOUT if keep_newlines else _ESCAPE_ALL)
+from sweeps.text import escape_controls  # the display rule; re-exported for the CLI
 
 
 def plain(value: object) -> str:

@@ -25,6 +25,8 @@ from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
 from optuna.trial import TrialState, create_trial
 
+from sweeps.text import storable, storable_value
+
 
 def trial_id(trial: Any) -> int:
     """The storage id of a ``Trial`` or ``FrozenTrial`` (Optuna keeps it private)."""
@@ -51,7 +53,9 @@ def _one_transaction_writer(rdb: RDBStorage) -> tuple[Any, Any] | None:
 def write_user_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
     """All of a trial's user attributes in one transaction; Optuna's public one-by-one API where
     the RDB storage's internals are missing. The trial is still RUNNING here, so Optuna's trial
-    cache re-reads it anyway."""
+    cache re-reads it anyway. Strings follow the one storage rule (``sweeps.text``): a reason
+    or a note reads the same as a sample would, on every backend."""
+    attrs = {storable(k): storable_value(v) for k, v in attrs.items()}
     writer = _one_transaction_writer(rdb)
     if writer is None:
         for key, value in attrs.items():

@@ -23,6 +23,10 @@
   trials of this host whose worker process is gone (a resume after ``kill -9``).
 - The project's tables (SQLAlchemy Core): ``sweeps_evals`` (one row per evaluation),
   ``sweeps_samples`` (generated text), ``sweeps_trial_hosts`` (which process runs a trial).
+  Text from a model, a corpus or a child goes in through ``sweeps.text.storable`` (NUL and lone
+  surrogates become U+FFFD), so what SQLite stores PostgreSQL stores too.
+- ``describe_error``: a database error as one line (the driver's message, without the SQL and
+  its parameters, which can be kilobytes of model text).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from optuna.trial import FrozenTrial, TrialState
 from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import optuna_compat
+from sweeps.text import storable, storable_value
 
 DEFAULT_URL = "sqlite:///sweeps.db"
 ENV_VAR = "SWEEPS_STORAGE"
@@ -345,6 +350,20 @@ def _is_create_race(exc: Exception) -> bool:
     return "already exists" in text or "duplicate" in text or "unique constraint" in text
 
 
+def describe_error(exc: BaseException) -> str:
+    """An exception as one line, ``Type: message``; for a database error the driver's own type
+    and first line, never SQLAlchemy's ``[SQL: ...]`` and ``[parameters: ...]`` (kilobytes of
+    a model's text, and the values of whatever was written)."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, sa.exc.StatementError) else None
+    source = orig if isinstance(orig, BaseException) else exc
+    lines = str(source).strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    if isinstance(source, sa.exc.StatementError):
+        first = first.split(" [SQL:")[0]  # a wrapped non-driver error carries its SQL inline
+    first = first[:300] + ("..." if len(first) > 300 else "")
+    return f"{type(source).__name__}: {first}" if first else type(source).__name__
+
+
 def _storage_error(url: str, exc: BaseException) -> SweepsError:
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     first = _scrub(detail[0].strip() if detail else type(exc).__name__, url)
@@ -464,7 +483,9 @@ def record_eval(engine: EngineLike, study: str, trial_number: int, trial_id: int
     """Store one evaluation (a ``metrics.jsonl`` line) of one trial."""
     row: dict[str, Any] = {
         "study_name": study, "trial_number": trial_number, "trial_id": trial_id,
-        "metrics": json.dumps(dict(metrics), sort_keys=True, default=str),
+        # Extras are a child's free-form values: their strings follow the one storage rule.
+        "metrics": json.dumps(storable_value(dict(metrics)), sort_keys=True,
+                              default=lambda v: storable(str(v))),
         "recorded_at": time.time(),
     }
     for key in EVAL_COLUMNS:
@@ -483,7 +504,9 @@ def record_samples(engine: EngineLike, study: str, trial_number: int, trial_id: 
         return
     now = time.time()
     rows = [{"study_name": study, "trial_number": trial_number, "trial_id": trial_id,
-             "step": step, "tokens": tokens, "prompt": str(s["prompt"]), "text": str(s["text"]),
+             "step": _column_value(step, integer=True),
+             "tokens": _column_value(tokens, integer=True),
+             "prompt": storable(str(s["prompt"])), "text": storable(str(s["text"])),
              "recorded_at": now} for s in items]
     with _engine(engine).begin() as conn:
         conn.execute(samples_table.insert(), rows)
@@ -591,7 +614,9 @@ def _column_value(value: Any, *, integer: bool) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if integer:
-        return int(value) if math.isfinite(value) else None
+        # BIGINT holds what a count can be; a larger value (a child's garbage) stays in the
+        # JSON only, where PostgreSQL would refuse the row ("bigint out of range").
+        return int(value) if math.isfinite(value) and abs(value) < 2**63 else None
     # NaN is not portable as a column value (SQLite stores NULL); it stays in the JSON.
     return None if math.isnan(value) else float(value)
 

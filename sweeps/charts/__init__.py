@@ -5,7 +5,8 @@ Thousands of trials: every chart stays readable and the file small. Scatter char
 marker per trial (SVG handles a few thousand); the memory map aggregates trials per cell; the
 learning curves draw the best few trials and a quantile band of the rest; the samples table
 shows a selection. Text that reaches plotly (token strings, reasons) is HTML-escaped first:
-plotly renders a small set of tags inside labels, and ``<Q>`` must show as ``<Q>``.
+plotly renders a small set of tags inside labels, and ``<Q>`` must show as ``<Q>``; its control
+characters are escaped as on the terminal (``sweeps.text.escape_controls``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from lm import outcomes
+from sweeps.text import escape_controls
 
 TOKENIZER_COLORS = {"bpe": "#1f77b4", "word": "#ff7f0e", "byte": "#2ca02c"}
 MIB = 2**20
@@ -40,8 +42,9 @@ outcome_order = outcomes.display_order
 
 
 def esc(text: Any) -> str:
-    """Text for a plotly label or hover: escaped, so ``<Q>`` or ``<script>`` shows as typed."""
-    return html.escape("" if text is None else str(text), quote=False)
+    """Text for a plotly label or hover: escaped, so ``<Q>`` or ``<script>`` shows as typed,
+    and control characters shown as the terminal shows them (``sweeps.text``)."""
+    return html.escape(escape_controls("" if text is None else str(text)), quote=False)
 
 
 def style(fig: go.Figure, *, height: int = 420, **layout: Any) -> go.Figure:

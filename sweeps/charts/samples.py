@@ -1,5 +1,6 @@
 """Generated samples per trial (the latest evaluation's), as an HTML table, every cell escaped:
-a sample containing ``<script>`` or ``<Q>`` shows as that text.
+a sample containing ``<script>`` or ``<Q>`` shows as that text, and its control characters as
+the terminal shows them (``\x1b``; newlines and tabs kept: ``sweeps.text.escape_controls``).
 
 Small studies show every trial; big ones the best complete trials plus a few of each other
 outcome (a collapsed model's samples are the point of looking).
@@ -14,6 +15,7 @@ import pandas as pd
 from lm import outcomes
 from sweeps.charts import Chart, outcome_color, outcome_order
 from sweeps.results import StudyResults
+from sweeps.text import escape_controls
 
 ALL_BELOW = 30
 BEST = 10
@@ -53,7 +55,7 @@ def render(rows: pd.DataFrame) -> str:
     def cell(value: object, cls: str = "") -> str:
         text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else value
         attr = f' class="{cls}"' if cls else ""
-        return f"<td{attr}>{html.escape(str(text))}</td>"
+        return f"<td{attr}>{html.escape(escape_controls(str(text), keep_newlines=True))}</td>"
 
     body = []
     for r in rows.itertuples(index=False):

@@ -426,3 +426,40 @@ def test_sqlite_connections_are_plain_sqlite3(tmp_path: Path) -> None:
     storage = st.open_storage(sqlite_url(tmp_path / "p.db"))
     with storage.engine.connect() as conn:
         assert isinstance(conn.connection.dbapi_connection, sqlite3.Connection)
+
+
+# --- text a model writes ---------------------------------------------------------------------------
+
+
+def test_a_nul_in_a_sample_is_stored_on_postgres(pg_url: str) -> None:
+    """The failure of issue 26: an untrained byte-level model sampled the byte 0x00, PostgreSQL
+    refused the row ("text fields cannot contain NUL"), and every worker stopped on it."""
+    storage = st.open_storage(pg_url)
+    sample = 'J\ufffd1ds\ufffd \rfM?"\x00\x1fi'
+    st.record_samples(storage, "nul", 0, 1, {"<Q>How\x00": sample}, tokens=4096, step=1)
+    st.record_eval(storage, "nul", 0, 1, {"step": 1, "note\x00": "a\x00b", "val_bpb": 8.0})
+    [row] = st.read_samples(storage, "nul")
+    assert row["text"] == sample.replace("\x00", "\ufffd")
+    assert row["prompt"] == "<Q>How\ufffd"
+    assert st.read_evals(storage, "nul")[0]["metrics"]["note\ufffd"] == "a\ufffdb"
+    storage.engine.dispose()
+
+
+def test_a_count_beyond_bigint_stays_in_the_json_only(pg_url: str) -> None:
+    storage = st.open_storage(pg_url)
+    st.record_eval(storage, "big", 0, 1, {"step": 1, "tokens": 2**70, "peak_mem_bytes": 1e30})
+    [row] = st.read_evals(storage, "big")
+    assert row["tokens"] is None and row["peak_mem_bytes"] is None
+    assert row["metrics"]["tokens"] == 2**70
+    storage.engine.dispose()
+
+
+def test_describe_error_is_the_drivers_line_without_sql_or_parameters(pg_url: str) -> None:
+    engine = sa.create_engine(st.normalize_url(pg_url), poolclass=sa.pool.NullPool)
+    with pytest.raises(sa.exc.DBAPIError) as err, engine.begin() as conn:
+        conn.execute(sa.text("SELECT CAST(:t AS text)"), {"t": "secret model text\x00 " * 200})
+    assert "[SQL:" in str(err.value)  # what SQLAlchemy itself would have shown
+    line = st.describe_error(err.value)
+    assert line.startswith("DataError: ") and "NUL" in line
+    assert "\n" not in line and "secret model text" not in line and "[SQL" not in line
+    assert st.describe_error(ValueError("a\nb")) == "ValueError: a"
