@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
@@ -76,6 +77,13 @@ FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_
                  "unk_rate_targets", "unk_argmax_rate", "unk_rate_samples")
 #: The name of the memory constraint (``Trial.set_constraint``).
 CONSTRAINT_KEY = "memory"
+#: The user attribute noting what the database refused to store for a trial (its samples, an
+#: evaluation's row, its notes): one line each; the trial is judged on its metrics regardless.
+STORAGE_PROBLEMS = "storage_problems"
+#: The attributes a trial cannot be read without: what ``finish`` still writes when the
+#: database refuses the whole set (the others are notes and details).
+ESSENTIAL_ATTRS = ("outcome", "reason", "constraint", "run_dir", "config", "host", "pid",
+                   "started_at")
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -291,6 +299,8 @@ class _TrialRun:
         self.judged: set[int] = set()
         self.static: dict[str, float] = {}
         self.max_tokens = 0  # the attempt's budget: its last evaluation is its final one
+        #: What the database refused to store (``record``), one line each, for the record.
+        self.storage_problems: list[str] = []
 
     def attempt(self, cfg: TrainConfig, run_dir: Path, attempt_no: int) -> Attempt:
         ctx, trial = self.ctx, self.trial
@@ -376,11 +386,14 @@ class _TrialRun:
         metrics = {k: v for k, v in row.items() if k != "samples"}
         if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
             metrics["attempt"] = attempt_no
-        storage.record_eval(ctx.storage, ctx.spec.name, trial.number, self.trial_id, metrics)
+        where = f"step {row.get('step')}"
+        self.record(f"the evaluation at {where}", lambda: storage.record_eval(
+            ctx.storage, ctx.spec.name, trial.number, self.trial_id, metrics))
         samples = row.get("samples") or []
         if samples:
-            storage.record_samples(ctx.storage, ctx.spec.name, trial.number, self.trial_id,
-                                   samples, tokens=row.get("tokens"), step=row.get("step"))
+            self.record(f"the samples at {where}", lambda: storage.record_samples(
+                ctx.storage, ctx.spec.name, trial.number, self.trial_id, samples,
+                tokens=row.get("tokens"), step=row.get("step")))
         ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
                   val_bpb=row.get("val_bpb"))
         index = len(history) - 1
@@ -399,6 +412,16 @@ class _TrialRun:
                 return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
                     ctx.spec.study.pruner.name, metric, value, index, row))
         return self.halving(row, history)
+
+    def record(self, what: str, write: Callable[[], None]) -> None:
+        """Store something that is not the trial's result (an evaluation's row for the report,
+        its samples): a database that refuses it costs one noted line (``storage_problems``),
+        never the trial or the worker. The trial is judged on its metrics, which the parent
+        holds in memory; a database that is really gone fails the next Optuna call anyway."""
+        try:
+            write()
+        except Exception as exc:  # whatever the driver raises: a note, not a crash
+            self.storage_problems.append(f"{what} not stored: {storage.describe_error(exc)}")
 
     def start_attempt(self, cfg: TrainConfig) -> None:
         """An attempt's budget and rungs: judged afresh (a fitted retry trains from token 0
@@ -598,6 +621,8 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
     attrs.update(_attempt_attrs(attempt))
+    if run.storage_problems:
+        attrs[STORAGE_PROBLEMS] = capped(run.storage_problems)
     attrs.update(_compute_attrs(cfg, attempt, device))
     if environment_failed(attempt):
         return _environment_failure(ctx, trial, attrs, attempt.reason)
@@ -670,8 +695,7 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
     if a.times.setup_s is not None:
         out["setup_s"] = round(a.times.setup_s, 3)
     if a.problems:  # the trial is judged on what was valid; what was not is kept, in short
-        out["child_file_problems"] = a.problems[:10] + (
-            [f"... and {len(a.problems) - 10} more"] if len(a.problems) > 10 else [])
+        out["child_file_problems"] = capped(a.problems)
     r = a.result or {}
     last = a.history[-1] if a.history else {}
     final = r.get("final_metrics") or last
@@ -704,6 +728,12 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
         if finite:
             out["best_val_bpb"] = min(finite)
     return out
+
+
+def capped(problems: list[str], keep: int = 10) -> list[str]:
+    """A list of noted problems as kept on a trial: the first ``keep``, then how many more."""
+    return problems[:keep] + ([f"... and {len(problems) - keep} more"]
+                              if len(problems) > keep else [])
 
 
 def over_compute_limit(predicted_flops: int, limits: Limits) -> str | None:
@@ -782,8 +812,7 @@ def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
         attrs["constraint"] = outcomes.constraint_value(outcome)
     told = True
     try:
-        optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial),
-                                       {k: jsonable(v) for k, v in attrs.items()})
+        write_trial_attrs(ctx.storage, optuna_compat.trial_id(trial), attrs)
         if state != TrialState.FAIL and hasattr(trial, "set_constraint"):
             trial.set_constraint(CONSTRAINT_KEY, attrs["constraint"])
         if state == TrialState.COMPLETE:
@@ -797,6 +826,24 @@ def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
     ctx.event("end", number=trial.number, outcome=outcome, reason=reason, values=values)
     _update_study_attrs(ctx)
     return TrialReport(trial.number, outcome, reason, values, told)
+
+
+def write_trial_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
+    """The trial's attributes in one transaction. When the database refuses them (a value it
+    cannot hold; not when it is unreachable or locked, which is the worker's error), the
+    essential ones alone and a ``storage_problems`` line: a note never costs a trial its
+    result."""
+    values = {k: jsonable(v) for k, v in attrs.items()}
+    try:
+        optuna_compat.write_user_attrs(rdb, trial_id, values)
+    except sa.exc.SQLAlchemyError as exc:
+        if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+            raise
+        kept = {k: values[k] for k in ESSENTIAL_ATTRS if k in values}
+        kept[STORAGE_PROBLEMS] = [*values.get(STORAGE_PROBLEMS, []),
+                                  "the trial's other attributes not stored: "
+                                  + storage.describe_error(exc)]
+        optuna_compat.write_user_attrs(rdb, trial_id, kept)
 
 
 def _update_study_attrs(ctx: RunnerContext) -> None:

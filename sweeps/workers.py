@@ -338,16 +338,20 @@ class WorkerOptions:
 @dataclass
 class WorkerResult:
     reports: list[TrialReport] = field(default_factory=list)
+    #: Why the worker stopped early, one line (a database error without its SQL).
     error: str | None = None
+    #: The exception behind ``error``, whole, for ``--debug``.
+    exception: BaseException | None = None
 
 
 def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions,
                 ask_lock: threading.Lock | None = None,
                 run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport]
-                | None = None) -> WorkerResult:
+                | None = None, out: WorkerResult | None = None) -> WorkerResult:
     """Ask, run and tell trials until the budget is done, time is up, or a stop is requested;
-    ``run`` runs one trial (default ``runner.run_trial``; the Ray engine's runs it on a node)."""
-    out = WorkerResult()
+    ``run`` runs one trial (default ``runner.run_trial``; the Ray engine's runs it on a node).
+    ``out`` collects the reports, and the error line even when the loop raises."""
+    out = out if out is not None else WorkerResult()
     study, spec = ctx.study, ctx.spec
     lock = ask_lock or threading.Lock()
     in_a_row = 0  # trials the environment failed one after another
@@ -365,10 +369,10 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
         try:
             report = (run or run_trial)(ctx, device, trial)
         except Exception as exc:
-            out.error = f"trial {trial.number}: {type(exc).__name__}: {exc}"
+            line = st.describe_error(exc)
+            out.error, out.exception = f"trial {trial.number}: {line}", exc
             with contextlib.suppress(Exception):
-                finish(ctx, trial, outcomes.CRASHED,
-                       f"orchestrator error: {type(exc).__name__}: {exc}",
+                finish(ctx, trial, outcomes.CRASHED, f"orchestrator error: {line}",
                        {"traceback": traceback.format_exc()[-4000:]})
             raise
         out.reports.append(report)
@@ -453,9 +457,11 @@ def run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: Worker
 
     def target(i: int) -> None:
         try:
-            results[i] = worker_loop(ctx, device, worker_options, lock, run)
+            worker_loop(ctx, device, worker_options, lock, run, out=results[i])
         except BaseException as exc:
-            results[i].error = f"{type(exc).__name__}: {exc}"
+            if results[i].error is None:  # else worker_loop's own line, naming the trial
+                results[i].error = st.describe_error(exc)
+            results[i].exception = results[i].exception or exc
             flags.stop.set()  # one broken worker stops the others cleanly
 
     threads = [threading.Thread(target=target, args=(i,), name=f"sweeps-worker-{i}")

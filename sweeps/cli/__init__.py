@@ -84,6 +84,20 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted by Ctrl-C")
         sys.exit(130)
+    except Exception as exc:
+        if _state["debug"] or not _from_the_database(exc):
+            raise
+        from sweeps.storage import describe_error
+
+        # The driver's one line; SQLAlchemy's text carries the SQL and its parameters.
+        write_line(f"error: database error: {describe_error(exc)} (`sweeps --debug ...` shows "
+                   "the statement and the traceback)")
+        sys.exit(1)
+
+
+def _from_the_database(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLAlchemy's (by module: sqlalchemy is not imported to ask)."""
+    return any(c.__module__.startswith("sqlalchemy.") for c in type(exc).__mro__)
 
 
 if __name__ == "__main__":

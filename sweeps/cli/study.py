@@ -180,9 +180,11 @@ def _summary(board: Board, study_dir: Path, results: list[Any],
         ("best", board.best),
         ("runs", str(study_dir)),
     ])
-    errors = [r.error for r in results if r.error]
-    if errors:
-        raise SweepsError(f"a worker stopped on an error: {errors[0]}")
+    failed = [r for r in results if r.error]
+    if failed:
+        # One line; `sweeps --debug` shows the exception behind it, SQL and all.
+        raise SweepsError(f"a worker stopped on an error: {failed[0].error}") from getattr(
+            failed[0], "exception", None)
     if flags.stop.is_set():
         err_console.print("stopped; `sweeps run` again resumes the study", highlight=False)
         raise typer.Exit(130)
