@@ -428,7 +428,7 @@ def test_sqlite_connections_are_plain_sqlite3(tmp_path: Path) -> None:
         assert isinstance(conn.connection.dbapi_connection, sqlite3.Connection)
 
 
-# --- text a model writes ---------------------------------------------------------------------------
+# --- text a model writes ------------------------------------------------------------------------
 
 
 def test_a_nul_in_a_sample_is_stored_on_postgres(pg_url: str) -> None:
