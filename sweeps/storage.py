@@ -576,8 +576,11 @@ def copy_study_records(source: EngineLike, study: str, target: EngineLike, new_s
         for table in (evals_table, samples_table):
             rows = [dict(r._mapping) for r in conn.execute(
                 sa.select(table).where(table.c.study_name == study).order_by(table.c.id))]
+            # A database written before the storage rule may hold NUL (SQLite took it): the
+            # copy follows the rule, so it lands on PostgreSQL too.
             rows_by_table[table] = [
-                {**{k: v for k, v in r.items() if k != "id"}, "study_name": new_study,
+                {**{k: storable(v) if isinstance(v, str) else v for k, v in r.items()
+                    if k != "id"}, "study_name": new_study,
                  "trial_number": trial_ids[r["trial_number"]][0],
                  "trial_id": trial_ids[r["trial_number"]][1]}
                 for r in rows if r["trial_number"] in trial_ids]

@@ -116,6 +116,22 @@ def test_any_attribute_round_trips_to_its_stored_form(
     assert attrs["k-" + storable(key)] == [storable(value), {storable(key): 1}]
 
 
+def test_a_copy_from_an_older_sqlite_database_follows_the_rule(tmp_path: Path,
+                                                                pg_url: str) -> None:
+    """SQLite took NUL before the rule: copying such rows into PostgreSQL must not fail."""
+    old = st.open_storage(sqlite(tmp_path))
+    with old.engine.begin() as conn:  # as the code before the rule wrote it
+        conn.execute(st.samples_table.insert(), [{
+            "study_name": "old", "trial_number": 0, "trial_id": 1, "prompt": "<Q>\x00",
+            "text": "a\x00b", "recorded_at": 0.0}])
+    target = st.open_storage(pg_url)
+    name = f"copied-{uuid_hex()}"
+    assert st.copy_study_records(old, "old", target, name, {0: (0, 1)}) == 1
+    [row] = st.read_samples(target, name)
+    assert (row["prompt"], row["text"]) == ("<Q>\ufffd", "a\ufffdb")
+    target.engine.dispose()
+
+
 # --- a whole trial -------------------------------------------------------------------------------
 
 
