@@ -10,6 +10,8 @@ options and calling one function of a non-CLI module.
 Heavy imports (torch, the training loop, Optuna, plotly) happen inside the commands that need
 them, so ``sweeps --help`` and the data commands start fast. Every user mistake is a
 ``SweepsError``: ``main`` prints its one line and exits 2; ``--debug`` shows the traceback instead.
+A database error that reaches ``main`` is one line too (the driver's message, never SQLAlchemy's
+statement and parameters: kilobytes of a model's text), exit 1.
 """
 
 from __future__ import annotations
