@@ -129,6 +129,14 @@ CUDA_CONTEXT_BYTES = 512 * 2**20
 CUDA_ALLOCATOR_SLACK = 0.10
 #: cuBLAS/cuBLASLt workspaces (allocated through the caching allocator, so in ``allocated``).
 CUDA_WORKSPACE_BYTES = 32 * 2**20
+#: What a run's ``peak_mem_bytes`` measures, named beside it in ``result.json`` and the trial
+#: record (``peak_mem_kind``), so calibration never divides one quantity by another: the CPU
+#: child's peak anonymous resident set (``lm.rss``: everything the process holds), CUDA's
+#: ``torch.cuda.max_memory_allocated`` (tensors only: no context, no allocator slack), and the
+#: parent's poll of a child's resident set (when the child wrote no peak of its own).
+PEAK_CPU_ANON = "cpu_peak_anon"
+PEAK_CUDA_ALLOCATED = "cuda_max_allocated"
+PEAK_HOST_RSS = "host_rss"
 #: Read fault-around of file-backed mappings on Linux (``fault_around_bytes``).
 FAULT_AROUND_BYTES = 64 * 2**10
 
@@ -187,6 +195,28 @@ class MemoryEstimate:
     allocated: int
     peak_moment: str
     moments: dict[str, int]
+
+    @property
+    def measured(self) -> int:
+        """The prediction of what the child measures as ``peak_mem_bytes`` (``peak_kind``): on
+        CUDA the tensors (``allocated``), on the CPU the whole (``total``)."""
+        return self.allocated if self.device == "cuda" else self.total
+
+    @property
+    def measured_kind(self) -> str:
+        return peak_kind(self.device)
+
+    def calibrated(self, factor: float) -> int:
+        """``total`` with the study's calibration ``factor`` (measured / ``measured`` of its
+        finished trials) applied to what it was learnt on. CPU: the whole. CUDA: the tensors
+        only; the workspace, the allocator's slack on the scaled tensors and the context are
+        added after it, since max_memory_allocated never saw them (scaling a 512 MiB context by
+        a tensor ratio of 0.3 would reserve too little and pack too many trials)."""
+        if self.device != "cuda":
+            return round(self.total * factor)
+        tensors = round((self.allocated - CUDA_WORKSPACE_BYTES) * factor)
+        allocated = tensors + CUDA_WORKSPACE_BYTES
+        return allocated + _cuda_allocator(allocated).bytes + CUDA_CONTEXT_BYTES
 
     def term(self, name: str) -> Term:
         for t in self.terms:
@@ -662,6 +692,11 @@ def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluati
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def peak_kind(device: str) -> str:
+    """What ``peak_mem_bytes`` measures on a device kind (``cpu`` or ``cuda``)."""
+    return PEAK_CUDA_ALLOCATED if device == "cuda" else PEAK_CPU_ANON
 
 
 def cpu_baseline_bytes(cfg: TrainConfig | None = None, threads: int | None = None,

@@ -37,6 +37,7 @@ from lm import host, metrics, outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
 from lm.generate import prompt_ids, sample_tokens
+from lm.memory import peak_kind
 from lm.model import GPT
 from lm.run_files import (
     CHECKPOINT_FILE,
@@ -714,6 +715,7 @@ class _RunState:
             wall_s=time.monotonic() - self.started,
             tokens_per_s=self.tokens / self.train_s if self.train_s > 0 else 0.0,
             peak_mem_bytes=peak_memory_bytes(device),
+            peak_mem_kind=peak_kind(device.type),
             params=params,
             final_metrics=self.last_metrics,
             best_val_bpb=self.best_val_bpb,

@@ -46,7 +46,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from lm import flops, host, outcomes
+from lm import flops, host, memory, outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from lm.run_files import (
@@ -531,6 +531,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
                           calibration=calibration)
     attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
                  predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
+                 predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
+                 predicted_peak_mem_kind=plan.measured_kind,
                  memory_budget_bytes=plan.budget_bytes, calibration_factor=calibration)
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
@@ -597,7 +599,7 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     attrs["config"] = cfg.to_dict()
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
-    attrs.update(_attempt_attrs(attempt))
+    attrs.update(_attempt_attrs(attempt, device.device))
     attrs.update(_compute_attrs(cfg, attempt, device))
     if environment_failed(attempt):
         return _environment_failure(ctx, trial, attrs, attempt.reason)
@@ -662,7 +664,23 @@ def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfi
     return replace(cfg, cpu_memory_limit_bytes=limit)
 
 
-def _attempt_attrs(a: Attempt) -> dict[str, Any]:
+def peak_measured(result: dict[str, Any], last: dict[str, Any], peak_rss: int | None,
+                  device: str = "cpu") -> tuple[int | None, str | None]:
+    """The trial's measured peak and what it measures (``lm.memory.peak_kind``): the child's
+    own (``result.json``, else its last metrics row, measured the same way on its device), else
+    the parent's poll of its resident set, which on a GPU is not device memory at all."""
+    ran_on = str(result.get("device") or device).split(":")[0]
+    own_kind = result.get("peak_mem_kind") or memory.peak_kind(ran_on)
+    if result.get("peak_mem_bytes"):
+        return int(result["peak_mem_bytes"]), own_kind
+    if last.get("peak_mem_bytes"):
+        return int(last["peak_mem_bytes"]), own_kind
+    if peak_rss:
+        return int(peak_rss), memory.PEAK_HOST_RSS
+    return None, None
+
+
+def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
     out: dict[str, Any] = {"wall_s": round(a.wall_s, 3), "child_pid": a.child_pid,
                            "returncode": a.returncode}
     if a.times.cold_start_s is not None:
@@ -675,9 +693,9 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
     r = a.result or {}
     last = a.history[-1] if a.history else {}
     final = r.get("final_metrics") or last
-    peak = r.get("peak_mem_bytes") or last.get("peak_mem_bytes") or a.peak_rss
+    peak, kind = peak_measured(r, last, a.peak_rss, device)
     if peak:
-        out["peak_mem_bytes"] = int(peak)
+        out["peak_mem_bytes"], out["peak_mem_kind"] = int(peak), kind
     tokens = r.get("tokens_seen", last.get("tokens"))
     if tokens is not None:
         out["tokens_seen"] = int(tokens)
