@@ -118,22 +118,32 @@ def signals_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: How an allocation that failed reads in a ``RuntimeError``'s message (lowercased): the CPU
+#: allocator under ``cpu_memory_limit``, and the CUDA libraries whose own allocations fail
+#: outside the caching allocator (cuBLAS/cuBLASLt handles and workspaces, cuDNN, cuFFT,
+#: cuSPARSE, cuSOLVER and the runtime: ``cudaErrorMemoryAllocation``), which torch raises as a
+#: plain RuntimeError, not ``torch.OutOfMemoryError``.
+OOM_MESSAGES = (
+    "can't allocate memory",
+    "cannot allocate memory",
+    "out of memory",
+    "failed to allocate",
+    "status_alloc_failed",  # CUBLAS_/CUSPARSE_/CUSOLVER_STATUS_ALLOC_FAILED
+    "cudnn_status_alloc_failed",
+    "cufft_alloc_failed",
+    "cudaerrormemoryallocation",
+)
+
+
 def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is running out of memory: CUDA's, or an allocation refused under the CPU
-    limit (``cpu_memory_limit``), which torch reports as a ``RuntimeError``."""
+    """Whether ``exc`` is running out of memory: CUDA's, a CUDA library's (``OOM_MESSAGES``), or
+    an allocation refused under the CPU limit (``cpu_memory_limit``), which torch reports as a
+    ``RuntimeError``."""
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return True
     if isinstance(exc, RuntimeError):
         msg = str(exc).lower()
-        return any(
-            s in msg
-            for s in (
-                "can't allocate memory",
-                "cannot allocate memory",
-                "out of memory",
-                "failed to allocate",
-            )
-        )
+        return any(s in msg for s in OOM_MESSAGES)
     return False
 
 

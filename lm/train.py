@@ -18,6 +18,7 @@ of another configuration is refused (one line): continuing it would be neither r
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
 import sys
@@ -301,6 +302,7 @@ def run(
             raise  # bad input: nothing written
         except BaseException as exc:
             return _ending(state, exc)
+        failure: BaseException
         try:
             state.begin(setup, resume)
             limit_bytes = cfg.cpu_memory_limit_bytes if setup.device.type == "cpu" else None
@@ -309,7 +311,11 @@ def run(
                 outcome, reason = state.train(progress, on_eval)
             return state.finish(outcome, reason)
         except BaseException as exc:  # every ending gets a result.json
-            return _ending(state, exc)
+            failure = exc
+        # Outside the except block: inside it the interpreter's current exception keeps the
+        # traceback, and with it train()'s frames (model, optimizer, activations), alive, so an
+        # OOM's release of memory would free nothing.
+        return _ending(state, failure)
 
 
 def load_resume(cfg: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
@@ -374,9 +380,10 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
     if isinstance(exc, _Diverged):
         return state.finish(outcomes.DIVERGED, str(exc))
     if is_oom(exc):
-        state.release_memory()
         lines = str(exc).strip().splitlines()
         first = f"{type(exc).__name__}" + (f": {lines[0][:300]}" if lines else "")
+        drop_frames(exc)
+        state.release_memory()
         limit = (
             f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})"
             if state.memory_limit is not None
@@ -386,6 +393,20 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
     tb = "".join(traceback.format_exception(exc))
     print(tb, file=sys.stderr)
     return state.finish(outcomes.CRASHED, f"{type(exc).__name__}: {exc}", tb)
+
+
+def drop_frames(exc: BaseException) -> None:
+    """Let go of the frames ``exc`` and the exceptions chained to it hold (their locals: the
+    model, its activations), so the memory they hold can be freed before the result is
+    written. Only for an OOM: a crash keeps its traceback to report."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+            current.__traceback__ = None
+        current = current.__cause__ or current.__context__
 
 
 def _warm_up(device: torch.device, cfg: TrainConfig) -> None:
@@ -696,6 +717,7 @@ class _RunState:
         """Drop the model and optimizer so writing the result cannot fail for lack of memory."""
         self.model = None
         self.optimizer = None
+        gc.collect()  # autograd graphs and modules hold reference cycles
         if self.setup is not None and self.setup.device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -6,7 +6,8 @@
   ``lm.train.run`` of each ends at the fp32 validation loss within 3 %;
 - a CUDA out-of-memory ends the trial ``oom`` with a complete ``result.json`` (every field the
   parent reads, valid), and the next trial on the same GPU, forked from the same server,
-  completes; in one process too (``lm.train`` frees the memory of the run that failed);
+  completes; in one process too (``lm.train`` frees the memory of the run that failed: what
+  the caching allocator holds after it is a few MiB, not the failed run's tensors);
 - the fork server imports torch but does not initialize CUDA (no ``libcuda`` mapped in it), so
   the children it forks train on CUDA;
 - ``CUDA_VISIBLE_DEVICES`` as a worker sets it pins a child to one device.
@@ -134,6 +135,11 @@ def test_oom_then_the_next_trial_completes_in_one_process(corpus: Path, tmp_path
     result = run(huge(corpus), tmp_path / "huge")
     assert result.outcome == "oom", result.reason
     assert_complete_oom_result(tmp_path / "huge")
+    # The failed run's tensors are gone, not just small enough for the next run to squeeze by:
+    # its frames are dropped before release_memory (lm.train.drop_frames) and the cache is
+    # emptied. A few MiB stay (the warm-up's cuBLAS workspace, the RNG state).
+    assert torch.cuda.memory_allocated() < 64 * 2**20, torch.cuda.memory_summary()
+    assert torch.cuda.memory_reserved() < 128 * 2**20, torch.cuda.memory_summary()
     after = run(config(corpus), tmp_path / "after")
     assert after.outcome == "complete", after.reason
 
