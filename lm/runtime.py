@@ -90,6 +90,33 @@ def cpu_memory_limit(limit_bytes: int | None) -> Iterator[int | None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+#: The least share of the device a limited run may use: a limit at or below its context still
+#: lets it start, and it ends ``oom`` at its first real allocation instead of failing to set up.
+MIN_CUDA_FRACTION = 1e-3
+
+
+def cuda_memory_fraction(limit_bytes: int, total_bytes: int, context_bytes: int) -> float:
+    """The share of a device's memory the caching allocator may hold for a run allowed
+    ``limit_bytes`` of it in all: the limit less the context (which the driver holds outside
+    the allocator, so ``set_per_process_memory_fraction`` never counts it), over the total."""
+    return min(1.0, max(MIN_CUDA_FRACTION, (limit_bytes - context_bytes) / total_bytes))
+
+
+def cuda_memory_limit(device: torch.device, limit_bytes: int | None) -> float | None:
+    """Cap what this process's caching allocator may hold on ``device`` at ``limit_bytes`` less
+    the context (``lm.memory.CUDA_CONTEXT_BYTES``): a run that outgrows the reservation it was
+    admitted with then gets ``torch.OutOfMemoryError`` itself (outcome ``oom``) instead of
+    taking memory a neighbour on the same GPU was promised. The fraction set; None: no limit."""
+    from lm.memory import CUDA_CONTEXT_BYTES
+
+    if limit_bytes is None or device.type != "cuda":
+        return None
+    total = int(torch.cuda.get_device_properties(device).total_memory)
+    fraction = cuda_memory_fraction(int(limit_bytes), total, CUDA_CONTEXT_BYTES)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
+
+
 class RunInterrupted(BaseException):
     """Raised by the SIGTERM handler. A BaseException, so no library's ``except Exception``
     swallows it on its way to ``run``."""

@@ -59,6 +59,7 @@ from lm.runtime import (
     RunInterrupted,
     autocast_for,
     cpu_memory_limit,
+    cuda_memory_limit,
     environment_error,
     is_oom,
     peak_memory_bytes,
@@ -307,7 +308,8 @@ def run(
             state.begin(setup, resume)
             limit_bytes = cfg.cpu_memory_limit_bytes if setup.device.type == "cpu" else None
             with cpu_memory_limit(limit_bytes) as limit:
-                state.memory_limit = limit
+                if limit is not None:  # a CUDA run's limit was set by begin()
+                    state.memory_limit = limit
                 outcome, reason = state.train(progress, on_eval)
             return state.finish(outcome, reason)
         except BaseException as exc:  # every ending gets a result.json
@@ -384,15 +386,18 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
         first = f"{type(exc).__name__}" + (f": {lines[0][:300]}" if lines else "")
         drop_frames(exc)
         state.release_memory()
-        limit = (
-            f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})"
-            if state.memory_limit is not None
-            else ""
-        )
+        limit = "" if state.memory_limit is None else (
+            f" (cuda_memory_limit_bytes={state.cfg.cuda_memory_limit_bytes:,})"
+            if state.cfg.cuda_memory_limit_bytes is not None and _on_cuda(state)
+            else f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})")
         return state.finish(outcomes.OOM, f"out of memory at {state.where()}{limit}: {first}")
     tb = "".join(traceback.format_exception(exc))
     print(tb, file=sys.stderr)
     return state.finish(outcomes.CRASHED, f"{type(exc).__name__}: {exc}", tb)
+
+
+def _on_cuda(state: _RunState) -> bool:
+    return state.setup is not None and state.setup.device.type == "cuda"
 
 
 def drop_frames(exc: BaseException) -> None:
@@ -499,6 +504,8 @@ class _RunState:
         if device.type == "cuda":
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
+            if cuda_memory_limit(device, cfg.cuda_memory_limit_bytes) is not None:
+                self.memory_limit = cfg.cuda_memory_limit_bytes
         _warm_up(device, cfg)
         torch.manual_seed(cfg.seed)
 

@@ -653,10 +653,18 @@ def _environment_failure(ctx: RunnerContext, trial: optuna.Trial, attrs: dict[st
 
 def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig,
                        predicted: int, budget: int | None) -> TrainConfig:
-    """A CPU child's enforced limit, derived from its budget (the study's, or its reservation
+    """A child's enforced limit, derived from its budget (the study's, or its reservation
     under admission: packed children cannot outgrow the room they were admitted to by much);
-    a value fixed in the spec is kept when it is tighter."""
-    if device.device != "cpu" or budget is None:
+    a value fixed in the spec is kept when it is tighter. CPU: ``cpu_memory_limit_bytes``
+    (``preflight.cpu_child_limit``); CUDA: ``cuda_memory_limit_bytes``, the budget itself, which
+    the child turns into its caching allocator's share of the device (``lm.runtime``)."""
+    if budget is None:
+        return cfg
+    if device.device == "cuda":
+        limit = int(budget) if cfg.cuda_memory_limit_bytes is None \
+            else min(int(budget), cfg.cuda_memory_limit_bytes)
+        return replace(cfg, cuda_memory_limit_bytes=limit)
+    if device.device != "cpu":
         return cfg
     limit = int(ctx.preflight.cpu_child_limit(budget, int(predicted)))
     if cfg.cpu_memory_limit_bytes is not None:

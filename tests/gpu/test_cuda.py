@@ -10,7 +10,9 @@
   the caching allocator holds after it is a few MiB, not the failed run's tensors);
 - the fork server imports torch but does not initialize CUDA (no ``libcuda`` mapped in it), so
   the children it forks train on CUDA;
-- ``CUDA_VISIBLE_DEVICES`` as a worker sets it pins a child to one device.
+- ``CUDA_VISIBLE_DEVICES`` as a worker sets it pins a child to one device;
+- a run limited to its reservation (``cuda_memory_limit_bytes``, as the runner sets it) that
+  outgrows it ends ``oom`` itself, naming the limit, and one within it completes under it.
 """
 
 from __future__ import annotations
@@ -190,3 +192,15 @@ def test_visible_devices_pins_a_child_to_one_device(corpus: Path, tmp_path: Path
         assert rc != 0
         assert "CUDA" in (hidden / "log.txt").read_text()
     assert os.environ.get(host.VISIBLE_DEVICES_ENV) != ""  # the test's own process is untouched
+
+
+def test_a_run_over_its_cuda_reservation_ends_oom_itself(corpus: Path, tmp_path: Path) -> None:
+    # ~1 GiB of logits and their gradients (512 x 128 x 1024 x 4 B a copy) against 256 MiB
+    # left to the allocator once the context is taken from the 768 MiB reservation.
+    over = config(corpus, batch_size=512, cuda_memory_limit_bytes=768 * 2**20)
+    result = run(over, tmp_path / "over")
+    assert result.outcome == "oom", result.reason
+    assert "cuda_memory_limit_bytes=805,306,368" in result.reason
+    within = run(config(corpus, cuda_memory_limit_bytes=2 * 2**30), tmp_path / "within")
+    assert within.outcome == "complete", within.reason
+    assert within.peak_mem_bytes <= 2 * 2**30 - 512 * 2**20

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lm.runtime import is_oom
+from lm import memory, runtime
+from lm.runtime import cuda_memory_fraction, is_oom
 
 #: Messages as torch raises them on CUDA hosts (RuntimeError unless noted).
 CUDA_OOMS = (
@@ -44,3 +45,34 @@ def test_other_cuda_errors_are_not(message: str) -> None:
 def test_torchs_own_oom_and_memory_error() -> None:
     assert is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert is_oom(MemoryError())
+
+
+#: An H200 as torch reports it (get_device_properties(0).total_memory).
+H200_TOTAL = 150_011_707_392
+
+
+def test_the_cuda_fraction_is_the_reservation_less_the_context() -> None:
+    gib, context = 2**30, memory.CUDA_CONTEXT_BYTES
+    assert cuda_memory_fraction(2 * gib, H200_TOTAL, context) == pytest.approx(
+        (2 * gib - context) / H200_TOTAL)
+    # A reservation at or below the context still starts (and ends oom at once); never > 1.
+    assert cuda_memory_fraction(context // 2, H200_TOTAL, context) == runtime.MIN_CUDA_FRACTION
+    assert cuda_memory_fraction(10 * H200_TOTAL, H200_TOTAL, context) == 1.0
+
+
+def test_a_limited_cuda_run_sets_its_allocators_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``lm.train`` calls on a CUDA device, with torch's CUDA calls recorded."""
+    from types import SimpleNamespace
+
+    calls: list[tuple[float, torch.device]] = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(total_memory=H200_TOTAL))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda fraction, device: calls.append((fraction, device)))
+    gpu = torch.device("cuda", 0)
+    fraction = runtime.cuda_memory_limit(gpu, 4 * 2**30)
+    assert calls == [(fraction, gpu)]
+    assert fraction * H200_TOTAL + memory.CUDA_CONTEXT_BYTES == pytest.approx(4 * 2**30)
+    assert runtime.cuda_memory_limit(gpu, None) is None
+    assert runtime.cuda_memory_limit(torch.device("cpu"), 4 * 2**30) is None
+    assert len(calls) == 1
