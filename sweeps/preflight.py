@@ -12,7 +12,8 @@ The runner calls these before it launches a trial child (it owns what happens ne
   (``sweeps.engines.local.trial_budget``: one trial's budget is what an empty device takes,
   these same fractions of it). An explicit size is
   used as given; ``None`` means no budget (nothing is pre-pruned). ``"auto"``:
-  GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's total memory, shared by the workers on it;
+  GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's free memory (``gpu_room``; ``nvidia-smi``'s
+  free figure: other processes' use taken off), shared by the workers on it;
   CPU: ``AUTO_CPU_FRACTION`` (80 %) of ``MemAvailable`` (``/proc/meminfo``) divided among the
   workers (the 20 % left covers the parent, the page cache of the token files and other users).
 - ``calibration_factor(study)``: the median of measured / predicted over the study's finished
@@ -171,10 +172,17 @@ def resolve_budget(limits: Limits, *, device: str, workers: int) -> int | None:
         return int(budget)
     workers = max(1, int(workers))
     if host.device_kind(device) == "cuda":
-        total, count = host.gpu_total_bytes(device)
+        mem, count = host.device_gpu_memory(device)
         per_device = math.ceil(workers / max(1, count))  # one device each, shared if fewer
-        return int(total * AUTO_GPU_FRACTION / per_device)
+        return gpu_room(mem.free) // per_device
     return int(host.mem_available_bytes() * AUTO_CPU_FRACTION / workers)
+
+
+def gpu_room(free_bytes: int) -> int:
+    """What trials may be given of a GPU with ``free_bytes`` free now: ``AUTO_GPU_FRACTION`` of
+    it (the rest covers other processes' growth and the allocator's fragmentation). Free, not
+    total: on a shared GPU what other processes hold is not there to give."""
+    return int(free_bytes * AUTO_GPU_FRACTION)
 
 
 # --- calibration -------------------------------------------------------------------------------

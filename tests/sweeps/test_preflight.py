@@ -131,9 +131,11 @@ def test_resolve_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert gib("cpu", 1) == pytest.approx(8)  # 80 % of MemAvailable
     assert gib("cpu", 4) == pytest.approx(2)  # shared by the workers
-    monkeypatch.setattr(host, "gpu_total_bytes", lambda device: (80 * 2**30, 2))
-    assert gib("cuda:1", 2) == pytest.approx(72)  # 90 % of the device, one worker per device
-    assert gib("cuda", 4) == pytest.approx(36)  # two workers per device
+    # Recorded nvidia-smi lines: another process holds 20 GiB of the 80 GiB GPU.
+    monkeypatch.setattr(host, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(host, "gpu_memory", lambda gpu: host.parse_gpu_memory("61440, 81920\n"))
+    assert gib("cuda:1", 2) == pytest.approx(54)  # 90 % of what is free, a worker per device
+    assert gib("cuda", 4) == pytest.approx(27)  # two workers per device
 
 
 def test_mem_available_reads_proc_meminfo() -> None:
