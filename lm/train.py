@@ -276,7 +276,7 @@ def _setup(cfg: TrainConfig) -> _Setup:
             f"{cfg.seq_len + 1}; use a smaller seq_len or a bigger corpus"
         )
     model_cfg = cfg.model_config(vocab_size=int(cache.tokenizer.vocab_size))
-    threads = host.cpu_threads() if device.type == "cpu" else None
+    threads = host.run_threads(device.type)
     return _Setup(device, threads, cache, windows, window_nbytes, model_cfg)
 
 

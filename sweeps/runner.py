@@ -107,6 +107,12 @@ class WorkerDevice:
     label: str = "cpu"
 
 
+def child_env(device: WorkerDevice) -> dict[str, str]:
+    """What a trial's child gets on top of this process's environment: ``lm.host.CHILD_ENV``
+    (PCI device order), then its device's own (``CUDA_VISIBLE_DEVICES``, threads)."""
+    return {**host.CHILD_ENV, **device.env}
+
+
 @dataclass
 class RunnerContext:
     """What every trial of one study in one process shares."""
@@ -303,8 +309,8 @@ class _TrialRun:
         resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
         started = time.monotonic()
-        child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE, env=self.device.env,
-                                    cpus=self.device.cpus)
+        child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE,
+                                    env=child_env(self.device), cpus=self.device.cpus)
         follower = MetricsFollower(run_dir / METRICS_FILE)
         history: list[dict[str, Any]] = []
         verdict: Verdict | None = None

@@ -442,3 +442,13 @@ def test_a_cublas_allocation_failure_ends_as_oom(
     result = run(tiny_config(corpus), tmp_path / "r")
     assert (result.outcome, result.exit_code) == ("oom", outcomes.EXIT_CODES["oom"])
     assert "CUBLAS_STATUS_ALLOC_FAILED" in result.reason
+
+
+def test_a_gpu_run_caps_its_cpu_threads(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a cap each of a dozen children packed on one GPU started a pool of every core."""
+    from lm import host
+
+    monkeypatch.setattr(train_mod, "resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr(host, "cpu_ids", lambda: list(range(16)))
+    monkeypatch.delenv(host.NUM_THREADS_ENV, raising=False)
+    assert train_mod._setup(tiny_config(corpus)).threads == host.GPU_RUN_THREADS
