@@ -21,13 +21,13 @@ each computed by one function below:
   P x 4 gradients, freed after every optimizer step (``zero_grad(set_to_none)``), so live at
   the loss-backward peak only when ``grad_accum > 1``; AdamW's two fp32 states, 2 x P x 4.
 - activations saved for backward (``_block`` per layer, ``_activations`` over all layers;
-  ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings``
-  (the first block's input), ``residual`` (block input and mid-block sum, + the final
-  LayerNorm's input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd),
-  ``attention`` (q, k, v and the output), ``attention_scores`` (``_attention_scores``: ``naive``
-  keeps the B x H x T x T softmax per layer, with dropout its mask and output too; ``sdpa``
-  only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the math
-  path; at the attention backward two more score-sized gradients exist, so naive memory grows
+  ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings`` (the
+  first block's input), ``residual`` (block input and mid-block sum, + the final LayerNorm's
+  input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd), ``attention``
+  (q, k, v and the output; naive also q scaled), ``attention_scores`` (``_attention_scores``:
+  ``naive`` keeps the B x H x T x T softmax per layer, with dropout its mask and output too;
+  ``sdpa`` only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the
+  math path; at the attention backward two more score-sized gradients exist, so naive memory grows
   with T^2), ``ffn`` (the up projection's output and the GELU's). Dropout adds a mask per site
   (fp32 noise on the CPU, 1-byte masks on CUDA) to the term of the tensor it masks. With
   ``checkpointing`` each block keeps only its input, plus one recomputed block in backward.
@@ -350,6 +350,7 @@ class _Shape:
     # Scores are materialized by naive attention, and on the CPU by sdpa with dropout (its
     # math fallback).
     materialized: bool
+    naive: bool = False
 
     @classmethod
     def of(cls, cfg: TrainConfig, *, cuda: bool) -> _Shape:
@@ -358,7 +359,8 @@ class _Shape:
         return cls(cfg.batch_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff,
                    cfg.vocab_size, cfg.n_layers, a=2 if lowp else 4, lowp=lowp, cuda=cuda,
                    dropout=dropout, checkpointing=cfg.checkpointing, grad_accum=cfg.grad_accum,
-                   materialized=cfg.attention == "naive" or (not cuda and dropout))
+                   materialized=cfg.attention == "naive" or (not cuda and dropout),
+                   naive=cfg.attention == "naive")
 
     def drop_mask(self, elements: int, elem_bytes: int) -> int:
         """A dropout site's saved mask: CUDA keeps 1-byte masks, the CPU a noise tensor."""
@@ -428,10 +430,17 @@ def _block(s: _Shape, scores: _Scores) -> _Block:
     return _Block(
         residual=2 * BTC * 4,  # block input and mid-block sum, for the LayerNorms
         norms=2 * (BTC * s.a + 2 * BT * 4),  # two LayerNorm outputs + mean/rstd
-        attention=4 * BTC * s.a + s.drop_mask(BTC, s.a),  # q, k, v, output + residual dropout
+        # q, k, v, the output (+ naive's q scaled before q @ k^T) + the residual dropout
+        attention=_qkv_saved(s) * BTC * s.a + s.drop_mask(BTC, s.a),
         attention_scores=scores.per_layer,
         ffn=2 * s.B * s.T * s.F * s.a + s.drop_mask(BTC, s.a),  # up projection and GELU
     )
+
+
+def _qkv_saved(s: _Shape) -> int:
+    """(B, T, C) tensors the attention saves per layer: q, k, v and the output; naive's q
+    scaled before ``q @ k^T`` (``lm.model``: fp16-safe) is one more."""
+    return 5 if s.naive else 4
 
 
 class _Activations(NamedTuple):
@@ -674,7 +683,8 @@ def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluati
                      {"B": B, "T": T, "C": C, "L": L}),
         "norms": ("B x T x (C x a + 8)" if ck else "(2L + 1) x B x T x (C x a + 8)",
                   {"B": B, "T": T, "C": C, "L": L, "a": a}),
-        "attention": ("L x 4 x B x T x C x a", {"B": B, "T": T, "C": C, "L": L, "a": a}),
+        "attention": (f"L x {_qkv_saved(s)} x B x T x C x a",
+                      {"B": B, "T": T, "C": C, "L": L, "a": a}),
         "attention_scores": (
             ("L x B x H x T x T x " + ("(s + 2a)" if s.dropout else "s")) if s.materialized
             else "L x B x H x T x 4",
