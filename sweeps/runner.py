@@ -514,7 +514,8 @@ def resume_from_earlier(study_dir: Path, earlier: list[int], cfg: TrainConfig,
 # --- a whole trial -------------------------------------------------------------------------------
 
 
-def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> TrialReport:
+def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
+              calibration: float | None = None) -> TrialReport:
     """Run ``trial`` (already asked, RUNNING) to its end and tell Optuna. Never raises for a
     trial's own failure (that is an outcome); an exception here is the orchestrator's (e.g. the
     database went away): its child is killed, and the worker marks the trial crashed if it can
@@ -532,7 +533,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     if FLOPS_BUDGET in params:  # an IsoFLOP cell ([scaling]): the budget its fit groups it by
         attrs["flops_budget"] = float(params[FLOPS_BUDGET])
     pre = ctx.preflight
-    calibration = float(pre.calibration_factor(ctx.study))
+    if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
+        calibration = float(pre.calibration_factor(ctx.study))
     plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,
                           calibration=calibration)
     attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
