@@ -191,6 +191,21 @@ def gpu_total_bytes(device: str) -> tuple[int, int]:
     return int(torch.cuda.get_device_properties(index).total_memory), torch.cuda.device_count()
 
 
+#: Where CUDA's Multi-Process Service listens (its clients find it there), as the daemon's
+#: own variable says, else its default.
+MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
+MPS_DEFAULT_PIPE = "/tmp/nvidia-mps"
+
+
+def mps_pipe() -> str | None:
+    """The pipe directory of a running MPS daemon (``nvidia-cuda-mps-control -d``), None when
+    none runs: without MPS, kernels of different processes on one GPU take turns
+    (time-slicing); with it they run at once. Read, never started: it changes the GPU for
+    every user of the host."""
+    pipe = os.environ.get(MPS_PIPE_ENV) or MPS_DEFAULT_PIPE
+    return pipe if os.path.exists(os.path.join(pipe, "control")) else None
+
+
 @lru_cache(maxsize=16)
 def gpu_name(gpu: str) -> str | None:
     """The product name of GPU ``gpu`` (an index or UUID as ``CUDA_VISIBLE_DEVICES`` names it),

@@ -212,6 +212,22 @@ def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | 
                                   cpu_threads_per_trial(len(cores), cap))])
 
 
+def gpu_sharing_note(pool: MemoryPool) -> str | None:
+    """What packing trials on a GPU of ``pool`` buys here, for ``sweeps run`` to say (None on
+    the CPU): with MPS their kernels run at once; without it they take turns, and packing
+    overlaps only their host-side work (start-up, data, evaluation, Python)."""
+    if not any(d.kind == "cuda" for d in pool.devices):
+        return None
+    pipe = host.mps_pipe()
+    if pipe is not None:
+        return (f"MPS is running ({pipe}): the kernels of trials packed on one GPU run at "
+                "the same time")
+    return ("MPS is not running: trials packed on one GPU share its memory, but their kernels "
+            "take turns (each child also holds its own ~500 MiB CUDA context); packing "
+            "overlaps their host-side work. `nvidia-cuda-mps-control -d` would run them at "
+            "once (README: Packing trials on one GPU)")
+
+
 def _gpu_free(index: int) -> int:
     return host.device_gpu_memory(f"cuda:{index}")[0].free
 

@@ -34,3 +34,10 @@ def test_a_gpu_run_gets_few_threads_unless_told(monkeypatch: pytest.MonkeyPatch)
 
 def test_children_number_gpus_as_nvidia_smi_does() -> None:
     assert host.CHILD_ENV == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_a_running_mps_daemon_is_found_by_its_control_pipe(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(host.MPS_PIPE_ENV, str(tmp_path))
+    assert host.mps_pipe() is None  # the directory alone: no daemon listens
+    (tmp_path / "control").touch()
+    assert host.mps_pipe() == str(tmp_path)

@@ -331,3 +331,17 @@ def test_a_trials_child_gets_pci_device_order_and_its_devices_env() -> None:
 
     gpu = WorkerDevice("cuda", {"CUDA_VISIBLE_DEVICES": "3"}, None, "gpu 3")
     assert child_env(gpu) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3"}
+
+
+def test_sweeps_run_says_what_packing_on_a_gpu_buys(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from lm import host
+
+    gpu = local.MemoryPool([local.PoolDevice("gpu 0", "cuda", 70 * 2**30)])
+    cpu = local.MemoryPool([local.PoolDevice("cpu", "cpu", 2**30, {}, (0, 1), 1)])
+    monkeypatch.setenv(host.MPS_PIPE_ENV, str(tmp_path))
+    assert local.gpu_sharing_note(cpu) is None
+    note = local.gpu_sharing_note(gpu)
+    assert note is not None and note.startswith("MPS is not running") and "take turns" in note
+    (tmp_path / "control").touch()
+    assert local.gpu_sharing_note(gpu).startswith(f"MPS is running ({tmp_path})")
