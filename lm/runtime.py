@@ -117,6 +117,11 @@ def cuda_memory_limit(device: torch.device, limit_bytes: int | None) -> float | 
     return fraction
 
 
+def lift_cuda_memory_limit(device: torch.device) -> None:
+    """Undo ``cuda_memory_limit``: the allocator may hold the whole device again."""
+    torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
 class RunInterrupted(BaseException):
     """Raised by the SIGTERM handler. A BaseException, so no library's ``except Exception``
     swallows it on its way to ``run``."""

@@ -62,6 +62,7 @@ from lm.runtime import (
     cuda_memory_limit,
     environment_error,
     is_oom,
+    lift_cuda_memory_limit,
     peak_memory_bytes,
     resolve_device,
     signals_interrupt,
@@ -733,6 +734,9 @@ class _RunState:
         setup = self.setup
         meta = setup.cache.meta if setup is not None else {}
         device = setup.device if setup is not None else torch.device("cpu")
+        if self.memory_limit is not None and device.type == "cuda":
+            # An in-process run (tests, `sweeps train`) leaves its process as it found it.
+            lift_cuda_memory_limit(device)
         params = param_breakdown(setup.model_cfg) if setup is not None else {}
         result = RunResult(
             outcome=outcome,

@@ -204,3 +204,5 @@ def test_a_run_over_its_cuda_reservation_ends_oom_itself(corpus: Path, tmp_path:
     within = run(config(corpus, cuda_memory_limit_bytes=2 * 2**30), tmp_path / "within")
     assert within.outcome == "complete", within.reason
     assert within.peak_mem_bytes <= 2 * 2**30 - 512 * 2**20
+    # The limit is the run's, not the process's: lifted when the run ends.
+    torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda")

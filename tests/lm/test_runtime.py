@@ -76,3 +76,5 @@ def test_a_limited_cuda_run_sets_its_allocators_share(monkeypatch: pytest.Monkey
     assert runtime.cuda_memory_limit(gpu, None) is None
     assert runtime.cuda_memory_limit(torch.device("cpu"), 4 * 2**30) is None
     assert len(calls) == 1
+    runtime.lift_cuda_memory_limit(gpu)  # the run's end: the whole device again
+    assert calls[-1] == (1.0, gpu)
