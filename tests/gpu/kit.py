@@ -54,7 +54,7 @@ DRIVER_S = 5
 #: Seconds between SIGTERM and SIGKILL when a step runs out of time (its children tidy up). A
 #: command is stopped 2 x GRACE_S before its step's deadline, so even one that ignores SIGTERM
 #: is gone by the deadline: no step overruns its budget.
-GRACE_S = 5
+GRACE_S = 3
 #: Targets the summary judges against (studies/gpu/README.md).
 MEMORY_TARGET = 0.10  # |predicted / measured - 1| for every point of the GPU grid
 THROUGHPUT_TARGET = 0.95  # lm.train.run's tokens/s over the hand-written loop's
@@ -77,12 +77,12 @@ class Step:
 
 #: The plan, in order. The budgets sum to at most TOTAL_BUDGET_S - DRIVER_S (test_kit.py).
 STEPS = (
-    Step("env", 15, False, "python, torch, CUDA and the GPU as this host has them (nvidia-smi)"),
+    Step("env", 20, False, "python, torch, CUDA and the GPU as this host has them (nvidia-smi)"),
     Step("wheels", 25, False, "check the carried .whl/ set and pip-install it --no-index"),
     Step("pytest", 85, True, "pytest -m gpu tests/gpu: fp16/bf16 against fp32, OOM then a "
                              "trial (its memory released), fork-server children on CUDA, "
                              "CUDA_VISIBLE_DEVICES, a run over its reservation ends oom"),
-    Step("memory", 95, True, "bench_memory --device cuda --configs gpu: predicted allocated "
+    Step("memory", 85, True, "bench_memory --device cuda --configs gpu: predicted allocated "
                              "against torch.cuda.max_memory_allocated, worst ratio"),
     Step("throughput", 60, True, "bench_train --device cuda: lm.train.run against a hand loop "
                                  "(d_model 768, 12 layers, T 1024, bf16), tokens/s and MFU"),
@@ -92,7 +92,7 @@ STEPS = (
                               "one at a time against packed by memory, and whether MPS runs"),
     Step("fusion", 30, True, "bench_fusion: K models fused into one batched model against K "
                              "one after another, steps/s at d_model 32/64/128, K 1/4/16, bf16"),
-    Step("classic", 50, True, "studies/classic_parenting.toml's baseline (word 300, d_ff 1, "
+    Step("classic", 55, True, "studies/classic_parenting.toml's baseline (word 300, d_ff 1, "
                               "batch 1000 x 254) on a real dump: outcome, reason, steps"),
 )
 #: Why a CUDA step is skipped when the env step found no device.
