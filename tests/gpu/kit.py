@@ -184,6 +184,13 @@ def step_env(kit: Kit) -> Outcome:
         rc, smi = kit.sh(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                           "--format=csv,noheader"])
         numbers["nvidia_smi"] = smi.strip() if rc == 0 else f"exit {rc}"
+    # What the orchestrator reads of this host without a CUDA context: the pools' free memory
+    # (nvidia-smi, lm.host.gpu_memory) and whether MPS runs.
+    rc, read = kit.sh([sys.executable, "-c", "import json; from lm import host; "
+                       "m = host.gpu_memory('0'); print(json.dumps({'gpu_memory': m and "
+                       "m._asdict(), 'mps_pipe': host.mps_pipe()}))"])
+    if rc == 0:
+        numbers.update(json.loads(read.strip().splitlines()[-1]))
     kit.cuda = bool(numbers["cuda_available"])
     return Outcome("pass", "CUDA available" if kit.cuda else
                    "no CUDA device: torch.cuda.is_available() is False", numbers)

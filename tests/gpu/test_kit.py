@@ -58,6 +58,7 @@ def test_without_cuda_every_gpu_step_is_skipped_and_the_summary_is_valid(tmp_pat
                 "skip", "no CUDA device: torch.cuda.is_available() is False")
     assert by_name["env"]["status"] == "pass"
     assert by_name["env"]["numbers"]["cuda_available"] is False
+    assert "gpu_memory" in by_name["env"]["numbers"] and "mps_pipe" in by_name["env"]["numbers"]
     assert by_name["wheels"]["status"] == "skip" and "prepare.sh" in by_name["wheels"]["reason"]
     assert "it has every pinned one" in by_name["wheels"]["reason"]
     log = (out / "log.txt").read_text(encoding="utf-8")
