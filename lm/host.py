@@ -25,8 +25,9 @@ from lm.errors import SweepsError
 
 #: The environment variable that caps a CPU run's threads.
 NUM_THREADS_ENV = "SWEEPS_NUM_THREADS"
-#: A GPU run's intra-op threads unless ``SWEEPS_NUM_THREADS`` says otherwise (``run_threads``).
-GPU_RUN_THREADS = 2
+#: A GPU run's intra-op threads unless ``SWEEPS_NUM_THREADS`` says otherwise (``run_threads``):
+#: one, as the local engine counts one core to drive each GPU trial.
+GPU_RUN_THREADS = 1
 #: The environment variable that says which GPUs a process may use (CUDA's own).
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 DEVICE_KINDS = ("cpu", "cuda")

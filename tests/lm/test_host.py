@@ -27,9 +27,8 @@ def test_a_gpu_run_gets_few_threads_unless_told(monkeypatch: pytest.MonkeyPatch)
     assert host.run_threads("cpu") == 16
     monkeypatch.setenv(host.NUM_THREADS_ENV, "4")
     assert host.run_threads("cuda") == host.run_threads("cpu") == 4
-    monkeypatch.setattr(host, "cpu_ids", lambda: [0])
-    monkeypatch.delenv(host.NUM_THREADS_ENV)
-    assert host.run_threads("cuda") == 1  # never more than its cores
+    monkeypatch.setattr(host, "cpu_ids", lambda: [0, 1])
+    assert host.run_threads("cuda") == 2  # never more than its cores
 
 
 def test_children_number_gpus_as_nvidia_smi_does() -> None:
