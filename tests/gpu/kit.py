@@ -333,13 +333,36 @@ def step_study(kit: Kit) -> Outcome:
                                                "val_bpb", "peak_mem_bytes", "wall_s")}
                           for row in rows], "outcomes": outcomes}
     db = f"sqlite:///{kit.work / 'gpu_kit.db'}"
+    ratios = calibration_ratios(kit, db, "gpu_kit")
+    numbers["calibration_ratios"] = ratios
     rc, text = kit.sh([sys.executable, "-m", "sweeps", "report", "gpu_kit", "--storage", db,
                        "--out", str(kit.out / "report.html")])
     if rc != 0:
         return Outcome("fail", f"sweeps report exit {rc}: {_last_line(text)}", numbers)
     if outcomes != {"complete": len(rows)} or not rows:
         return Outcome("fail", f"not every trial completed: {outcomes}", numbers)
-    return Outcome("pass", f"{len(rows)} trials complete; report.html written", numbers)
+    if not isinstance(ratios, list) or len(ratios) != len(rows):
+        return Outcome("fail", f"calibration pairs {ratios} for {len(rows)} complete trials: "
+                               "each CUDA peak must be paired with its tensor prediction",
+                       numbers)
+    return Outcome("pass", f"{len(rows)} trials complete; calibration ratios (tensors against "
+                           f"tensors) {', '.join(f'{r:.2f}' for r in ratios)}; report.html "
+                           f"written", numbers)
+
+
+def calibration_ratios(kit: Kit, db: str, name: str) -> list[float] | str:
+    """The study's measured / predicted pairs as calibration reads them
+    (``sweeps.preflight.calibration_ratios``): on CUDA max_memory_allocated against the
+    predicted tensors, one per complete trial. Why not, when they cannot be read."""
+    probe = ("import json, sys, optuna\n"
+             "from sweeps import preflight\n"
+             "optuna.logging.set_verbosity(optuna.logging.WARNING)\n"
+             "study = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2])\n"
+             "print(json.dumps([round(r, 4) for r in preflight.calibration_ratios(study)]))")
+    rc, text = kit.sh([sys.executable, "-c", probe, name, db])
+    if rc != 0:
+        return f"not read (exit {rc}): {_last_line(text)}"
+    return json.loads(text.strip().splitlines()[-1])
 
 
 def step_packing(kit: Kit) -> Outcome:

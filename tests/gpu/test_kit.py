@@ -132,6 +132,21 @@ def test_the_packing_and_fusion_steps_read_their_benchmarks(
     assert got.status == "pass" and "best 10.00x at d_model 32, K 16" in got.reason
 
 
+def test_the_study_steps_calibration_pairs_are_read_as_calibration_reads_them(
+        tmp_path: Path) -> None:
+    import optuna
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    study = optuna.create_study(study_name="k", storage=db)
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE,
+                                              values=[1.0], user_attrs={
+        "outcome": "complete", "peak_mem_bytes": 95, "peak_mem_kind": "cuda_max_allocated",
+        "predicted_peak_mem_raw_bytes": 100, "predicted_peak_mem_kind": "cuda_max_allocated",
+        "predicted_mem_raw_bytes": 700}))
+    assert kit.calibration_ratios(a_kit(tmp_path), db, "k") == [0.95]
+    assert kit.calibration_ratios(a_kit(tmp_path), db, "missing").startswith("not read")
+
+
 def test_the_dump_is_looked_for_in_the_repo_first_history_preferred(tmp_path: Path) -> None:
     inside, beside = tmp_path / "inside", tmp_path / "beside"
     assert kit.find_dump((inside, beside)) is None
