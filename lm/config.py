@@ -113,7 +113,8 @@ _IDENTITY_FIELDS = ("corpus", "tokenizer", "lowercase", *_MODEL_FIELDS)
 #: Fields that only place or bound a run, not what it computes: a resume checkpoint fits a config
 #: that agrees on every other field (a preempted trial may come back on another node, device or
 #: memory budget, with a longer wall-clock limit).
-_PLACEMENT_FIELDS = ("device", "cpu_memory_limit_bytes", "max_wall_s", "checkpoint_every_tokens")
+_PLACEMENT_FIELDS = ("device", "cpu_memory_limit_bytes", "cuda_memory_limit_bytes", "max_wall_s",
+                     "checkpoint_every_tokens")
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,11 @@ class TrainConfig:
     cpu_memory_limit_bytes: int | None = field(
         default=None,
         metadata=_help("CPU runs: bytes the run may allocate beyond its start-up footprint."),
+    )
+    cuda_memory_limit_bytes: int | None = field(
+        default=None,
+        metadata=_help("CUDA runs: bytes of the device the run may hold, its context included "
+                       "(the reservation it was admitted with)."),
     )
     sample_prompts: tuple[str, ...] = field(
         default=("<Q>How do I", "<Q>What is"),
@@ -210,6 +216,8 @@ class TrainConfig:
             )
         if self.cpu_memory_limit_bytes is not None:
             check_int(self, "cpu_memory_limit_bytes", 1)
+        if self.cuda_memory_limit_bytes is not None:
+            check_int(self, "cuda_memory_limit_bytes", 1)
         prompts = self.sample_prompts
         if isinstance(prompts, list):
             prompts = tuple(prompts)

@@ -6,8 +6,11 @@ here, so they cannot disagree on one machine.
   else what ``nvidia-smi -L`` lists), else ``cpu``. No torch import: the orchestrator stays
   fast, and a GPU hidden by ``CUDA_VISIBLE_DEVICES=""`` is not there for the child either.
 - ``SWEEPS_NUM_THREADS`` (a positive integer) caps the intra-op threads of a CPU run; the
-  orchestrator sets it for each child (its own value, when set, caps theirs). A bad value is a
-  one-line error wherever it is read.
+  orchestrator sets it for each child (its own value, when set, caps theirs). A GPU run uses
+  it too, else ``GPU_RUN_THREADS`` (``run_threads``). A bad value is a one-line error wherever
+  it is read.
+- Trial children get ``CHILD_ENV``: PCI bus order for CUDA's device numbers, as ``nvidia-smi``
+  and ``visible_gpus`` number them.
 """
 
 from __future__ import annotations
@@ -16,14 +19,24 @@ import os
 import shutil
 import subprocess
 from functools import lru_cache
+from typing import NamedTuple
 
 from lm.errors import SweepsError
 
 #: The environment variable that caps a CPU run's threads.
 NUM_THREADS_ENV = "SWEEPS_NUM_THREADS"
+#: A GPU run's intra-op threads unless ``SWEEPS_NUM_THREADS`` says otherwise (``run_threads``):
+#: one, as the local engine counts one core to drive each GPU trial.
+GPU_RUN_THREADS = 1
 #: The environment variable that says which GPUs a process may use (CUDA's own).
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 DEVICE_KINDS = ("cpu", "cuda")
+#: CUDA numbers GPUs fastest first unless told otherwise, ``nvidia-smi`` in PCI bus order: on a
+#: host with mixed GPUs, index 0 of ``visible_gpus`` (and of a spec's ``cuda:N``) would be
+#: another device in the child. Every trial child gets PCI order (``CHILD_ENV``), so one index
+#: names one device everywhere.
+DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
+CHILD_ENV = {DEVICE_ORDER_ENV: "PCI_BUS_ID"}
 
 
 # --- CPU -----------------------------------------------------------------------------------------
@@ -51,6 +64,16 @@ def cpu_ids() -> list[int]:
 def cpu_threads() -> int:
     """Threads for a CPU run: ``SWEEPS_NUM_THREADS`` when set, else every core it may use."""
     return num_threads_override() or len(cpu_ids())
+
+
+def run_threads(kind: str) -> int:
+    """Intra-op threads of a training run on a device kind: a CPU run, ``cpu_threads``; a GPU
+    run, ``SWEEPS_NUM_THREADS`` when set, else ``GPU_RUN_THREADS``, at most the cores it may
+    use. A GPU run's CPU work is launching kernels and cutting batches: with every core each,
+    the dozen children packed on one GPU would oversubscribe the host many times over."""
+    if kind == "cuda":
+        return min(num_threads_override() or GPU_RUN_THREADS, len(cpu_ids()))
+    return cpu_threads()
 
 
 def mem_available_bytes() -> int:
@@ -108,6 +131,56 @@ def cuda_index(device: str) -> int:
     return int(device.split(":")[1]) if ":" in device else 0
 
 
+class GpuMemory(NamedTuple):
+    """One GPU's memory in bytes: what is free now (other processes' use taken off) and all."""
+
+    free: int
+    total: int
+
+
+def parse_gpu_memory(text: str) -> GpuMemory | None:
+    """``nvidia-smi --query-gpu=memory.free,memory.total --format=csv,noheader,nounits``'s line
+    (MiB) as bytes; None for anything else ("[N/A]" on a MIG instance, an error)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) != 1:
+        return None
+    fields = [f.strip() for f in lines[0].split(",")]
+    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+        return None
+    free, total = (int(f) * 2**20 for f in fields)
+    return GpuMemory(min(free, total), total)
+
+
+def gpu_memory(gpu: str) -> GpuMemory | None:
+    """Free and total memory of GPU ``gpu`` (an index or UUID as ``CUDA_VISIBLE_DEVICES``
+    names it) from ``nvidia-smi``: no CUDA context is made in this process (one would hold
+    ~500 MiB of every GPU it reads for as long as the orchestrator runs). None when it cannot
+    tell."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free,memory.total",
+                              "--format=csv,noheader,nounits", "-i", gpu],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_gpu_memory(out.stdout) if out.returncode == 0 else None
+
+
+def device_gpu_memory(device: str) -> tuple[GpuMemory, int]:
+    """(the memory of the GPU ``device`` names, the number of visible GPUs): ``nvidia-smi``'s
+    free and total; without it, torch's total taken as free (it cannot tell what others use
+    without a context)."""
+    gpus = visible_gpus()
+    index = cuda_index(device if device != "auto" else "cuda")
+    if index < len(gpus):
+        read = gpu_memory(gpus[index])
+        if read is not None:
+            return read, len(gpus)
+    total, count = gpu_total_bytes(device)
+    return GpuMemory(total, total), count
+
+
 def gpu_total_bytes(device: str) -> tuple[int, int]:
     """(total memory of the CUDA device, number of CUDA devices); torch imported lazily."""
     import torch
@@ -117,6 +190,21 @@ def gpu_total_bytes(device: str) -> tuple[int, int]:
                           "use device cpu or give memory_budget as a size")
     index = cuda_index(device if device != "auto" else "cuda")
     return int(torch.cuda.get_device_properties(index).total_memory), torch.cuda.device_count()
+
+
+#: Where CUDA's Multi-Process Service listens (its clients find it there), as the daemon's
+#: own variable says, else its default.
+MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
+MPS_DEFAULT_PIPE = "/tmp/nvidia-mps"
+
+
+def mps_pipe() -> str | None:
+    """The pipe directory of a running MPS daemon (``nvidia-cuda-mps-control -d``), None when
+    none runs: without MPS, kernels of different processes on one GPU take turns
+    (time-slicing); with it they run at once. Read, never started: it changes the GPU for
+    every user of the host."""
+    pipe = os.environ.get(MPS_PIPE_ENV) or MPS_DEFAULT_PIPE
+    return pipe if os.path.exists(os.path.join(pipe, "control")) else None
 
 
 @lru_cache(maxsize=16)

@@ -21,13 +21,13 @@ each computed by one function below:
   P x 4 gradients, freed after every optimizer step (``zero_grad(set_to_none)``), so live at
   the loss-backward peak only when ``grad_accum > 1``; AdamW's two fp32 states, 2 x P x 4.
 - activations saved for backward (``_block`` per layer, ``_activations`` over all layers;
-  ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings``
-  (the first block's input), ``residual`` (block input and mid-block sum, + the final
-  LayerNorm's input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd),
-  ``attention`` (q, k, v and the output), ``attention_scores`` (``_attention_scores``: ``naive``
-  keeps the B x H x T x T softmax per layer, with dropout its mask and output too; ``sdpa``
-  only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the math
-  path; at the attention backward two more score-sized gradients exist, so naive memory grows
+  ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings`` (the
+  first block's input), ``residual`` (block input and mid-block sum, + the final LayerNorm's
+  input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd), ``attention``
+  (q, k, v and the output; naive also q scaled), ``attention_scores`` (``_attention_scores``:
+  ``naive`` keeps the B x H x T x T softmax per layer, with dropout its mask and output too;
+  ``sdpa`` only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the
+  math path; at the attention backward two more score-sized gradients exist, so naive memory grows
   with T^2), ``ffn`` (the up projection's output and the GELU's). Dropout adds a mask per site
   (fp32 noise on the CPU, 1-byte masks on CUDA) to the term of the tensor it masks. With
   ``checkpointing`` each block keeps only its input, plus one recomputed block in backward.
@@ -129,6 +129,14 @@ CUDA_CONTEXT_BYTES = 512 * 2**20
 CUDA_ALLOCATOR_SLACK = 0.10
 #: cuBLAS/cuBLASLt workspaces (allocated through the caching allocator, so in ``allocated``).
 CUDA_WORKSPACE_BYTES = 32 * 2**20
+#: What a run's ``peak_mem_bytes`` measures, named beside it in ``result.json`` and the trial
+#: record (``peak_mem_kind``), so calibration never divides one quantity by another: the CPU
+#: child's peak anonymous resident set (``lm.rss``: everything the process holds), CUDA's
+#: ``torch.cuda.max_memory_allocated`` (tensors only: no context, no allocator slack), and the
+#: parent's poll of a child's resident set (when the child wrote no peak of its own).
+PEAK_CPU_ANON = "cpu_peak_anon"
+PEAK_CUDA_ALLOCATED = "cuda_max_allocated"
+PEAK_HOST_RSS = "host_rss"
 #: Read fault-around of file-backed mappings on Linux (``fault_around_bytes``).
 FAULT_AROUND_BYTES = 64 * 2**10
 
@@ -187,6 +195,28 @@ class MemoryEstimate:
     allocated: int
     peak_moment: str
     moments: dict[str, int]
+
+    @property
+    def measured(self) -> int:
+        """The prediction of what the child measures as ``peak_mem_bytes`` (``peak_kind``): on
+        CUDA the tensors (``allocated``), on the CPU the whole (``total``)."""
+        return self.allocated if self.device == "cuda" else self.total
+
+    @property
+    def measured_kind(self) -> str:
+        return peak_kind(self.device)
+
+    def calibrated(self, factor: float) -> int:
+        """``total`` with the study's calibration ``factor`` (measured / ``measured`` of its
+        finished trials) applied to what it was learnt on. CPU: the whole. CUDA: the tensors
+        only; the workspace, the allocator's slack on the scaled tensors and the context are
+        added after it, since max_memory_allocated never saw them (scaling a 512 MiB context by
+        a tensor ratio of 0.3 would reserve too little and pack too many trials)."""
+        if self.device != "cuda":
+            return round(self.total * factor)
+        tensors = round((self.allocated - CUDA_WORKSPACE_BYTES) * factor)
+        allocated = tensors + CUDA_WORKSPACE_BYTES
+        return allocated + _cuda_allocator(allocated).bytes + CUDA_CONTEXT_BYTES
 
     def term(self, name: str) -> Term:
         for t in self.terms:
@@ -320,6 +350,7 @@ class _Shape:
     # Scores are materialized by naive attention, and on the CPU by sdpa with dropout (its
     # math fallback).
     materialized: bool
+    naive: bool = False
 
     @classmethod
     def of(cls, cfg: TrainConfig, *, cuda: bool) -> _Shape:
@@ -328,7 +359,8 @@ class _Shape:
         return cls(cfg.batch_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff,
                    cfg.vocab_size, cfg.n_layers, a=2 if lowp else 4, lowp=lowp, cuda=cuda,
                    dropout=dropout, checkpointing=cfg.checkpointing, grad_accum=cfg.grad_accum,
-                   materialized=cfg.attention == "naive" or (not cuda and dropout))
+                   materialized=cfg.attention == "naive" or (not cuda and dropout),
+                   naive=cfg.attention == "naive")
 
     def drop_mask(self, elements: int, elem_bytes: int) -> int:
         """A dropout site's saved mask: CUDA keeps 1-byte masks, the CPU a noise tensor."""
@@ -398,10 +430,17 @@ def _block(s: _Shape, scores: _Scores) -> _Block:
     return _Block(
         residual=2 * BTC * 4,  # block input and mid-block sum, for the LayerNorms
         norms=2 * (BTC * s.a + 2 * BT * 4),  # two LayerNorm outputs + mean/rstd
-        attention=4 * BTC * s.a + s.drop_mask(BTC, s.a),  # q, k, v, output + residual dropout
+        # q, k, v, the output (+ naive's q scaled before q @ k^T) + the residual dropout
+        attention=_qkv_saved(s) * BTC * s.a + s.drop_mask(BTC, s.a),
         attention_scores=scores.per_layer,
         ffn=2 * s.B * s.T * s.F * s.a + s.drop_mask(BTC, s.a),  # up projection and GELU
     )
+
+
+def _qkv_saved(s: _Shape) -> int:
+    """(B, T, C) tensors the attention saves per layer: q, k, v and the output; naive's q
+    scaled before ``q @ k^T`` (``lm.model``: fp16-safe) is one more."""
+    return 5 if s.naive else 4
 
 
 class _Activations(NamedTuple):
@@ -644,7 +683,8 @@ def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluati
                      {"B": B, "T": T, "C": C, "L": L}),
         "norms": ("B x T x (C x a + 8)" if ck else "(2L + 1) x B x T x (C x a + 8)",
                   {"B": B, "T": T, "C": C, "L": L, "a": a}),
-        "attention": ("L x 4 x B x T x C x a", {"B": B, "T": T, "C": C, "L": L, "a": a}),
+        "attention": (f"L x {_qkv_saved(s)} x B x T x C x a",
+                      {"B": B, "T": T, "C": C, "L": L, "a": a}),
         "attention_scores": (
             ("L x B x H x T x T x " + ("(s + 2a)" if s.dropout else "s")) if s.materialized
             else "L x B x H x T x 4",
@@ -662,6 +702,11 @@ def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluati
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def peak_kind(device: str) -> str:
+    """What ``peak_mem_bytes`` measures on a device kind (``cpu`` or ``cuda``)."""
+    return PEAK_CUDA_ALLOCATED if device == "cuda" else PEAK_CPU_ANON
 
 
 def cpu_baseline_bytes(cfg: TrainConfig | None = None, threads: int | None = None,

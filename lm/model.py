@@ -46,8 +46,11 @@ class CausalSelfAttention(nn.Module):
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
             )
         else:
-            # The memory ablation: the full (B, H, T, T) score matrix is materialized.
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, H, T, T)
+            # The memory ablation: the full (B, H, T, T) score matrix is materialized. q is
+            # scaled before the product: in fp16 (max 65504) the unscaled q @ k^T overflows
+            # to inf, and the softmax then gives NaN, sqrt(D) times sooner than the scores do.
+            q = q * (1.0 / math.sqrt(k.size(-1)))
+            att = q @ k.transpose(-2, -1)  # (B, H, T, T)
             att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
             att = self.attn_drop(F.softmax(att, dim=-1))
             y = att @ v  # (B, H, T, D)

@@ -101,6 +101,9 @@ class RunResult:
     wall_s: float = 0.0
     tokens_per_s: float = 0.0
     peak_mem_bytes: int = 0
+    #: What ``peak_mem_bytes`` measures (``lm.memory.peak_kind``): CUDA tensors, or the CPU
+    #: child's whole anonymous peak.
+    peak_mem_kind: str | None = None
     params: dict[str, int] = field(default_factory=dict)
     final_metrics: dict[str, Any] | None = None
     best_val_bpb: float | None = None

@@ -90,6 +90,38 @@ def cpu_memory_limit(limit_bytes: int | None) -> Iterator[int | None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+#: The least share of the device a limited run may use: a limit at or below its context still
+#: lets it start, and it ends ``oom`` at its first real allocation instead of failing to set up.
+MIN_CUDA_FRACTION = 1e-3
+
+
+def cuda_memory_fraction(limit_bytes: int, total_bytes: int, context_bytes: int) -> float:
+    """The share of a device's memory the caching allocator may hold for a run allowed
+    ``limit_bytes`` of it in all: the limit less the context (which the driver holds outside
+    the allocator, so ``set_per_process_memory_fraction`` never counts it), over the total."""
+    return min(1.0, max(MIN_CUDA_FRACTION, (limit_bytes - context_bytes) / total_bytes))
+
+
+def cuda_memory_limit(device: torch.device, limit_bytes: int | None) -> float | None:
+    """Cap what this process's caching allocator may hold on ``device`` at ``limit_bytes`` less
+    the context (``lm.memory.CUDA_CONTEXT_BYTES``): a run that outgrows the reservation it was
+    admitted with then gets ``torch.OutOfMemoryError`` itself (outcome ``oom``) instead of
+    taking memory a neighbour on the same GPU was promised. The fraction set; None: no limit."""
+    from lm.memory import CUDA_CONTEXT_BYTES
+
+    if limit_bytes is None or device.type != "cuda":
+        return None
+    total = int(torch.cuda.get_device_properties(device).total_memory)
+    fraction = cuda_memory_fraction(int(limit_bytes), total, CUDA_CONTEXT_BYTES)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
+
+
+def lift_cuda_memory_limit(device: torch.device) -> None:
+    """Undo ``cuda_memory_limit``: the allocator may hold the whole device again."""
+    torch.cuda.set_per_process_memory_fraction(1.0, device)
+
+
 class RunInterrupted(BaseException):
     """Raised by the SIGTERM handler. A BaseException, so no library's ``except Exception``
     swallows it on its way to ``run``."""
@@ -118,22 +150,32 @@ def signals_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: How an allocation that failed reads in a ``RuntimeError``'s message (lowercased): the CPU
+#: allocator under ``cpu_memory_limit``, and the CUDA libraries whose own allocations fail
+#: outside the caching allocator (cuBLAS/cuBLASLt handles and workspaces, cuDNN, cuFFT,
+#: cuSPARSE, cuSOLVER and the runtime: ``cudaErrorMemoryAllocation``), which torch raises as a
+#: plain RuntimeError, not ``torch.OutOfMemoryError``.
+OOM_MESSAGES = (
+    "can't allocate memory",
+    "cannot allocate memory",
+    "out of memory",
+    "failed to allocate",
+    "status_alloc_failed",  # CUBLAS_/CUSPARSE_/CUSOLVER_STATUS_ALLOC_FAILED
+    "cudnn_status_alloc_failed",
+    "cufft_alloc_failed",
+    "cudaerrormemoryallocation",
+)
+
+
 def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is running out of memory: CUDA's, or an allocation refused under the CPU
-    limit (``cpu_memory_limit``), which torch reports as a ``RuntimeError``."""
+    """Whether ``exc`` is running out of memory: CUDA's, a CUDA library's (``OOM_MESSAGES``), or
+    an allocation refused under the CPU limit (``cpu_memory_limit``), which torch reports as a
+    ``RuntimeError``."""
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return True
     if isinstance(exc, RuntimeError):
         msg = str(exc).lower()
-        return any(
-            s in msg
-            for s in (
-                "can't allocate memory",
-                "cannot allocate memory",
-                "out of memory",
-                "failed to allocate",
-            )
-        )
+        return any(s in msg for s in OOM_MESSAGES)
     return False
 
 

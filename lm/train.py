@@ -18,6 +18,7 @@ of another configuration is refused (one line): continuing it would be neither r
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
 import sys
@@ -37,6 +38,7 @@ from lm import host, metrics, outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
 from lm.generate import prompt_ids, sample_tokens
+from lm.memory import peak_kind
 from lm.model import GPT
 from lm.run_files import (
     CHECKPOINT_FILE,
@@ -57,8 +59,10 @@ from lm.runtime import (
     RunInterrupted,
     autocast_for,
     cpu_memory_limit,
+    cuda_memory_limit,
     environment_error,
     is_oom,
+    lift_cuda_memory_limit,
     peak_memory_bytes,
     resolve_device,
     signals_interrupt,
@@ -273,7 +277,7 @@ def _setup(cfg: TrainConfig) -> _Setup:
             f"{cfg.seq_len + 1}; use a smaller seq_len or a bigger corpus"
         )
     model_cfg = cfg.model_config(vocab_size=int(cache.tokenizer.vocab_size))
-    threads = host.cpu_threads() if device.type == "cpu" else None
+    threads = host.run_threads(device.type)
     return _Setup(device, threads, cache, windows, window_nbytes, model_cfg)
 
 
@@ -300,15 +304,21 @@ def run(
             raise  # bad input: nothing written
         except BaseException as exc:
             return _ending(state, exc)
+        failure: BaseException
         try:
             state.begin(setup, resume)
             limit_bytes = cfg.cpu_memory_limit_bytes if setup.device.type == "cpu" else None
             with cpu_memory_limit(limit_bytes) as limit:
-                state.memory_limit = limit
+                if limit is not None:  # a CUDA run's limit was set by begin()
+                    state.memory_limit = limit
                 outcome, reason = state.train(progress, on_eval)
             return state.finish(outcome, reason)
         except BaseException as exc:  # every ending gets a result.json
-            return _ending(state, exc)
+            failure = exc
+        # Outside the except block: inside it the interpreter's current exception keeps the
+        # traceback, and with it train()'s frames (model, optimizer, activations), alive, so an
+        # OOM's release of memory would free nothing.
+        return _ending(state, failure)
 
 
 def load_resume(cfg: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
@@ -373,18 +383,36 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
     if isinstance(exc, _Diverged):
         return state.finish(outcomes.DIVERGED, str(exc))
     if is_oom(exc):
-        state.release_memory()
         lines = str(exc).strip().splitlines()
         first = f"{type(exc).__name__}" + (f": {lines[0][:300]}" if lines else "")
-        limit = (
-            f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})"
-            if state.memory_limit is not None
-            else ""
-        )
+        drop_frames(exc)
+        state.release_memory()
+        limit = "" if state.memory_limit is None else (
+            f" (cuda_memory_limit_bytes={state.cfg.cuda_memory_limit_bytes:,})"
+            if state.cfg.cuda_memory_limit_bytes is not None and _on_cuda(state)
+            else f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})")
         return state.finish(outcomes.OOM, f"out of memory at {state.where()}{limit}: {first}")
     tb = "".join(traceback.format_exception(exc))
     print(tb, file=sys.stderr)
     return state.finish(outcomes.CRASHED, f"{type(exc).__name__}: {exc}", tb)
+
+
+def _on_cuda(state: _RunState) -> bool:
+    return state.setup is not None and state.setup.device.type == "cuda"
+
+
+def drop_frames(exc: BaseException) -> None:
+    """Let go of the frames ``exc`` and the exceptions chained to it hold (their locals: the
+    model, its activations), so the memory they hold can be freed before the result is
+    written. Only for an OOM: a crash keeps its traceback to report."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+            current.__traceback__ = None
+        current = current.__cause__ or current.__context__
 
 
 def _warm_up(device: torch.device, cfg: TrainConfig) -> None:
@@ -477,6 +505,8 @@ class _RunState:
         if device.type == "cuda":
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
+            if cuda_memory_limit(device, cfg.cuda_memory_limit_bytes) is not None:
+                self.memory_limit = cfg.cuda_memory_limit_bytes
         _warm_up(device, cfg)
         torch.manual_seed(cfg.seed)
 
@@ -695,6 +725,7 @@ class _RunState:
         """Drop the model and optimizer so writing the result cannot fail for lack of memory."""
         self.model = None
         self.optimizer = None
+        gc.collect()  # autograd graphs and modules hold reference cycles
         if self.setup is not None and self.setup.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -703,6 +734,9 @@ class _RunState:
         setup = self.setup
         meta = setup.cache.meta if setup is not None else {}
         device = setup.device if setup is not None else torch.device("cpu")
+        if self.memory_limit is not None and device.type == "cuda":
+            # An in-process run (tests, `sweeps train`) leaves its process as it found it.
+            lift_cuda_memory_limit(device)
         params = param_breakdown(setup.model_cfg) if setup is not None else {}
         result = RunResult(
             outcome=outcome,
@@ -714,6 +748,7 @@ class _RunState:
             wall_s=time.monotonic() - self.started,
             tokens_per_s=self.tokens / self.train_s if self.train_s > 0 else 0.0,
             peak_mem_bytes=peak_memory_bytes(device),
+            peak_mem_kind=peak_kind(device.type),
             params=params,
             final_metrics=self.last_metrics,
             best_val_bpb=self.best_val_bpb,

@@ -48,7 +48,7 @@ CARRIED_FROM = "carried_from"
 #: The study user attribute written with the carried trials: {"study": ..., "trials": ...}.
 CARRIED_ATTR = "sweeps_carried_from"
 #: Config fields that say where a trial ran, not what it trained.
-NOT_COMPARED = ("device", "cpu_memory_limit_bytes")
+NOT_COMPARED = ("device", "cpu_memory_limit_bytes", "cuda_memory_limit_bytes")
 #: Fields the runner changes when it fits a trial to memory (``oom_policy = "fit"``).
 FITTED_FIELDS = ("batch_size", "grad_accum")
 #: User attributes of the old run that do not describe the carried trial.

@@ -12,15 +12,22 @@ The runner calls these before it launches a trial child (it owns what happens ne
   (``sweeps.engines.local.trial_budget``: one trial's budget is what an empty device takes,
   these same fractions of it). An explicit size is
   used as given; ``None`` means no budget (nothing is pre-pruned). ``"auto"``:
-  GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's total memory, shared by the workers on it;
+  GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's free memory (``gpu_room``; ``nvidia-smi``'s
+  free figure: other processes' use taken off), shared by the workers on it;
   CPU: ``AUTO_CPU_FRACTION`` (80 %) of ``MemAvailable`` (``/proc/meminfo``) divided among the
   workers (the 20 % left covers the parent, the page cache of the token files and other users).
-- ``calibration_factor(study)``: the median of measured / predicted (``peak_mem_bytes`` /
-  ``predicted_mem_raw_bytes``) over the study's finished trials (COMPLETE or PRUNED that ran,
-  i.e. not ``oom``/``predicted_oom``: an OOM's peak is where it was stopped, not what it
-  needed), once there are ``MIN_CALIBRATION_TRIALS`` (3); else 1.0. Clamped to
-  [``CALIBRATION_MIN``, ``CALIBRATION_MAX``] = [0.5, 2.0]: a factor outside that says the
-  estimator is wrong for this setup, and trusting it would prune (or launch) everything.
+- ``calibration_factor(study)``: the median of measured / predicted over the study's finished
+  trials (COMPLETE or PRUNED that ran, i.e. not ``oom``/``predicted_oom``: an OOM's peak is
+  where it was stopped, not what it needed), once there are ``MIN_CALIBRATION_TRIALS`` (3);
+  else 1.0. Measured and predicted are the same quantity: ``peak_mem_bytes`` against
+  ``predicted_peak_mem_raw_bytes``, paired only when ``peak_mem_kind`` equals
+  ``predicted_peak_mem_kind`` (``lm.memory.peak_kind``: the CPU child's whole anonymous peak, or
+  CUDA's tensors alone); a trial recorded before those fields is a CPU one, against
+  ``predicted_mem_raw_bytes``. The factor scales what it was learnt on
+  (``MemoryEstimate.calibrated``: on CUDA the tensors, the context and slack added after).
+  Clamped to [``CALIBRATION_MIN``, ``CALIBRATION_MAX``] = [0.5, 2.0]: a factor outside that
+  says the estimator is wrong for this setup, and trusting it would prune (or launch)
+  everything.
 - ``cpu_child_limit(budget_bytes, predicted_bytes)``: the child's ``cpu_memory_limit_bytes``.
   ``lm.train`` applies it as RLIMIT_DATA *relative to* its data size after the warm-up step
   (torch imported, tokens mapped), so it is the budget minus the child's baseline (the
@@ -68,6 +75,10 @@ class TrialPlan:
     fitted: dict[str, int] | None
     reason: str
     calibration: float = 1.0
+    #: The raw prediction of what the child measures as ``peak_mem_bytes`` (CUDA: tensors
+    #: only) and which quantity that is (``lm.memory.peak_kind``): calibration's denominator.
+    predicted_measured_raw_bytes: int = 0
+    measured_kind: str = memory.PEAK_CPU_ANON
 
 
 def estimate(cfg: TrainConfig, device: str, *, launcher: str = "subprocess") -> Any:
@@ -80,8 +91,8 @@ def estimate(cfg: TrainConfig, device: str, *, launcher: str = "subprocess") -> 
 def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
             launcher: str = "subprocess") -> tuple[int, int]:
     """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
-    raw = estimate(cfg, host.device_kind(device), launcher=launcher).total
-    return round(raw * calibration), raw
+    est = estimate(cfg, host.device_kind(device), launcher=launcher)
+    return est.calibrated(calibration), est.total
 
 
 def plan_trial(
@@ -98,39 +109,42 @@ def plan_trial(
     ``launcher``: ``fork`` when CPU children are forked from ``sweeps.forkserver`` (their
     baseline is 53 MiB smaller); the default, ``subprocess``, is the conservative one.
     """
-    predicted, raw = predict(cfg, device=device, calibration=calibration, launcher=launcher)
+    kind = host.device_kind(device)
+
+    def made(c: TrainConfig, fits: bool, est: Any, fitted: dict[str, int] | None,
+             reason: str) -> TrialPlan:
+        return TrialPlan(c, fits, est.calibrated(calibration), est.total, budget_bytes, fitted,
+                         reason, calibration, est.measured, est.measured_kind)
+
+    est = estimate(cfg, kind, launcher=launcher)
+    predicted = est.calibrated(calibration)
     if budget_bytes is None:
-        return TrialPlan(cfg, True, predicted, raw, None, None,
-                         f"predicted {_hb(predicted)}; no memory budget", calibration)
+        return made(cfg, True, est, None, f"predicted {_hb(predicted)}; no memory budget")
     if predicted <= budget_bytes:
-        return TrialPlan(cfg, True, predicted, raw, budget_bytes, None,
-                         f"predicted {_hb(predicted)} <= budget {_hb(budget_bytes)}",
-                         calibration)
+        return made(cfg, True, est, None,
+                    f"predicted {_hb(predicted)} <= budget {_hb(budget_bytes)}")
     if limits.oom_policy != "fit":
-        return TrialPlan(cfg, False, predicted, raw, budget_bytes, None,
-                         f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} "
-                         f"(batch_size={cfg.batch_size}, grad_accum={cfg.grad_accum})",
-                         calibration)
+        return made(cfg, False, est, None,
+                    f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} "
+                    f"(batch_size={cfg.batch_size}, grad_accum={cfg.grad_accum})")
     fitted_cfg: TrainConfig | None = cfg
     while fitted_cfg is not None:
         smaller = halve_batch(fitted_cfg)
         if smaller is None:
             break
         fitted_cfg = smaller
-        predicted, raw = predict(fitted_cfg, device=device, calibration=calibration,
-                                 launcher=launcher)
+        est = estimate(fitted_cfg, kind, launcher=launcher)
+        predicted = est.calibrated(calibration)
         if predicted <= budget_bytes:
             fitted = {"batch_size": fitted_cfg.batch_size, "grad_accum": fitted_cfg.grad_accum}
-            return TrialPlan(
-                fitted_cfg, True, predicted, raw, budget_bytes, fitted,
+            return made(
+                fitted_cfg, True, est, fitted,
                 f"fitted batch_size {cfg.batch_size} -> {fitted_cfg.batch_size}, grad_accum "
                 f"{cfg.grad_accum} -> {fitted_cfg.grad_accum} (same effective batch): predicted "
-                f"{_hb(predicted)} <= budget {_hb(budget_bytes)}",
-                calibration,
-            )
-    return TrialPlan(cfg, False, predicted, raw, budget_bytes, None,
-                     f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} even at "
-                     f"batch_size 1 (grad_accum {cfg.batch_size * cfg.grad_accum})", calibration)
+                f"{_hb(predicted)} <= budget {_hb(budget_bytes)}")
+    return made(cfg, False, est, None,
+                f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} even at "
+                f"batch_size 1 (grad_accum {cfg.batch_size * cfg.grad_accum})")
 
 
 def halve_batch(cfg: TrainConfig) -> TrainConfig | None:
@@ -158,29 +172,55 @@ def resolve_budget(limits: Limits, *, device: str, workers: int) -> int | None:
         return int(budget)
     workers = max(1, int(workers))
     if host.device_kind(device) == "cuda":
-        total, count = host.gpu_total_bytes(device)
+        mem, count = host.device_gpu_memory(device)
         per_device = math.ceil(workers / max(1, count))  # one device each, shared if fewer
-        return int(total * AUTO_GPU_FRACTION / per_device)
+        return gpu_room(mem.free) // per_device
     return int(host.mem_available_bytes() * AUTO_CPU_FRACTION / workers)
+
+
+def gpu_room(free_bytes: int) -> int:
+    """What trials may be given of a GPU with ``free_bytes`` free now: ``AUTO_GPU_FRACTION`` of
+    it (the rest covers other processes' growth and the allocator's fragmentation). Free, not
+    total: on a shared GPU what other processes hold is not there to give."""
+    return int(free_bytes * AUTO_GPU_FRACTION)
 
 
 # --- calibration -------------------------------------------------------------------------------
 
 
 def calibration_ratios(study: Any) -> list[float]:
-    """measured / raw predicted peak of each finished trial that ran (oldest first)."""
+    """measured / raw predicted peak of each finished trial that ran (oldest first), the same
+    quantity on both sides (``measured_pair``)."""
     from optuna.trial import TrialState
 
     ratios = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        attrs = t.user_attrs
-        if attrs.get("outcome") in _NOT_MEASURED:
-            continue
-        measured, raw = attrs.get("peak_mem_bytes"), attrs.get("predicted_mem_raw_bytes")
-        if isinstance(measured, (int, float)) and isinstance(raw, (int, float)) \
-                and measured > 0 and raw > 0:
-            ratios.append(float(measured) / float(raw))
+        pair = measured_pair(t.user_attrs)
+        if pair is not None:
+            ratios.append(pair[0] / pair[1])
     return ratios
+
+
+#: Measured kinds that are the CPU prediction's quantity: the child's own anonymous peak, the
+#: parent's poll of its resident set, and a trial recorded before kinds were (CPU only then).
+_CPU_KINDS = (memory.PEAK_CPU_ANON, memory.PEAK_HOST_RSS, None)
+
+
+def measured_pair(attrs: dict[str, Any]) -> tuple[float, float] | None:
+    """(measured, predicted) bytes of one trial record when both are the same quantity and it
+    ran to a real peak; else None (an OOM, nothing measured, or a CUDA peak of tensors against
+    a prediction of the whole device)."""
+    if attrs.get("outcome") in _NOT_MEASURED:
+        return None
+    measured = attrs.get("peak_mem_bytes")
+    kind = attrs.get("peak_mem_kind")
+    predicted_kind = attrs.get("predicted_peak_mem_kind", memory.PEAK_CPU_ANON)
+    predicted = attrs.get("predicted_peak_mem_raw_bytes", attrs.get("predicted_mem_raw_bytes"))
+    same = kind == predicted_kind or (kind in _CPU_KINDS and predicted_kind in _CPU_KINDS)
+    if not same or not isinstance(measured, (int, float)) \
+            or not isinstance(predicted, (int, float)) or measured <= 0 or predicted <= 0:
+        return None
+    return float(measured), float(predicted)
 
 
 def calibration_factor(study: Any) -> float:

@@ -47,7 +47,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from lm import flops, host, outcomes
+from lm import flops, host, memory, outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from lm.run_files import (
@@ -113,6 +113,12 @@ class WorkerDevice:
     env: dict[str, str] = field(default_factory=dict)
     cpus: list[int] | None = None
     label: str = "cpu"
+
+
+def child_env(device: WorkerDevice) -> dict[str, str]:
+    """What a trial's child gets on top of this process's environment: ``lm.host.CHILD_ENV``
+    (PCI device order), then its device's own (``CUDA_VISIBLE_DEVICES``, threads)."""
+    return {**host.CHILD_ENV, **device.env}
 
 
 @dataclass
@@ -313,8 +319,8 @@ class _TrialRun:
         resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
         started = time.monotonic()
-        child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE, env=self.device.env,
-                                    cpus=self.device.cpus)
+        child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE,
+                                    env=child_env(self.device), cpus=self.device.cpus)
         follower = MetricsFollower(run_dir / METRICS_FILE)
         history: list[dict[str, Any]] = []
         verdict: Verdict | None = None
@@ -531,7 +537,8 @@ def resume_from_earlier(study_dir: Path, earlier: list[int], cfg: TrainConfig,
 # --- a whole trial -------------------------------------------------------------------------------
 
 
-def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> TrialReport:
+def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
+              calibration: float | None = None) -> TrialReport:
     """Run ``trial`` (already asked, RUNNING) to its end and tell Optuna. Never raises for a
     trial's own failure (that is an outcome); an exception here is the orchestrator's (e.g. the
     database went away): its child is killed, and the worker marks the trial crashed if it can
@@ -549,11 +556,14 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> 
     if FLOPS_BUDGET in params:  # an IsoFLOP cell ([scaling]): the budget its fit groups it by
         attrs["flops_budget"] = float(params[FLOPS_BUDGET])
     pre = ctx.preflight
-    calibration = float(pre.calibration_factor(ctx.study))
+    if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
+        calibration = float(pre.calibration_factor(ctx.study))
     plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,
                           calibration=calibration)
     attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
                  predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
+                 predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
+                 predicted_peak_mem_kind=plan.measured_kind,
                  memory_budget_bytes=plan.budget_bytes, calibration_factor=calibration)
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
@@ -620,7 +630,7 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     attrs["config"] = cfg.to_dict()
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
-    attrs.update(_attempt_attrs(attempt))
+    attrs.update(_attempt_attrs(attempt, device.device))
     if run.storage_problems:
         attrs[STORAGE_PROBLEMS] = capped(run.storage_problems)
     attrs.update(_compute_attrs(cfg, attempt, device))
@@ -676,10 +686,18 @@ def _environment_failure(ctx: RunnerContext, trial: optuna.Trial, attrs: dict[st
 
 def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig,
                        predicted: int, budget: int | None) -> TrainConfig:
-    """A CPU child's enforced limit, derived from its budget (the study's, or its reservation
+    """A child's enforced limit, derived from its budget (the study's, or its reservation
     under admission: packed children cannot outgrow the room they were admitted to by much);
-    a value fixed in the spec is kept when it is tighter."""
-    if device.device != "cpu" or budget is None:
+    a value fixed in the spec is kept when it is tighter. CPU: ``cpu_memory_limit_bytes``
+    (``preflight.cpu_child_limit``); CUDA: ``cuda_memory_limit_bytes``, the budget itself, which
+    the child turns into its caching allocator's share of the device (``lm.runtime``)."""
+    if budget is None:
+        return cfg
+    if device.device == "cuda":
+        limit = int(budget) if cfg.cuda_memory_limit_bytes is None \
+            else min(int(budget), cfg.cuda_memory_limit_bytes)
+        return replace(cfg, cuda_memory_limit_bytes=limit)
+    if device.device != "cpu":
         return cfg
     limit = int(ctx.preflight.cpu_child_limit(budget, int(predicted)))
     if cfg.cpu_memory_limit_bytes is not None:
@@ -687,7 +705,23 @@ def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfi
     return replace(cfg, cpu_memory_limit_bytes=limit)
 
 
-def _attempt_attrs(a: Attempt) -> dict[str, Any]:
+def peak_measured(result: dict[str, Any], last: dict[str, Any], peak_rss: int | None,
+                  device: str = "cpu") -> tuple[int | None, str | None]:
+    """The trial's measured peak and what it measures (``lm.memory.peak_kind``): the child's
+    own (``result.json``, else its last metrics row, measured the same way on its device), else
+    the parent's poll of its resident set, which on a GPU is not device memory at all."""
+    ran_on = str(result.get("device") or device).split(":")[0]
+    own_kind = result.get("peak_mem_kind") or memory.peak_kind(ran_on)
+    if result.get("peak_mem_bytes"):
+        return int(result["peak_mem_bytes"]), own_kind
+    if last.get("peak_mem_bytes"):
+        return int(last["peak_mem_bytes"]), own_kind
+    if peak_rss:
+        return int(peak_rss), memory.PEAK_HOST_RSS
+    return None, None
+
+
+def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
     out: dict[str, Any] = {"wall_s": round(a.wall_s, 3), "child_pid": a.child_pid,
                            "returncode": a.returncode}
     if a.times.cold_start_s is not None:
@@ -699,9 +733,9 @@ def _attempt_attrs(a: Attempt) -> dict[str, Any]:
     r = a.result or {}
     last = a.history[-1] if a.history else {}
     final = r.get("final_metrics") or last
-    peak = r.get("peak_mem_bytes") or last.get("peak_mem_bytes") or a.peak_rss
+    peak, kind = peak_measured(r, last, a.peak_rss, device)
     if peak:
-        out["peak_mem_bytes"] = int(peak)
+        out["peak_mem_bytes"], out["peak_mem_kind"] = int(peak), kind
     tokens = r.get("tokens_seen", last.get("tokens"))
     if tokens is not None:
         out["tokens_seen"] = int(tokens)

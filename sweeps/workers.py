@@ -425,6 +425,9 @@ def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study
     flags = flags or StopFlags()
     n_trials = target_trials(spec, study, options.n_trials)
     pool = pool or local.host_pool(spec, options.n_workers)
+    note = local.gpu_sharing_note(pool)
+    if note is not None and options.on_event is not None:
+        options.on_event("note", {"text": note})
     budget = local.trial_budget(spec.limits, pool)
     study.set_user_attr("memory_budget_bytes", budget)
     recover_local(storage, study, spec.limits.max_retries)

@@ -40,6 +40,11 @@ def where(pattern: str, *dirs: str, flags: int = 0) -> list[str]:
     # how "auto" picks a device
     ("the auto device rule", r'(device|name)\s*==\s*"auto"|nvidia-smi -L|\["nvidia-smi"|'
      r"/proc/driver/nvidia|cuda\.is_available\(\)", "lm/host.py"),
+    # GPU facts of this host: device order, the MPS daemon's pipe, nvidia-smi's memory query
+    ("the GPU environment", r'"CUDA_DEVICE_ORDER"|"PCI_BUS_ID"|"CUDA_MPS_PIPE_DIRECTORY"|'
+     r'memory\.free', "lm/host.py"),
+    # what a measured peak is
+    ("peak kinds", r'"(cpu_peak_anon|cuda_max_allocated|host_rss)"', "lm/memory.py"),
 ])
 def test_each_fact_has_one_definition(fact: str, pattern: str, home: str) -> None:
     found = [w for w in where(pattern, *PACKAGES) if not w.startswith(home + ":")]

@@ -51,6 +51,9 @@ class Board:
             elif kind == "eval" and number in self.running:
                 self.running[number]["tokens"] = data.get("tokens") or 0
                 self.running[number]["val_bpb"] = data.get("val_bpb")
+            elif kind == "note":  # about the whole run (sweeps.engines.local.gpu_sharing_note)
+                self.messages.append(str(data.get("text", "")))
+                self.refreshed = 0.0
             elif kind == "end":
                 info = self.running.pop(number, {})
                 took = time.monotonic() - info.get("since", time.monotonic())

@@ -1,14 +1,15 @@
 """Admission by predicted memory on one machine (the default engine; nothing to install).
 
 Each device of this host is a pool (``host_pool``): each visible GPU holds
-``AUTO_GPU_FRACTION`` (90 %) of its total memory, the CPU ``AUTO_CPU_FRACTION`` (80 %) of
-``MemAvailable`` and its cores (``sweeps.preflight``'s fractions: one fact, one place). A trial's
-reservation is its calibrated predicted peak (``sweeps.preflight.plan_trial``) plus
-``ADMIT_MARGIN`` (10 %). It is admitted to a device when that fits what the running trials'
-reservations leave free and, on the CPU, when its threads' cores are free (each CPU trial gets
-its own cores: ``SWEEPS_NUM_THREADS`` of them, else one, else the cores split by
-``--max-concurrent``); else it waits for room. Among the devices it fits, the one running the
-fewest trials (then the most free memory) takes it, so GPUs share the work.
+``AUTO_GPU_FRACTION`` (90 %) of the memory free on it when the run starts, the CPU
+``AUTO_CPU_FRACTION`` (80 %) of ``MemAvailable`` and its cores (``sweeps.preflight``'s
+fractions: one fact, one place). A trial's reservation is its calibrated predicted peak
+(``sweeps.preflight.plan_trial``) plus ``ADMIT_MARGIN`` (10 %). It is admitted to a device
+when that fits what the running trials' reservations leave free and, on the CPU, when its
+threads' cores are free (each CPU trial gets its own cores: ``SWEEPS_NUM_THREADS`` of them,
+else one, else the cores split by ``--max-concurrent``); else it waits for room. Among the
+devices it fits, the one running the fewest trials (then the most free memory) takes it, so
+GPUs share the work.
 
 Waiting is first come, first served (``Admission``): a large trial that waits is not overtaken
 by small ones that keep arriving, and runs once enough room frees. A device with nothing running
@@ -176,11 +177,13 @@ def cpu_threads_per_trial(n_cores: int, cap: int | None) -> int:
 
 
 def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | None = None,
-              gpu_bytes: Sequence[int] | None = None, cpus: Sequence[int] | None = None,
+              gpu_free: Sequence[int] | None = None, cpus: Sequence[int] | None = None,
               mem_available: int | None = None) -> MemoryPool:
     """The pools of this host for ``spec``'s device (the spec's ``cuda:N``: that GPU alone;
-    ``auto``: every visible GPU, else the CPU). The keyword arguments stand in for the host in
-    tests."""
+    ``auto``: every visible GPU, else the CPU). A GPU's pool is ``preflight.gpu_room`` of what
+    is free on it now (``lm.host.gpu_memory``): memory other processes hold on a shared GPU is
+    not there to give. The keyword arguments stand in for the host in tests (``gpu_free``: each
+    GPU's free bytes)."""
     wanted = str(spec.base_values().get("device", "auto"))
     if wanted != "cpu":
         gpus = host.visible_gpus() if gpus is None else list(gpus)
@@ -190,16 +193,15 @@ def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | 
                 raise SweepsError(f"the spec asks for device {wanted}, but this host has "
                                   f"{len(gpus)} visible GPU(s) (nvidia-smi / "
                                   f"{host.VISIBLE_DEVICES_ENV}); use device auto, cuda or cpu")
-            total = gpu_bytes[index] if gpu_bytes is not None else _gpu_bytes(index)
+            free = gpu_free[index] if gpu_free is not None else _gpu_free(index)
             return MemoryPool([PoolDevice(f"gpu {gpus[index]}", "cuda",
-                                          int(total * preflight.AUTO_GPU_FRACTION))])
+                                          preflight.gpu_room(free))])
         if gpus:
-            totals = list(gpu_bytes) if gpu_bytes is not None else [
-                _gpu_bytes(i) for i in range(len(gpus))]
-            return MemoryPool([PoolDevice(f"gpu {g}", "cuda",
-                                          int(t * preflight.AUTO_GPU_FRACTION),
+            frees = list(gpu_free) if gpu_free is not None else [
+                _gpu_free(i) for i in range(len(gpus))]
+            return MemoryPool([PoolDevice(f"gpu {g}", "cuda", preflight.gpu_room(f),
                                           {host.VISIBLE_DEVICES_ENV: g})
-                               for g, t in zip(gpus, totals, strict=True)])
+                               for g, f in zip(gpus, frees, strict=True)])
         if wanted == "cuda":
             raise SweepsError("the spec asks for device cuda, but no GPU is visible on this "
                               "host (nvidia-smi / CUDA_VISIBLE_DEVICES); use device auto or cpu")
@@ -210,8 +212,24 @@ def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | 
                                   cpu_threads_per_trial(len(cores), cap))])
 
 
-def _gpu_bytes(index: int) -> int:
-    return host.gpu_total_bytes(f"cuda:{index}")[0]
+def gpu_sharing_note(pool: MemoryPool) -> str | None:
+    """What packing trials on a GPU of ``pool`` buys here, for ``sweeps run`` to say (None on
+    the CPU): with MPS their kernels run at once; without it they take turns, and packing
+    overlaps only their host-side work (start-up, data, evaluation, Python)."""
+    if not any(d.kind == "cuda" for d in pool.devices):
+        return None
+    pipe = host.mps_pipe()
+    if pipe is not None:
+        return (f"MPS is running ({pipe}): the kernels of trials packed on one GPU run at "
+                "the same time")
+    return ("MPS is not running: trials packed on one GPU share its memory, but their kernels "
+            "take turns (each child also holds its own ~500 MiB CUDA context); packing "
+            "overlaps their host-side work. `nvidia-cuda-mps-control -d` would run them at "
+            "once (README: Packing trials on one GPU)")
+
+
+def _gpu_free(index: int) -> int:
+    return host.device_gpu_memory(f"cuda:{index}")[0].free
 
 
 def concurrency(pool: MemoryPool, cap: int | None, n_cores: int | None = None) -> int:

@@ -11,16 +11,18 @@ Ray task whose resource request is that prediction plus ``local.ADMIT_MARGIN``:
 - a GPU trial asks for ``num_gpus`` = its reservation / the room of one GPU
   (``AUTO_GPU_FRACTION`` of its memory, read on a GPU node), a fraction Ray packs; Ray sets the
   task's ``CUDA_VISIBLE_DEVICES``, and the child gets it: each trial is pinned to its GPU. GPU
-  memory is read on one GPU node: the cluster's GPUs are taken to be alike.
+  memory is read on one GPU node (``nvidia-smi``, by a task that asks for no resources): the
+  cluster's GPUs are taken to be alike.
 
 The task runs ``runner.run_trial`` on its node (the child, its metrics, heartbeats and ``tell``
 go to the database from there, so the database must be reachable from every node, as for
 ``sweeps worker``; the trial's files are written under the same runs dir path on that node).
-A trial that fits no node is ``predicted_oom`` (its task, with no resources, says so without
-launching anything); one that fits some nodes only waits for those. A node lost mid-trial (the
-task's worker or node dies): the trial is failed and re-queued here (``limits.max_retries``);
-Ray itself never retries a task. Ctrl-C cancels the tasks; their trials end ``interrupted`` and
-are re-queued as with the local engine.
+A trial that fits no node is ``predicted_oom``, recorded here without a task; one that fits
+some nodes only waits for those. The node's runner plans the trial again with the factor the
+driver planned it with (``calibration`` in the task), so both plans agree. A node lost
+mid-trial (the task's worker or node dies): the trial is failed and re-queued here
+(``limits.max_retries``); Ray itself never retries a task. Ctrl-C cancels the tasks; their
+trials end ``interrupted`` and are re-queued as with the local engine.
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ from lm.errors import SweepsError
 from sweeps import preflight
 from sweeps import storage as st
 from sweeps.engines import local
-from sweeps.runner import RunnerContext, StopFlags, TrialReport, WorkerDevice, finish
+from sweeps.runner import (
+    RunnerContext,
+    StopFlags,
+    TrialReport,
+    WorkerDevice,
+    finish,
+    run_trial,
+)
 from sweeps.space import suggest, trial_config
 from sweeps.spec import StudySpec
 
@@ -142,12 +151,8 @@ def cluster_pool(nodes: list[Node], kind: str, threads: int, gpu_bytes: int | No
                              for n in nodes if n.cpus >= threads])
 
 
-def request(kind: str, predicted: int | None, threads: int, gpu_room: int | None
-            ) -> dict[str, Any]:
-    """Ray's resource request for a trial predicted to peak at ``predicted`` bytes (None: it
-    is not launched, its task only records why)."""
-    if predicted is None:
-        return {"num_cpus": 0}
+def request(kind: str, predicted: int, threads: int, gpu_room: int | None) -> dict[str, Any]:
+    """Ray's resource request for a trial predicted to peak at ``predicted`` bytes."""
     need = local.reservation(predicted)
     if kind == "cuda":
         share = math.ceil(need / max(1, gpu_room or 1) * 10**_RAY_DECIMALS) / 10**_RAY_DECIMALS
@@ -155,16 +160,17 @@ def request(kind: str, predicted: int | None, threads: int, gpu_room: int | None
     return {"num_cpus": threads, "memory": need}
 
 
-def _plan(ctx: RunnerContext, kind: str, trial: optuna.Trial) -> int | None:
-    """The trial's calibrated prediction when it will launch; None when its plan says not."""
+def _plan(ctx: RunnerContext, kind: str, trial: optuna.Trial) -> tuple[int | None, float]:
+    """(the trial's calibrated prediction when it will launch, else None; the calibration it
+    was planned with: the node plans again with that same factor, so the two plans agree)."""
+    calibration = float(preflight.calibration_factor(ctx.study))
     try:
         cfg = trial_config(ctx.spec, suggest(trial, ctx.spec))
     except SweepsError:
-        return None  # the node's runner records the invalid configuration
-    calibration = float(preflight.calibration_factor(ctx.study))
+        return None, calibration  # run_trial records the invalid configuration
     plan = preflight.plan_trial(cfg, ctx.spec.limits, device=kind, budget_bytes=ctx.budget_bytes,
                                 calibration=calibration)
-    return plan.predicted_bytes if plan.fits else None
+    return (plan.predicted_bytes if plan.fits else None), calibration
 
 
 # --- on a node -----------------------------------------------------------------------------------
@@ -209,10 +215,8 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=Path(job["study_dir"]),
                         launcher=launcher, budget_bytes=job["budget"], stop=StopFlags(),
                         admission=_Placed(local.Lease(0, job["reserve"], (), device)))
-    from sweeps.runner import run_trial
-
     try:
-        report = run_trial(ctx, WorkerDevice(job["kind"]), trial)
+        report = run_trial(ctx, WorkerDevice(job["kind"]), trial, job["calibration"])
     finally:
         launcher.close()
         storage.engine.dispose()
@@ -229,9 +233,14 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
 
     def run(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> TrialReport:
         trial_id = trial._trial_id
-        predicted = _plan(ctx, kind, trial)
-        need = None if predicted is None else local.reservation(predicted)
-        task = {**job, "trial_id": trial_id, "reserve": need or 0}
+        predicted, calibration = _plan(ctx, kind, trial)
+        if predicted is None:
+            # Not launched (predicted_oom, over the compute limit, invalid): recorded here, with
+            # the plan's own factor. As a task it would have had no CPU and no GPU, and a node
+            # that planned it afresh could have launched it there.
+            return run_trial(ctx, WorkerDevice(kind), trial, calibration)
+        task = {**job, "trial_id": trial_id, "reserve": local.reservation(predicted),
+                "calibration": calibration}
         ref = remote.options(max_retries=0, **request(kind, predicted, threads, gpu_room)
                              ).remote(task)
         ctx.event("start", number=trial.number, params=dict(trial.params),
@@ -286,7 +295,7 @@ def run_on_cluster(spec: StudySpec, storage: Any, study: optuna.Study, url: str,
     nodes = alive_nodes(ray)
     kind = device_kind(spec, nodes)
     threads = host.num_threads_override() or 1
-    gpu_bytes = _gpu_bytes(ray) if kind == "cuda" else None
+    gpu_bytes = _gpu_bytes(ray, nodes) if kind == "cuda" else None
     pool = cluster_pool(nodes, kind, threads, gpu_bytes)
     budget = local.trial_budget(spec.limits, pool)
     study.set_user_attr("memory_budget_bytes", budget)
@@ -305,11 +314,29 @@ def run_on_cluster(spec: StudySpec, storage: Any, study: optuna.Study, url: str,
                           n_threads, flags, tick, None, False, run)
 
 
-def _gpu_bytes(ray: Any) -> int:
-    """One GPU's memory, read by a tiny task on a GPU node."""
-    probe = ray.remote(num_gpus=1, num_cpus=0)(_probe_gpu)
-    return int(ray.get(probe.remote(), timeout=120))
+#: Seconds the probe of a GPU node's memory may take (it asks for no CPU or GPU: it never
+#: waits for one to free up on a busy cluster).
+GPU_PROBE_TIMEOUT_S = 120
 
 
-def _probe_gpu() -> int:
-    return host.gpu_total_bytes("cuda:0")[0]
+def _gpu_bytes(ray: Any, nodes: list[Node]) -> int:
+    """One GPU's total memory, read with ``nvidia-smi`` by a task pinned to a GPU node that asks
+    for no CPU and no GPU (Ray's per-node resource ``node:<address>``), so it runs at once
+    even when every GPU is busy, and makes no CUDA context there."""
+    node = next(n for n in nodes if n.gpus > 0)
+    probe = ray.remote(num_cpus=0, num_gpus=0,
+                       resources={f"node:{node.address}": 0.001})(_probe_gpu)
+    try:
+        total = ray.get(probe.remote(), timeout=GPU_PROBE_TIMEOUT_S)
+    except ray.exceptions.RayError as exc:
+        raise SweepsError(f"cannot read the GPU memory of Ray node {node.address} "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    if total is None:
+        raise SweepsError(f"cannot read the GPU memory of Ray node {node.address}: nvidia-smi "
+                          "is missing there or reports no memory (a MIG instance?)")
+    return int(total)
+
+
+def _probe_gpu() -> int | None:
+    read = host.gpu_memory("0")
+    return None if read is None else read.total

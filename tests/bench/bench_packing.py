@@ -9,12 +9,15 @@ CPU run gives one trial every core. On a 2-core CPU the gain is bounded by the c
 script runs unchanged on a GPU (``--device cuda``, or ``auto`` where one is visible).
 
     .venv/bin/python tests/bench/bench_packing.py [--trials 12] [--tokens 20000]
-        [--device auto|cpu|cuda] [--max-concurrent N]
+        [--device auto|cpu|cuda] [--max-concurrent N] [--json PATH]
+
+The GPU kit's ``packing`` step runs it with 16 trials on the GPU (``tests/gpu/kit.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -74,7 +77,18 @@ def one_sweep(label: str, corpus: Path, work: Path, args: argparse.Namespace,
             "reserved_mib": max(t.user_attrs["reserved_mem_bytes"] for t in done) / 2**20}
 
 
-def main() -> None:
+def write_json(path: Path, kind: str, args: argparse.Namespace,
+               rows: list[dict[str, Any]]) -> None:
+    """The rows so far, the speed-up once both ran, and whether MPS runs (``lm.host``): without
+    it packed trials' kernels take turns, so the speed-up is host-side overlap only."""
+    data: dict[str, Any] = {"device": kind, "trials": args.trials, "tokens": args.tokens,
+                            "mps": host.mps_pipe() is not None, "rows": rows}
+    if len(rows) == 2:
+        data["speedup"] = rows[0]["wall"] / rows[1]["wall"]
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="Heartbeat of storage")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -83,7 +97,10 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--max-concurrent", type=int, default=None,
                         help="cap of the packed run [default: GPU none, CPU one per core]")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the rows here, after each sweep (a run cut short keeps "
+                             "the first)")
+    args = parser.parse_args(argv)
     kind = host.device_kind(args.device)
     cap = args.max_concurrent or (len(host.cpu_ids()) if kind == "cpu" else None)
     work = Path(tempfile.mkdtemp(prefix="sweeps-bench-pack-"))
@@ -92,8 +109,11 @@ def main() -> None:
     for v in VOCABS:  # the token caches, built once, outside the timings
         load_tokens(corpus, "word", v)
     os.environ.pop(host.NUM_THREADS_ENV, None)  # each trial's threads follow from its cores
-    rows = [one_sweep("one at a time", corpus, work, args, 1),
-            one_sweep("packed by memory", corpus, work, args, cap)]
+    rows: list[dict[str, Any]] = []
+    for label, n in (("one at a time", 1), ("packed by memory", cap)):
+        rows.append(one_sweep(label, corpus, work, args, n))
+        if args.json is not None:
+            write_json(args.json, kind, args, rows)
     print(f"{args.trials} trials of {args.tokens} tokens on {kind} ({len(host.cpu_ids())} "
           f"cores{', GPUs ' + ','.join(host.visible_gpus()) if kind == 'cuda' else ''})")
     print(f"{'':<18}{'workers':>8}{'wall s':>10}{'trials/h':>11}{'peak MiB':>10}"

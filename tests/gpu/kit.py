@@ -8,9 +8,9 @@ rewritten after every step, so even a kit killed from outside leaves what it mea
 
 What comes back from the device is at most 8 files: OUTDIR holds ``log.txt`` (every step's
 output), ``summary.json`` (per step: status ``pass``/``fail``/``skip``, its reason, numbers,
-seconds, budget) and the steps' own files (``pytest.xml``, ``memory.json``,
-``throughput.json``, ``report.html``). Working files (corpora, databases, run dirs) go to a
-temporary folder that does not come back.
+seconds, budget; the packing and fusion steps' figures are there only) and the steps' own
+files (``pytest.xml``, ``memory.json``, ``throughput.json``, ``report.html``). Working files
+(corpora, databases, run dirs) go to a temporary folder that does not come back.
 
 Without CUDA (``torch.cuda.is_available()`` false in a child interpreter; the driver itself
 imports no torch and never initializes CUDA) every GPU step is skipped with that reason: the
@@ -48,8 +48,13 @@ import wheelset  # noqa: E402
 
 #: The whole kit's limit: a GPU session's 15 minutes less a machine's start and one retry.
 TOTAL_BUDGET_S = 480
-#: Seconds between SIGTERM and SIGKILL when a step runs out of time (its children tidy up).
-GRACE_S = 5
+#: What the driver itself may take between steps (summaries, logs): the steps' budgets sum to at
+#: most TOTAL_BUDGET_S less this (test_kit.py checks it).
+DRIVER_S = 5
+#: Seconds between SIGTERM and SIGKILL when a step runs out of time (its children tidy up). A
+#: command is stopped 2 x GRACE_S before its step's deadline, so even one that ignores SIGTERM
+#: is gone by the deadline: no step overruns its budget.
+GRACE_S = 3
 #: Targets the summary judges against (studies/gpu/README.md).
 MEMORY_TARGET = 0.10  # |predicted / measured - 1| for every point of the GPU grid
 THROUGHPUT_TARGET = 0.95  # lm.train.run's tokens/s over the hand-written loop's
@@ -70,21 +75,28 @@ class Step:
     what: str
 
 
-#: The plan, in order. The budgets sum to at most TOTAL_BUDGET_S (test_kit.py checks it).
+#: The plan, in order. The budgets sum to at most TOTAL_BUDGET_S - DRIVER_S (test_kit.py).
 STEPS = (
-    Step("env", 25, False, "python, torch, CUDA and the GPU as this host has them (nvidia-smi)"),
-    Step("wheels", 30, False, "check the carried .whl/ set and pip-install it --no-index"),
-    Step("pytest", 80, True, "pytest -m gpu tests/gpu: fp16/bf16 against fp32, OOM then a "
-                             "trial, fork-server children on CUDA, CUDA_VISIBLE_DEVICES"),
-    Step("memory", 110, True, "bench_memory --device cuda --configs gpu: predicted allocated "
-                              "against torch.cuda.max_memory_allocated, worst ratio"),
-    Step("throughput", 75, True, "bench_train --device cuda: lm.train.run against a hand loop "
+    Step("env", 20, False, "python, torch, CUDA and the GPU as this host has them (nvidia-smi)"),
+    Step("wheels", 25, False, "check the carried .whl/ set and pip-install it --no-index"),
+    Step("pytest", 85, True, "pytest -m gpu tests/gpu: fp16/bf16 against fp32, OOM then a "
+                             "trial (its memory released), fork-server children on CUDA, "
+                             "CUDA_VISIBLE_DEVICES, a run over its reservation ends oom"),
+    Step("memory", 100, True, "bench_memory --device cuda --configs gpu: predicted allocated "
+                             "against torch.cuda.max_memory_allocated, worst ratio"),
+    Step("throughput", 60, True, "bench_train --device cuda: lm.train.run against a hand loop "
                                  "(d_model 768, 12 layers, T 1024, bf16), tokens/s and MFU"),
-    Step("study", 55, True, "tests/gpu/study.toml end to end (device cuda, budget auto), its "
+    Step("study", 45, True, "tests/gpu/study.toml end to end (device cuda, budget auto), its "
                             "trials and `sweeps report`"),
-    Step("classic", 90, True, "studies/classic_parenting.toml's baseline (word 300, d_ff 1, "
+    Step("packing", 60, True, "bench_packing --device cuda: trials per hour of 16 small trials "
+                              "one at a time against packed by memory, and whether MPS runs"),
+    Step("fusion", 25, True, "bench_fusion: K models fused into one batched model against K "
+                             "one after another, steps/s at d_model 32/64/128, K 1/4/16, bf16"),
+    Step("classic", 55, True, "studies/classic_parenting.toml's baseline (word 300, d_ff 1, "
                               "batch 1000 x 254) on a real dump: outcome, reason, steps"),
 )
+#: Why a CUDA step is skipped when the env step found no device.
+NO_CUDA = "no CUDA device: torch.cuda.is_available() is False"
 
 
 @dataclass
@@ -102,6 +114,9 @@ class Kit:
     site: Path
     log: Any = None
     cuda: bool = False
+    #: Why the CUDA steps are skipped when ``cuda`` is False: no device, or the env step's
+    #: probe itself failed (then nothing is known about the device).
+    no_cuda: str = NO_CUDA
     env: dict[str, str] = field(default_factory=dict)
     deadline: float = 0.0  # the current step's, time.monotonic()
 
@@ -114,14 +129,15 @@ class Kit:
     def sh(self, argv: list[str], *, cwd: Path = REPO) -> tuple[int, str]:
         """Run ``argv`` until the step's deadline; its output into the log. rc 124: timed out."""
         self.say("$ " + " ".join(argv))
-        left = self.deadline - time.monotonic()
-        if left <= 1:
+        # Stopping takes up to 2 x GRACE_S (SIGTERM, then SIGKILL): keep that before the deadline.
+        left = self.deadline - time.monotonic() - 2 * GRACE_S
+        if left < 1:
             return 124, "no time left in the step's budget"
         proc = subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace",
                                 start_new_session=True)  # its own group: the timeout ends it all
         try:
-            text, _ = proc.communicate(timeout=max(1.0, left - GRACE_S))
+            text, _ = proc.communicate(timeout=left)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             _stop_group(proc)
@@ -160,12 +176,21 @@ def step_env(kit: Kit) -> Outcome:
              " 'bf16': bool(ok and torch.cuda.is_bf16_supported())}))")
     rc, text = kit.sh([sys.executable, "-c", probe])
     if rc != 0:
-        return Outcome("fail", f"the torch probe failed (exit {rc}): {_last_line(text)}")
+        reason = f"the torch probe failed (exit {rc}): {_last_line(text)}"
+        kit.no_cuda = f"not run: the env step's probe failed, so CUDA is unknown ({reason})"
+        return Outcome("fail", reason)
     numbers = json.loads(text.strip().splitlines()[-1])
     if shutil.which("nvidia-smi"):
         rc, smi = kit.sh(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                           "--format=csv,noheader"])
         numbers["nvidia_smi"] = smi.strip() if rc == 0 else f"exit {rc}"
+    # What the orchestrator reads of this host without a CUDA context: the pools' free memory
+    # (nvidia-smi, lm.host.gpu_memory) and whether MPS runs.
+    rc, read = kit.sh([sys.executable, "-c", "import json; from lm import host; "
+                       "m = host.gpu_memory('0'); print(json.dumps({'gpu_memory': m and "
+                       "m._asdict(), 'mps_pipe': host.mps_pipe()}))"])
+    if rc == 0:
+        numbers.update(json.loads(read.strip().splitlines()[-1]))
     kit.cuda = bool(numbers["cuda_available"])
     return Outcome("pass", "CUDA available" if kit.cuda else
                    "no CUDA device: torch.cuda.is_available() is False", numbers)
@@ -174,8 +199,13 @@ def step_env(kit: Kit) -> Outcome:
 def step_wheels(kit: Kit) -> Outcome:
     wheels = sorted(kit.wheels.glob("*.whl")) if kit.wheels.is_dir() else []
     if not wheels:
-        return Outcome("skip", f"no wheels in {kit.wheels} (run tests/gpu/prepare.sh, then "
-                               f"carry .whl); the host's own packages are used")
+        missing = missing_pins(kit)
+        where = (f"no wheels in {kit.wheels} (run tests/gpu/prepare.sh, then carry .whl): "
+                 f"the host's own packages are used")
+        if missing:
+            return Outcome("fail", f"{where}, and it lacks {', '.join(missing)}: the steps "
+                                   f"that run sweeps will fail", {"missing": missing})
+        return Outcome("skip", f"{where}; it has every pinned one")
     problems = wheelset.check(kit.wheels)
     if problems:
         return Outcome("fail", f"the wheel set is incomplete: {problems[0]}",
@@ -188,6 +218,21 @@ def step_wheels(kit: Kit) -> Outcome:
     kit.env["PYTHONPATH"] = os.pathsep.join([str(kit.site), kit.env["PYTHONPATH"]])
     return Outcome("pass", f"{len(wheels)} wheels installed in {kit.site}",
                    {"wheels": [w.name for w in wheels]})
+
+
+def missing_pins(kit: Kit) -> list[str]:
+    """The packages wheels.txt pins that the kit's interpreter cannot find (by distribution
+    name): what this host lacks when no wheels were carried."""
+    names = sorted(wheelset.pins())
+    probe = ("import importlib.metadata as m, json, sys\n"
+             "def has(n):\n"
+             "    try:\n        m.version(n)\n        return True\n"
+             "    except m.PackageNotFoundError:\n        return False\n"
+             "print(json.dumps([n for n in sys.argv[1:] if not has(n)]))")
+    rc, text = kit.sh([sys.executable, "-c", probe, *names])
+    if rc != 0:
+        return [f"(cannot tell: the probe failed, exit {rc})"]
+    return json.loads(text.strip().splitlines()[-1])
 
 
 def step_pytest(kit: Kit) -> Outcome:
@@ -288,13 +333,72 @@ def step_study(kit: Kit) -> Outcome:
                                                "val_bpb", "peak_mem_bytes", "wall_s")}
                           for row in rows], "outcomes": outcomes}
     db = f"sqlite:///{kit.work / 'gpu_kit.db'}"
+    ratios = calibration_ratios(kit, db, "gpu_kit")
+    numbers["calibration_ratios"] = ratios
     rc, text = kit.sh([sys.executable, "-m", "sweeps", "report", "gpu_kit", "--storage", db,
                        "--out", str(kit.out / "report.html")])
     if rc != 0:
         return Outcome("fail", f"sweeps report exit {rc}: {_last_line(text)}", numbers)
     if outcomes != {"complete": len(rows)} or not rows:
         return Outcome("fail", f"not every trial completed: {outcomes}", numbers)
-    return Outcome("pass", f"{len(rows)} trials complete; report.html written", numbers)
+    if not isinstance(ratios, list) or len(ratios) != len(rows):
+        return Outcome("fail", f"calibration pairs {ratios} for {len(rows)} complete trials: "
+                               "each CUDA peak must be paired with its tensor prediction",
+                       numbers)
+    return Outcome("pass", f"{len(rows)} trials complete; calibration ratios (tensors against "
+                           f"tensors) {', '.join(f'{r:.2f}' for r in ratios)}; report.html "
+                           f"written", numbers)
+
+
+def calibration_ratios(kit: Kit, db: str, name: str) -> list[float] | str:
+    """The study's measured / predicted pairs as calibration reads them
+    (``sweeps.preflight.calibration_ratios``): on CUDA max_memory_allocated against the
+    predicted tensors, one per complete trial. Why not, when they cannot be read."""
+    probe = ("import json, sys, optuna\n"
+             "from sweeps import preflight\n"
+             "optuna.logging.set_verbosity(optuna.logging.WARNING)\n"
+             "study = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2])\n"
+             "print(json.dumps([round(r, 4) for r in preflight.calibration_ratios(study)]))")
+    rc, text = kit.sh([sys.executable, "-c", probe, name, db])
+    if rc != 0:
+        return f"not read (exit {rc}): {_last_line(text)}"
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def step_packing(kit: Kit) -> Outcome:
+    path = kit.work / "packing.json"  # its numbers go to the summary; the file stays behind
+    rc, text = kit.sh([sys.executable, "tests/bench/bench_packing.py", "--device", "cuda",
+                       "--trials", "16", "--tokens", "2048", "--json", str(path)])
+    if not path.exists():
+        return Outcome("fail", f"bench_packing wrote no results (exit {rc}): {_last_line(text)}")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows = {r["label"]: {k: round(r[k], 1) for k in ("wall", "per_hour", "workers", "peak_mib",
+                                                     "reserved_mib")} for r in data["rows"]}
+    numbers = {"trials": data["trials"], "tokens": data["tokens"], "mps": data["mps"],
+               "rows": rows, "speedup": data.get("speedup")}
+    if rc != 0 or "speedup" not in data:
+        return Outcome("fail", f"bench_packing exit {rc}: {_last_line(text)}", numbers)
+    one, packed = rows["one at a time"], rows["packed by memory"]
+    return Outcome("pass", f"{one['per_hour']:.0f} trials/h one at a time, {packed['per_hour']:.0f}"
+                           f" packed ({data['speedup']:.2f}x, {packed['workers']:.0f} workers, "
+                           f"MPS {'on' if data['mps'] else 'off'})", numbers)
+
+
+def step_fusion(kit: Kit) -> Outcome:
+    path = kit.work / "fusion.json"
+    rc, text = kit.sh([sys.executable, "tests/bench/bench_fusion.py", "--device", "cuda",
+                       "--steps", "10", "--json", str(path)])
+    if not path.exists():
+        return Outcome("fail", f"bench_fusion wrote no results (exit {rc}): {_last_line(text)}")
+    points = json.loads(path.read_text(encoding="utf-8"))["points"]
+    numbers = {"points": [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()}
+                          for p in points]}
+    if rc != 0:
+        return Outcome("fail", f"bench_fusion exit {rc} after {len(points)} points: "
+                               f"{_last_line(text)}", numbers)
+    best = max(points, key=lambda p: p["speedup"])
+    return Outcome("pass", f"fused over separate: best {best['speedup']:.2f}x at d_model "
+                           f"{best['d_model']}, K {best['k']}", numbers)
 
 
 def find_dump(dirs: tuple[Path, ...] = DUMP_DIRS) -> Path | None:
@@ -351,7 +455,8 @@ def step_classic(kit: Kit) -> Outcome:
 
 RUNNERS: dict[str, Callable[[Kit], Outcome]] = {
     "env": step_env, "wheels": step_wheels, "pytest": step_pytest, "memory": step_memory,
-    "throughput": step_throughput, "study": step_study, "classic": step_classic,
+    "throughput": step_throughput, "study": step_study, "packing": step_packing,
+    "fusion": step_fusion, "classic": step_classic,
 }
 
 
@@ -390,7 +495,7 @@ def run_kit(out: Path, wheels: Path, site: Path) -> int:
             begun = time.monotonic()
             kit.deadline = begun + step.budget_s
             if step.needs_cuda and not kit.cuda:
-                outcome = Outcome("skip", "no CUDA device: torch.cuda.is_available() is False")
+                outcome = Outcome("skip", kit.no_cuda)
             else:
                 try:
                     outcome = RUNNERS[step.name](kit)
@@ -421,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         for s in STEPS:
             print(f"{s.name:10} {s.budget_s:4d} s  {'cuda' if s.needs_cuda else '    '}  {s.what}")
-        print(f"{'total':10} {sum(s.budget_s for s in STEPS):4d} s  (limit {TOTAL_BUDGET_S} s)")
+        print(f"{'total':10} {sum(s.budget_s for s in STEPS):4d} s  (limit {TOTAL_BUDGET_S} s, "
+              f"{DRIVER_S} s of it for the driver)")
         return 0
     return run_kit(args.out.resolve(), args.wheels.resolve(), args.site.resolve())
 

@@ -6,10 +6,13 @@
   ``lm.train.run`` of each ends at the fp32 validation loss within 3 %;
 - a CUDA out-of-memory ends the trial ``oom`` with a complete ``result.json`` (every field the
   parent reads, valid), and the next trial on the same GPU, forked from the same server,
-  completes; in one process too (``lm.train`` frees the memory of the run that failed);
+  completes; in one process too (``lm.train`` frees the memory of the run that failed: what
+  the caching allocator holds after it is a few MiB, not the failed run's tensors);
 - the fork server imports torch but does not initialize CUDA (no ``libcuda`` mapped in it), so
   the children it forks train on CUDA;
-- ``CUDA_VISIBLE_DEVICES`` as a worker sets it pins a child to one device.
+- ``CUDA_VISIBLE_DEVICES`` as a worker sets it pins a child to one device;
+- a run limited to its reservation (``cuda_memory_limit_bytes``, as the runner sets it) that
+  outgrows it ends ``oom`` itself, naming the limit, and one within it completes under it.
 """
 
 from __future__ import annotations
@@ -134,6 +137,11 @@ def test_oom_then_the_next_trial_completes_in_one_process(corpus: Path, tmp_path
     result = run(huge(corpus), tmp_path / "huge")
     assert result.outcome == "oom", result.reason
     assert_complete_oom_result(tmp_path / "huge")
+    # The failed run's tensors are gone, not just small enough for the next run to squeeze by:
+    # its frames are dropped before release_memory (lm.train.drop_frames) and the cache is
+    # emptied. A few MiB stay (the warm-up's cuBLAS workspace, the RNG state).
+    assert torch.cuda.memory_allocated() < 64 * 2**20, torch.cuda.memory_summary()
+    assert torch.cuda.memory_reserved() < 128 * 2**20, torch.cuda.memory_summary()
     after = run(config(corpus), tmp_path / "after")
     assert after.outcome == "complete", after.reason
 
@@ -184,3 +192,17 @@ def test_visible_devices_pins_a_child_to_one_device(corpus: Path, tmp_path: Path
         assert rc != 0
         assert "CUDA" in (hidden / "log.txt").read_text()
     assert os.environ.get(host.VISIBLE_DEVICES_ENV) != ""  # the test's own process is untouched
+
+
+def test_a_run_over_its_cuda_reservation_ends_oom_itself(corpus: Path, tmp_path: Path) -> None:
+    # ~1 GiB of logits and their gradients (512 x 128 x 1024 x 4 B a copy) against 256 MiB
+    # left to the allocator once the context is taken from the 768 MiB reservation.
+    over = config(corpus, batch_size=512, cuda_memory_limit_bytes=768 * 2**20)
+    result = run(over, tmp_path / "over")
+    assert result.outcome == "oom", result.reason
+    assert "cuda_memory_limit_bytes=805,306,368" in result.reason
+    within = run(config(corpus, cuda_memory_limit_bytes=2 * 2**30), tmp_path / "within")
+    assert within.outcome == "complete", within.reason
+    assert within.peak_mem_bytes <= 2 * 2**30 - 512 * 2**20
+    # The limit is the run's, not the process's: lifted when the run ends.
+    torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda")

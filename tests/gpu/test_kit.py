@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -32,7 +33,8 @@ def test_the_plan_fits_the_kits_limit() -> None:
     assert len(set(names)) == len(names)
     assert set(kit.RUNNERS) == set(names)
     assert all(s.budget_s > 0 for s in kit.STEPS)
-    assert sum(s.budget_s for s in kit.STEPS) <= kit.TOTAL_BUDGET_S <= 8 * 60
+    assert sum(s.budget_s for s in kit.STEPS) + kit.DRIVER_S <= kit.TOTAL_BUDGET_S <= 8 * 60
+    assert min(s.budget_s for s in kit.STEPS) > kit.GRACE_S * 2
 
 
 def test_without_cuda_every_gpu_step_is_skipped_and_the_summary_is_valid(tmp_path: Path) -> None:
@@ -56,10 +58,93 @@ def test_without_cuda_every_gpu_step_is_skipped_and_the_summary_is_valid(tmp_pat
                 "skip", "no CUDA device: torch.cuda.is_available() is False")
     assert by_name["env"]["status"] == "pass"
     assert by_name["env"]["numbers"]["cuda_available"] is False
+    assert "gpu_memory" in by_name["env"]["numbers"] and "mps_pipe" in by_name["env"]["numbers"]
     assert by_name["wheels"]["status"] == "skip" and "prepare.sh" in by_name["wheels"]["reason"]
+    assert "it has every pinned one" in by_name["wheels"]["reason"]
     log = (out / "log.txt").read_text(encoding="utf-8")
     assert all(f"=== {s.name} (budget {s.budget_s} s)" in log for s in kit.STEPS)
     assert sorted(p.name for p in out.iterdir()) == ["log.txt", "summary.json"]
+
+
+def a_kit(tmp_path: Path) -> kit.Kit:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    return kit.Kit(out=tmp_path, work=tmp_path, wheels=tmp_path / "none", site=tmp_path,
+                   env=env, deadline=time.monotonic() + 60)
+
+
+def test_a_command_that_ignores_sigterm_ends_by_its_steps_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step could overrun its deadline by GRACE_S (and SIGKILL's wait): the kit's worst
+    case was more than the sum of its budgets."""
+    monkeypatch.setattr(kit, "GRACE_S", 0.5)
+    k = a_kit(tmp_path)
+    k.deadline = time.monotonic() + 3
+    rc, _ = k.sh(["sh", "-c", "trap '' TERM; sleep 30"])
+    assert rc == 124
+    assert time.monotonic() <= k.deadline
+    k.deadline = time.monotonic() + 0.5  # less than the stop takes: not started at all
+    assert k.sh(["true"]) == (124, "no time left in the step's budget")
+
+
+def test_without_wheels_the_packages_the_host_lacks_are_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said the host's packages are used, though the host lacks optuna, sqlalchemy, ..."""
+    monkeypatch.setattr(kit.wheelset, "pins", lambda: {"optuna": "5.0.0",
+                                                       "no-such-dist-xyz": "1.0"})
+    got = kit.step_wheels(a_kit(tmp_path))
+    assert got.status == "fail" and got.numbers == {"missing": ["no-such-dist-xyz"]}
+    assert "lacks no-such-dist-xyz" in got.reason and "prepare.sh" in got.reason
+
+
+def test_a_failed_env_probe_is_the_reason_the_cuda_steps_give(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe that failed said nothing about CUDA, yet every later step said 'no CUDA device'."""
+    k = a_kit(tmp_path)
+    monkeypatch.setattr(kit.Kit, "sh", lambda self, argv: (
+        1, "ImportError: libcudart.so.12: cannot open shared object file"))
+    assert kit.step_env(k).status == "fail"
+    assert k.no_cuda.startswith("not run: the env step's probe failed, so CUDA is unknown")
+    assert "libcudart" in k.no_cuda and not k.cuda
+
+
+def test_the_packing_and_fusion_steps_read_their_benchmarks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    k = a_kit(tmp_path)
+    packing = {"device": "cuda", "trials": 16, "tokens": 4096, "mps": False, "speedup": 3.0,
+               "rows": [{"label": label, "wall": wall, "per_hour": 16 / wall * 3600,
+                         "workers": w, "peak_mib": 80.0, "reserved_mib": 700.0}
+                        for label, wall, w in (("one at a time", 60.0, 1),
+                                               ("packed by memory", 20.0, 16))]}
+    fusion = {"points": [{"d_model": 32, "k": 16, "steps": 10, "fused_steps_per_s": 50.0,
+                          "separate_steps_per_s": 5.0, "speedup": 10.0}]}
+
+    def bench(self: kit.Kit, argv: list[str]) -> tuple[int, str]:
+        data = packing if "bench_packing.py" in argv[1] else fusion
+        Path(argv[argv.index("--json") + 1]).write_text(json.dumps(data))
+        return 0, "done"
+
+    monkeypatch.setattr(kit.Kit, "sh", bench)
+    got = kit.step_packing(k)
+    assert got.status == "pass" and got.numbers["speedup"] == 3.0
+    assert got.reason == "960 trials/h one at a time, 2880 packed (3.00x, 16 workers, MPS off)"
+    got = kit.step_fusion(k)
+    assert got.status == "pass" and "best 10.00x at d_model 32, K 16" in got.reason
+
+
+def test_the_study_steps_calibration_pairs_are_read_as_calibration_reads_them(
+        tmp_path: Path) -> None:
+    import optuna
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    study = optuna.create_study(study_name="k", storage=db)
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE,
+                                              values=[1.0], user_attrs={
+        "outcome": "complete", "peak_mem_bytes": 95, "peak_mem_kind": "cuda_max_allocated",
+        "predicted_peak_mem_raw_bytes": 100, "predicted_peak_mem_kind": "cuda_max_allocated",
+        "predicted_mem_raw_bytes": 700}))
+    assert kit.calibration_ratios(a_kit(tmp_path), db, "k") == [0.95]
+    assert kit.calibration_ratios(a_kit(tmp_path), db, "missing").startswith("not read")
 
 
 def test_the_dump_is_looked_for_in_the_repo_first_history_preferred(tmp_path: Path) -> None:

@@ -93,3 +93,23 @@ def test_tied_head_shares_the_embedding() -> None:
 def test_too_long_input_is_refused() -> None:
     with pytest.raises(ValueError, match="seq_len=16"):
         GPT(tiny())(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_naive_attention_in_fp16_does_not_overflow_before_it_scales() -> None:
+    """fp16 tops out at 65504: q . k over 64 dims of 40 each is 102400 (inf), its scaled value
+    12800 is not. Forming q @ k^T before scaling gave inf, then NaN from the softmax (then a
+    ``diverged`` trial); scaling q first keeps every score finite."""
+    from lm.model import CausalSelfAttention
+
+    torch.manual_seed(0)
+    cfg = tiny(attention="naive", d_model=64, n_heads=1)
+    attn = CausalSelfAttention(cfg).eval()
+    with torch.no_grad():
+        attn.qkv.weight.zero_()
+        attn.qkv.bias.fill_(40.0)  # q = k = v = 40 in every dimension, whatever x
+    x = torch.randn(2, 16, 64)
+    reference = attn(x)  # fp32
+    with torch.no_grad():
+        half = attn.half()(x.half())
+    assert torch.isfinite(half).all()
+    assert torch.allclose(half.float(), reference, rtol=1e-2, atol=1e-1)

@@ -400,3 +400,55 @@ def test_bf16_autocast_trains_on_the_cpu(corpus: Path, tmp_path: Path) -> None:
     )
     assert result.outcome == "complete", result.reason
     assert result.final_metrics is not None and math.isfinite(result.final_metrics["val_loss"])
+
+
+def test_an_oom_releases_the_runs_memory_before_the_result_is_written(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frames of the run that ran out of memory (its model, activations) are gone when
+    ``release_memory`` runs: inside the except block the traceback kept them, and CUDA's
+    ``empty_cache`` then returned nothing."""
+    import weakref
+
+    held: list[weakref.ref] = []
+    alive_at_release: list[bool] = []
+
+    def out_of_memory(self: Any, progress: Any, on_eval: Any) -> tuple[str, str]:
+        activations = torch.zeros(1024, 1024)  # what train()'s frame holds when it fails
+        held.append(weakref.ref(activations))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    real_release = train_mod._RunState.release_memory
+
+    def release(self: Any) -> None:
+        real_release(self)
+        alive_at_release.append(held[0]() is not None)
+
+    monkeypatch.setattr(train_mod._RunState, "train", out_of_memory)
+    monkeypatch.setattr(train_mod._RunState, "release_memory", release)
+    result = run(tiny_config(corpus), tmp_path / "r")
+    assert result.outcome == "oom" and "Tried to allocate" in result.reason
+    assert alive_at_release == [False]
+
+
+def test_a_cublas_allocation_failure_ends_as_oom(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cublas(self: Any, progress: Any, on_eval: Any) -> tuple[str, str]:
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+                           "`cublasCreate(handle)`")
+
+    monkeypatch.setattr(train_mod._RunState, "train", cublas)
+    result = run(tiny_config(corpus), tmp_path / "r")
+    assert (result.outcome, result.exit_code) == ("oom", outcomes.EXIT_CODES["oom"])
+    assert "CUBLAS_STATUS_ALLOC_FAILED" in result.reason
+
+
+def test_a_gpu_run_caps_its_cpu_threads(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a cap each of a dozen children packed on one GPU started a pool of every core."""
+    from lm import host
+
+    monkeypatch.setattr(train_mod, "resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr(host, "cpu_ids", lambda: list(range(16)))
+    monkeypatch.delenv(host.NUM_THREADS_ENV, raising=False)
+    assert train_mod._setup(tiny_config(corpus)).threads == host.GPU_RUN_THREADS

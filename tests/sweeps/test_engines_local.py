@@ -306,3 +306,42 @@ def test_suggest_is_idempotent_for_a_node_that_reruns_a_planned_trial(tmp_path: 
     first = suggest(trial, spec)
     again = suggest(optuna.trial.Trial(study, trial._trial_id), spec)
     assert first == again
+
+
+def test_a_gpus_pool_is_what_is_free_on_it() -> None:
+    """Another process holds 30 GiB of GPU 1 (nvidia-smi's free figure): its pool is 90 % of
+    the 50 GiB left, not of the 80 GiB it has."""
+    from lm import host
+
+    spec = StudySpec.from_dict(spec_dict("pool", Path("/c"), fixed={"device": "auto"}),
+                               check_paths=False)
+    free = [host.parse_gpu_memory(line).free for line in ("81050, 81920", "51200, 81920")]
+    pool = local.host_pool(spec, gpus=["0", "1"], gpu_free=free)
+    assert [d.capacity for d in pool.devices] == [int(free[0] * 0.9), int(50 * 2**30 * 0.9)]
+    assert [d.env for d in pool.devices] == [{"CUDA_VISIBLE_DEVICES": "0"},
+                                             {"CUDA_VISIBLE_DEVICES": "1"}]
+    pinned = StudySpec.from_dict(spec_dict("pool", Path("/c"), fixed={"device": "cuda:1"}),
+                                 check_paths=False)
+    assert local.host_pool(pinned, gpus=["0", "1"], gpu_free=free).largest == int(
+        50 * 2**30 * 0.9)
+
+
+def test_a_trials_child_gets_pci_device_order_and_its_devices_env() -> None:
+    from sweeps.runner import child_env
+
+    gpu = WorkerDevice("cuda", {"CUDA_VISIBLE_DEVICES": "3"}, None, "gpu 3")
+    assert child_env(gpu) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3"}
+
+
+def test_sweeps_run_says_what_packing_on_a_gpu_buys(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from lm import host
+
+    gpu = local.MemoryPool([local.PoolDevice("gpu 0", "cuda", 70 * 2**30)])
+    cpu = local.MemoryPool([local.PoolDevice("cpu", "cpu", 2**30, {}, (0, 1), 1)])
+    monkeypatch.setenv(host.MPS_PIPE_ENV, str(tmp_path))
+    assert local.gpu_sharing_note(cpu) is None
+    note = local.gpu_sharing_note(gpu)
+    assert note is not None and note.startswith("MPS is not running") and "take turns" in note
+    (tmp_path / "control").touch()
+    assert local.gpu_sharing_note(gpu).startswith(f"MPS is running ({tmp_path})")

@@ -20,6 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from lm.errors import SweepsError
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.engines import local
@@ -46,7 +47,6 @@ def test_requests_follow_the_prediction() -> None:
     gpu = ray_engine.request("cuda", 10 * GiB, 1, 100 * GiB)
     assert gpu["num_gpus"] == pytest.approx(0.11) and gpu["num_cpus"] == 1
     assert ray_engine.request("cuda", 200 * GiB, 1, 100 * GiB)["num_gpus"] == 1.0
-    assert ray_engine.request("cpu", None, 1, None) == {"num_cpus": 0}  # not launched
 
 
 def test_the_budget_is_the_largest_node() -> None:
@@ -58,6 +58,105 @@ def test_the_budget_is_the_largest_node() -> None:
     assert ray_engine.device_kind(StudySpec.from_dict(spec_dict("k", Path("."))), nodes) == "cpu"
     gpu_pool = ray_engine.cluster_pool(nodes, "cuda", 1, 80 * GiB)
     assert [d.label for d in gpu_pool.devices] == ["10.0.0.2"]
+
+
+class FakeRay:
+    """What the engine calls of Ray, recorded: each remote's options and the tasks submitted;
+    a task runs when its result is asked for."""
+
+    class exceptions:  # Ray's own name
+        class RayError(Exception):
+            pass
+
+        class GetTimeoutError(RayError, TimeoutError):
+            pass
+
+    def __init__(self, report: dict | None = None, timeout: bool = False) -> None:
+        self.submitted: list[tuple[dict, tuple]] = []
+        self.report, self.timeout = report, timeout
+
+    def remote(self, fn=None, **options):
+        if fn is None:
+            return lambda f: FakeRemote(self, f, options)
+        return FakeRemote(self, fn, options)
+
+    def wait(self, refs, timeout=None):
+        return refs, []
+
+    def get(self, ref, timeout=None):
+        if self.timeout:
+            raise self.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")
+        return ref()
+
+
+class FakeRemote:
+    def __init__(self, ray: FakeRay, fn, options: dict) -> None:
+        self.ray, self.fn, self.opts = ray, fn, options
+
+    def options(self, **options):
+        return FakeRemote(self.ray, self.fn, {**self.opts, **options})
+
+    def remote(self, *args):
+        self.ray.submitted.append((self.opts, args))
+        if self.fn is ray_engine.run_on_node:
+            return lambda: self.ray.report
+        return lambda: self.fn(*args)
+
+
+def test_gpu_memory_is_read_by_a_task_that_needs_no_free_gpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from lm import host
+
+    nodes = [ray_engine.Node("a", "10.0.0.1", 4, 0, GiB),
+             ray_engine.Node("b", "10.0.0.2", 16, 8, 64 * GiB)]
+    monkeypatch.setattr(host, "gpu_memory",
+                        lambda gpu: host.parse_gpu_memory("1024, 143771\n"))  # a busy H200
+    fake = FakeRay()
+    assert ray_engine._gpu_bytes(fake, nodes) == 143771 * 2**20
+    ((options, _),) = fake.submitted
+    assert options["num_gpus"] == 0 and options["num_cpus"] == 0
+    assert options["resources"] == {"node:10.0.0.2": 0.001}  # on a GPU node
+    with pytest.raises(SweepsError, match=r"cannot read the GPU memory of Ray node 10\.0\.0\.2"):
+        ray_engine._gpu_bytes(FakeRay(timeout=True), nodes)
+    monkeypatch.setattr(host, "gpu_memory", lambda gpu: None)
+    with pytest.raises(SweepsError, match="nvidia-smi"):
+        ray_engine._gpu_bytes(FakeRay(), nodes)
+
+
+def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A node re-planned with its own, fresh calibration (it could launch what the driver
+    rejected, or the reverse), and a rejected trial went out as a task with no CPU and an
+    empty CUDA_VISIBLE_DEVICES."""
+    import contextlib
+    import dataclasses
+
+    from sweeps import preflight
+    from sweeps.runner import RunnerContext, TrialReport, WorkerDevice
+
+    spec = StudySpec.from_dict(spec_dict("r", Path("/nonexistent-corpus")), check_paths=False)
+    study = optuna.create_study()
+    monkeypatch.setattr(preflight, "calibration_factor", lambda study: 1.3)
+    monkeypatch.setattr(st, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
+    here: list[tuple[int, float | None]] = []
+    monkeypatch.setattr(ray_engine, "run_trial", lambda ctx, device, trial, calibration=None: (
+        here.append((trial.number, calibration)) or TrialReport(trial.number, "predicted_oom",
+                                                               "too big")))
+
+    def runner(budget: int | None) -> tuple[FakeRay, TrialReport]:
+        report = dataclasses.asdict(TrialReport(0, "complete", "ok", [1.0]))
+        fake = FakeRay(report)
+        ctx = RunnerContext(spec=spec, study=study, storage=None, study_dir=tmp_path,
+                            launcher=None, budget_bytes=budget)
+        run = ray_engine._trial_runner(fake, {"kind": "cpu"}, "cpu", 1, None)
+        return fake, run(ctx, WorkerDevice("cpu"), study.ask())
+
+    fake, report = runner(budget=None)  # fits: a task, carrying the driver's factor
+    ((options, (task,)),) = fake.submitted
+    assert task["calibration"] == 1.3 and options["num_cpus"] == 1 and report.outcome == "complete"
+    assert here == []
+    fake, report = runner(budget=1)  # fits nowhere: recorded here, no task
+    assert fake.submitted == [] and here == [(1, 1.3)] and report.outcome == "predicted_oom"
 
 
 # --- a cluster in a network namespace ------------------------------------------------------------

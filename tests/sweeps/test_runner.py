@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -145,12 +146,15 @@ def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path, ser
     for key in ("host", "pid", "started_at", "wall_s", "cold_start_s", "setup_s",
                 "predicted_mem_bytes",
                 "predicted_mem_raw_bytes", "memory_budget_bytes", "calibration_factor",
+                "predicted_peak_mem_raw_bytes", "predicted_peak_mem_kind", "peak_mem_kind",
                 "peak_mem_bytes", "tokens_seen", "tokens_per_s", "params_total", "params",
                 "bytes_per_token", "unk_rate", "train_s", "val_bpb", "val_loss", "accuracy",
                 "unigram_entropy", "unigram_bpb", "unigram_gap", "kl_mean_to_unigram",
                 "mean_kl_to_mean", "top20_overlap", "unk_rate_targets", "best_val_bpb"):
         assert key in a, key
     assert a["outcome"] == "complete" and a["constraint"] == 0.0 and a["pid"] == os.getpid()
+    assert a["peak_mem_kind"] == a["predicted_peak_mem_kind"] == "cpu_peak_anon"
+    assert a["config"]["cuda_memory_limit_bytes"] is None  # a CPU trial
     assert t.system_attrs.get("constraints:memory") == 0.0
     assert a["tokens_seen"] >= 4000 and 0 < a["train_s"] < a["wall_s"]
     assert 0 < a["setup_s"] < a["cold_start_s"] < a["wall_s"] - a["train_s"]
@@ -449,3 +453,27 @@ def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(tmp_path: Path
     assert all("not an object" in p for p in problems[:2])
     evals = st.read_evals(storage, "garbled")
     assert [e["tokens"] for e in evals] == [100, 200]
+
+
+def test_a_cuda_child_is_limited_to_the_reservation_it_was_admitted_with() -> None:
+    """The GPU child gets its reservation as ``cuda_memory_limit_bytes`` (``lm.runtime`` makes
+    it the allocator's share of the device), so an over-budget trial ends ``oom`` itself; a
+    tighter value from the spec is kept; a CPU child gets none."""
+    from types import SimpleNamespace
+
+    from lm.config import TrainConfig
+    from sweeps.runner import WorkerDevice, _with_memory_limit
+
+    ctx = SimpleNamespace(preflight=preflight)
+    cfg = TrainConfig.from_dict({"corpus": "/c", "device": "cuda"})
+    gpu = WorkerDevice("cuda", {"CUDA_VISIBLE_DEVICES": "0"}, None, "gpu 0")
+    reserved = 900 * 2**20
+    limited = _with_memory_limit(ctx, gpu, cfg, 800 * 2**20, reserved)
+    assert limited.cuda_memory_limit_bytes == reserved and limited.cpu_memory_limit_bytes is None
+    tight = dataclasses.replace(cfg, cuda_memory_limit_bytes=600 * 2**20)
+    assert _with_memory_limit(ctx, gpu, tight, 800 * 2**20, reserved
+                              ).cuda_memory_limit_bytes == 600 * 2**20
+    assert _with_memory_limit(ctx, gpu, cfg, 800 * 2**20, None) is cfg  # no budget, no limit
+    cpu = _with_memory_limit(ctx, WorkerDevice(), dataclasses.replace(cfg, device="cpu"),
+                             800 * 2**20, reserved)
+    assert cpu.cuda_memory_limit_bytes is None and cpu.cpu_memory_limit_bytes is not None
