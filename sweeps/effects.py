@@ -286,7 +286,9 @@ class Effects:
 
 
 def _finite(value: Any) -> Any:
-    """NaN as None, for JSON."""
+    """NaN as None and numpy scalars as Python's, for JSON."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
