@@ -111,6 +111,10 @@ def replicates(trials: pd.DataFrame, metric: str = "val_bpb",
         group["trials"].append(int(row["number"]))
     rows = []
     for g in groups.values():
+        order = sorted(range(len(g["seeds"])), key=lambda i: (str(type(g["seeds"][i])),
+                                                             g["seeds"][i]))
+        g["seeds"] = [g["seeds"][i] for i in order]
+        g["trials"] = [g["trials"][i] for i in order]
         values = np.asarray(g["values"])
         rows.append({"config": label(g["params"]), "params": g["params"], "n": len(values),
                      "mean": values.mean(), "sd": values.std(ddof=1) if len(values) > 1
