@@ -428,7 +428,7 @@ def _verdict(c: Comparison, p_holm: float, n: int, n_base: int, level: float, m:
         advice = (f"no practical number of seeds (over {MAX_SEEDS:,} per arm) would resolve "
                   f"a difference of {x} at the measured spread")
     else:
-        advice = f"about {needed} seeds per arm would resolve a difference of {x} at the " \
+        advice = f"about {needed:,} seeds per arm would resolve a difference of {x} at the " \
                  "measured spread"
     return f"cannot tell apart with n = {arm}; {advice}{unpaired}", needed
 
