@@ -4,7 +4,6 @@ tested on their data; the sections in a built report."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +13,7 @@ import pytest
 from sweeps import report, results
 from sweeps.charts import effects as effects_chart
 from sweeps.charts import pareto, replicates
-from tests.sweeps.test_cli_effects import FFN_WIDTH, store_ablation
-from tests.sweeps.test_effects import table
+from tests.sweeps.ablation import FFN_WIDTH, store_ablation, table
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +84,3 @@ def test_pareto_draws_the_replicate_means(tmp_path: Path) -> None:
     assert sorted(means[0].y) == pytest.approx([2.1, 2.45])
     assert all(v > 0 for v in means[0].error_y.array)
 
-
-def test_the_ablation_report_renders_in_chromium(url: str, tmp_path: Path) -> None:
-    """The effects table, the forest plot and the replicate intervals, drawn by a browser
-    (skipped with the reason where Chromium is not installed)."""
-    from tests.sweeps.test_report_browser import assert_rendered, open_in_chromium
-
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("Chromium is not installed; install it with `make system-packages`")
-    out = tmp_path / "ffn.html"
-    report.write(url, "ffn", out)
-    source = out.read_text(encoding="utf-8")
-    dom = open_in_chromium(browser, out, tmp_path)
-    assert_rendered(dom, source.count('<div class="chart"'))
-    assert 'data-chart="forest"' in dom and "cannot tell apart with n = 3" in dom

@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
 
 from sweeps import results
 from sweeps import storage as st
-from sweeps.spec import StudySpec
+from tests.sweeps.ablation import FFN_WIDTH, store_ablation
 from tests.sweeps.cli import assert_user_error, sweeps
-
-STUDIES = Path(__file__).resolve().parents[2] / "studies"
-#: studies/README.md's ffn_width table: val_bpb by d_ff, seeds 0 / 1 / 2.
-FFN_WIDTH = {256: [2.193, 2.203, 2.248], 192: [2.252, 2.221, 2.229],
-             128: [2.222, 2.225, 2.190], 64: [2.214, 2.219, 2.190], 1: [2.235, 2.210, 2.198]}
-
-
-def store_ablation(url: str, name: str, points: dict[int, list[float]]) -> None:
-    """An ablation study as ``sweeps run`` leaves it: the spec stored, one trial per point and
-    seed with its parameters and recorded metrics."""
-    spec = tomllib.loads((STUDIES / "ffn_width.toml").read_text())
-    spec["study"]["name"] = name
-    stored = StudySpec.from_dict(spec, source=STUDIES / "ffn_width.toml",
-                                 check_paths=False).to_dict()
-    study = optuna.create_study(study_name=name, storage=st.open_storage(url))
-    study.set_user_attr("spec", stored)
-    dists = {"d_ff": CategoricalDistribution(list(points)), "seed": CategoricalDistribution([0, 1,
-                                                                                            2])}
-    for d_ff, values in points.items():
-        for seed, v in enumerate(values):
-            study.add_trial(create_trial(
-                state=TrialState.COMPLETE, value=v, params={"d_ff": d_ff, "seed": seed},
-                distributions=dists, user_attrs={"outcome": "complete", "val_bpb": v,
-                                                 "config": {"d_ff": d_ff, "seed": seed}}))
 
 
 @pytest.fixture(scope="module")

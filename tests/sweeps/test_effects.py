@@ -12,24 +12,7 @@ from scipy import stats
 
 from lm.errors import SweepsError
 from sweeps import effects as fx
-
-
-def table(points: dict[int, list[float]], seeds: list[int] | None = None,
-          outcome: str = "complete") -> pd.DataFrame:
-    """Trials of an ablation over d_ff, one per (d_ff, seed), as ``results.study_frame`` has
-    them: parameters as ``param_*``, the trained seed in ``seed``."""
-    rows = []
-    for d_ff, values in points.items():
-        for i, v in enumerate(values):
-            seed = seeds[i] if seeds is not None else i
-            rows.append({"number": len(rows), "outcome": outcome, "param_d_ff": d_ff,
-                         "param_seed": seed, "seed": seed, "val_bpb": v})
-    return pd.DataFrame(rows)
-
-
-def noisy(mean: float, n: int, sd: float, rng: np.random.Generator) -> list[float]:
-    return list(mean + sd * rng.standard_normal(n))
-
+from tests.sweeps.ablation import noisy, table
 
 # --- replicates ------------------------------------------------------------------------------
 
