@@ -84,3 +84,23 @@ def test_pareto_draws_the_replicate_means(tmp_path: Path) -> None:
     assert sorted(means[0].y) == pytest.approx([2.1, 2.45])
     assert all(v > 0 for v in means[0].error_y.array)
 
+
+
+def test_compute_and_vocabulary_charts_draw_the_replicate_means() -> None:
+    from sweeps.charts import compute, vocab
+
+    trials = table({1: [2.0, 2.1, 2.2], 2: [2.5, 2.4, 2.45]})
+    trials["flops"] = 1e12 * np.arange(1, 7)
+    trials["vocab_size"] = [512] * 3 + [2048] * 3
+    trials["tokenizer"] = "bpe"
+    for column in ("reason", "params_non_embedding", "tokens_seen", "val_loss",
+                   "bytes_per_token", "unk_rate", "unk_rate_targets", "tokens_per_s",
+                   "under_trained"):
+        trials[column] = None
+    data = results.StudyResults(name="s", storage="x", directions=["minimize"],
+                                objectives=["val_bpb"], user_attrs={}, trials=trials,
+                                evals=pd.DataFrame(), samples=pd.DataFrame())
+    for chart in (compute.chart(data), vocab.chart(data)):
+        means = [t for t in chart.figure.data if t.name == "mean of seeds (95 % CI)"]
+        assert len(means) == 1, chart.key
+        assert sorted(means[0].y) == pytest.approx([2.1, 2.45])
