@@ -33,10 +33,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-LevelOption = Annotated[float, typer.Option(
-    "--level", help="Significance level of the verdicts (after Holm's correction).")]
 MetricOption = Annotated[str | None, typer.Option(
-    "--metric", help="The trial metric to compare [default: the study's first objective].")]
+    "--metric", help="The trial metric to compare (default: the study's first objective).")]
 
 
 @app.command()
@@ -44,10 +42,11 @@ def effects(
     study: Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.")],
     baseline: Annotated[str | None, typer.Option(
         "--baseline", metavar="FIELD=VALUE[,...]",
-        help="The configuration to compare against [default: an [ablation] study's baseline]."
+        help="The configuration to compare against (default: an ablation study's baseline)."
     )] = None,
     metric: MetricOption = None,
-    level: LevelOption = 0.05,
+    level: Annotated[float, typer.Option(
+        "--level", help="Significance level of the verdicts, after Holm's correction.")] = 0.05,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     storage: StorageOption = None,
@@ -86,7 +85,8 @@ def confirm(
     study: Annotated[str, typer.Argument(metavar="STUDY", help="The finished study.")],
     top: Annotated[int, typer.Option("--top", help="How many of its best configurations.")] = 3,
     seeds: Annotated[int, typer.Option("--seeds", help="Fresh seeds per configuration.")] = 5,
-    level: LevelOption = 0.05,
+    level: Annotated[float, typer.Option(
+        "--level", help="Significance level of best against runner-up.")] = 0.05,
     metric: MetricOption = None,
     storage: StorageOption = None,
     max_concurrent: MaxConcurrentOption = None,
