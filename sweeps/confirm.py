@@ -100,7 +100,7 @@ def plan(storage: Any, source: str, *, top: int, seeds: int,
     chosen = reps.head(top)
     configs = tuple({"config": r["config"], "params": r["params"], "trials": r["trials"],
                      "mean": float(r["mean"])} for _, r in chosen.iterrows())
-    used = [s for s in fx._seeds(data.trials) if isinstance(s, int)]
+    used = [s for s in fx.seeds_of(data.trials) if isinstance(s, int)]
     start = max([*used, int(stored.get("fixed", {}).get("seed", 0))]) + 1
     fresh = tuple(range(start, start + seeds))
     spec = confirm_spec(stored, source + SUFFIX, [c["params"] for c in configs], fresh)
@@ -147,7 +147,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
             continue
         fixed = dict(t.system_attrs.get("fixed_params") or t.params)
         fixed.pop("seed", None)
-        found = by_label.get(fx.label({k: fx._plain(v) for k, v in fixed.items()}))
+        found = by_label.get(fx.label({k: fx.plain_value(v) for k, v in fixed.items()}))
         if found is not None:
             storage.set_trial_user_attr(t._trial_id, CONFIRMS_ATTR, ", ".join(
                 f"{the_plan.source}#{n}" for n in found["trials"]))

@@ -48,7 +48,7 @@ def config_params(trials: pd.DataFrame) -> list[str]:
     return [c for c in trials.columns if c.startswith("param_") and c != f"param_{SEED}"]
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A parameter value as JSON would hold it (numpy scalars unwrapped, NaN as None)."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return None
@@ -64,7 +64,7 @@ def params_of(row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
     as a conditional parameter is)."""
     out = {}
     for c in columns:
-        v = _plain(row[c])
+        v = plain_value(row[c])
         if v is not None:
             out[c.removeprefix("param_")] = v
     return out
@@ -74,12 +74,12 @@ def label(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "(no parameters)"
 
 
-def _seeds(trials: pd.DataFrame) -> pd.Series:
+def seeds_of(trials: pd.DataFrame) -> pd.Series:
     """Each trial's seed: the trained config's, else the sampled parameter."""
     seeds = trials[SEED] if SEED in trials else pd.Series([None] * len(trials), trials.index)
     if f"param_{SEED}" in trials:
         seeds = seeds.where(seeds.notna(), trials[f"param_{SEED}"])
-    return seeds.map(_plain)
+    return seeds.map(plain_value)
 
 
 def scored(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -101,7 +101,7 @@ def replicates(trials: pd.DataFrame, metric: str = "val_bpb",
     done = scored(trials, metric)
     names = config_params(done)
     groups: dict[str, dict[str, Any]] = {}
-    for (_, row), seed in zip(done.iterrows(), _seeds(done), strict=True):
+    for (_, row), seed in zip(done.iterrows(), seeds_of(done), strict=True):
         params = params_of(row, names)
         key = json.dumps(params, sort_keys=True, default=str)
         group = groups.setdefault(key, {"params": params, "values": [], "seeds": [],
@@ -315,7 +315,7 @@ def parse_baseline(text: str) -> dict[str, Any]:
             value = json.loads(raw.strip())
         except ValueError:
             value = raw.strip()
-        out[name.strip()] = _plain(value)
+        out[name.strip()] = plain_value(value)
     if not out:
         raise SweepsError("--baseline is empty; write FIELD=VALUE, e.g. --baseline d_ff=256")
     return out
@@ -337,7 +337,8 @@ def spec_baseline(spec: Any) -> dict[str, Any] | None:
         return None
     parsed = StudySpec.from_dict(spec, source="stored spec", check_paths=False)
     ablation = parsed.ablation
-    return {name: _plain(ablation._base_value(name)) for name, _ in ablation.vary}
+    # choices() lists the baseline value first.
+    return {name: plain_value(ablation.choices(name)[0]) for name, _ in ablation.vary}
 
 
 def _matching(reps: pd.DataFrame, baseline: Mapping[str, Any], study: str) -> int:
@@ -399,7 +400,7 @@ def _values_by_seed(done: pd.DataFrame, metric: str) -> dict[str, dict[Any, floa
     later trial: a rerun replaces what it repeats)."""
     names = config_params(done)
     out: dict[str, dict[Any, float]] = {}
-    for (_, row), seed in zip(done.iterrows(), _seeds(done), strict=True):
+    for (_, row), seed in zip(done.iterrows(), seeds_of(done), strict=True):
         key = seed if seed is not None else f"trial {int(row['number'])}"
         out.setdefault(label(params_of(row, names)), {})[key] = float(row[metric])
     return out

@@ -54,6 +54,7 @@ def test_effects_json_and_table(url: str) -> None:
     (("ffn_width", "--baseline", "lr"), "--baseline 'lr': write FIELD=VALUE"),
     (("ffn_width", "--level", "2"), "--level must be between 0 and 1"),
     (("ffn_width", "--markdown", "--json"), "exclusive"),
+    (("ffn_width", "--metric", "nope"), "metric 'nope' is not a column"),
 ])
 def test_bad_input_is_one_line(url: str, args: tuple[str, ...], needle: str) -> None:
     assert_user_error(sweeps("effects", *args, "--storage", url), needle)

@@ -183,6 +183,9 @@ def test_markdown_and_json_rows() -> None:
     text = fx.markdown(result)
     assert "| d_ff | 1 | 3 | 2.214 ± 0.019 |" in text
     assert "| baseline | d_ff=256 | 3 | 2.215 ± 0.029 |" in text
+    frame = result.frame().set_index("level")
+    assert frame.loc["1", "n_pairs"] == 3 and frame.loc["1", "test"] == "paired t"
+    assert frame.loc["1", "diff"] == pytest.approx(np.mean([0.042, 0.007, -0.05]))
     data = result.as_dict()
     assert data["rows"][0]["comparison"] is None
     assert data["rows"][1]["comparison"]["n_pairs"] == 3
