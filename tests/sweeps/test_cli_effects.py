@@ -65,3 +65,29 @@ def test_a_study_without_ablation_needs_a_baseline(tmp_path: Path) -> None:
     optuna.create_study(study_name="plain", storage=st.open_storage(url))
     assert_user_error(sweeps("effects", "plain", "--storage", url), "not an [ablation] study",
                       "--baseline")
+
+
+def test_effects_of_a_real_ablation_run(tmp_path: Path,
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``sweeps run`` of a tiny [ablation] (2 points x 2 seeds), then ``sweeps effects``: the
+    baseline is read from the stored spec, every point paired by seed."""
+    from tests.sweeps.helpers import TINY, shared_corpus, sweeps_run, toml_text
+
+    corpus = shared_corpus(tmp_path_factory)
+    spec = {"study": {"name": "abl", "pruner": "none"}, "corpus": {"dir": str(corpus)},
+            "fixed": {**{k: v for k, v in TINY.items() if k != "d_ff"}, "tokenizer": "word",
+                      "vocab_size": 300},
+            "ablation": {"baseline": {"d_ff": 32}, "vary": {"d_ff": [8]}, "seeds": [0, 1]},
+            "limits": {"memory_budget": "4GiB", "max_wall_s": 120}}
+    (tmp_path / "abl.toml").write_text(toml_text(spec))
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    ran = sweeps_run("run", "abl.toml", "--storage", url, "--workers", "1", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    proc = sweeps("effects", "abl", "--storage", url, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["baseline"] == {"d_ff": 32} and data["metric"] == "val_bpb"
+    base, level = data["rows"]
+    assert base["factor"] == "baseline" and base["n"] == 2 and base["seeds"] == [0, 1]
+    assert (level["factor"], level["level"], level["n"]) == ("d_ff", "8", 2)
+    assert level["comparison"]["n_pairs"] == 2 and level["comparison"]["test"] == "paired t"
