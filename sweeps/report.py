@@ -33,6 +33,7 @@ from sweeps.charts import (
     compare,
     compute,
     curves,
+    effects,
     importance,
     memory_map,
     memory_pred,
@@ -48,6 +49,7 @@ from sweeps.results import StudyResults
 
 #: The report's sections, in order.
 CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
+    effects.table_chart, effects.forest_chart,  # an [ablation] study's answer first
     pareto.chart, compute.chart, scaling.chart, vocab.chart, memory_map.chart, memory_pred.chart,
     curves.chart, parallel.chart, importance.chart, collapse.chart, samples.chart,
 )

@@ -646,6 +646,10 @@ class RequeueCallback(_RetryBase):
         requeue(study, trial, max_retries=self._max_retry)
 
 
+#: User attributes a re-queued trial keeps: ``sweeps confirm``'s link to the trial it confirms.
+REQUEUE_KEEPS = ("confirms",)
+
+
 def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None) -> bool:
     """Queue ``trial``'s parameters again as a WAITING trial; False when it already was
     re-queued ``max_retries`` times."""
@@ -653,11 +657,13 @@ def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None)
     if max_retries is not None and len(history) > max_retries:
         return False
     system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
+    # What the trial is, not what its run did, stays with the retry (a confirmation's link).
+    kept = {k: trial.user_attrs[k] for k in REQUEUE_KEEPS if k in trial.user_attrs}
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.WAITING,
         params=trial.params,
         distributions=trial.distributions,
-        user_attrs={"retries": len(history), "retry_of": history[0]},
+        user_attrs={**kept, "retries": len(history), "retry_of": history[0]},
         system_attrs=system_attrs,
     ))
     return True

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from sweeps.charts import Chart, esc, outcome_color, outcome_order, pareto, style
+from sweeps.charts import Chart, esc, outcome_color, outcome_order, pareto, replicates, style
 from sweeps.results import StudyResults
 
 FADED = pareto.FADED
@@ -52,6 +52,9 @@ def chart(results: StudyResults) -> Chart:
             x=front["x"].to_numpy(), y=front["val_bpb"].to_numpy(), mode="lines",
             line={"shape": "hv", "color": "#000", "width": 1.5}, name="Pareto front",
             hoverinfo="skip"))
+    means = replicates.data(results.trials, "flops")
+    if len(means):  # configurations run with several seeds: their mean and interval
+        fig.add_trace(replicates.trace(means))
     fig.update_xaxes(title_text="training FLOPs", type="log", exponentformat="power")
     fig.update_yaxes(title_text="val_bpb (bits per byte)")
     return Chart("compute", title, about, figure=style(fig, height=460))

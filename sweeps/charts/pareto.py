@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lm import outcomes
-from sweeps.charts import MIB, Chart, esc, outcome_color, outcome_order, style
+from sweeps.charts import MIB, Chart, esc, outcome_color, outcome_order, replicates, style
 from sweeps.results import StudyResults
 
 #: (column, axis title, divisor for display)
@@ -79,6 +79,10 @@ def chart(results: StudyResults) -> Chart:
                 x=front["x"].to_numpy() / scale, y=front["val_bpb"].to_numpy(), mode="lines",
                 line={"shape": "hv", "color": "#000", "width": 1.5}, name="Pareto front",
                 legendgroup="front", showlegend=col_i == 1, hoverinfo="skip"), row=1, col=col_i)
+        means = replicates.data(results.trials, panels[col_i - 1][0])
+        if len(means):  # configurations run with several seeds: their mean and interval
+            fig.add_trace(replicates.trace(means, scale, showlegend=col_i == 1), row=1,
+                          col=col_i)
         fig.update_xaxes(title_text=label, type="log", row=1, col=col_i)
         fig.update_yaxes(title_text="val_bpb (bits per byte)", row=1, col=col_i)
     return Chart("pareto", title, about, figure=style(fig, height=460))

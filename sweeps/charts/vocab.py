@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lm import outcomes
-from sweeps.charts import TOKENIZER_COLORS, Chart, esc, style
+from sweeps.charts import TOKENIZER_COLORS, Chart, esc, replicates, style
 from sweeps.results import StudyResults
 
 #: Per tokenizer, exact vocab sizes up to this many distinct values; log-spaced bins beyond.
@@ -128,6 +128,9 @@ def chart(results: StudyResults) -> Chart:
                 legendgroup=str(tokenizer), showlegend=False,
                 hovertemplate=f"V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}<extra></extra>"),
                 row=2, col=col)
+    means = replicates.data(results.trials, "vocab_size")
+    if len(means):  # configurations run with several seeds: their mean and interval
+        fig.add_trace(replicates.trace(means), row=1, col=1)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="vocab size", row=2)
     fig.update_yaxes(tickformat=".0%", row=2, col=2)

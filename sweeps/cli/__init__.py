@@ -5,6 +5,7 @@ options and calling one function of a non-CLI module.
 - ``study``: run, worker, status, trials (the study service is ``sweeps.study``, the dry-run plan
   ``sweeps.plan``), with ``progress`` for what ``sweeps run`` shows;  ``report``: report, export;
 - ``lifecycle``: delete, copy, rename (the service is ``sweeps.lifecycle``);
+- ``effects``: effects, confirm (the statistics are ``sweeps.effects``);
 - ``options``: options shared by several commands, defined once.
 
 Heavy imports (torch, the training loop, Optuna, plotly) happen inside the commands that need
@@ -23,7 +24,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli import data, lifecycle, memory, report, study, train
+from sweeps.cli import data, effects, lifecycle, memory, report, study, train
 from sweeps.console import console, err_console, write_line
 
 app = typer.Typer(
@@ -33,7 +34,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for _group in (data, train, memory, study, lifecycle, report):
+for _group in (data, train, memory, study, lifecycle, report, effects):
     app.add_typer(_group.app)
 
 _state = {"debug": False}

@@ -23,7 +23,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_help_lists_the_commands() -> None:
     proc = sweeps("--help")
     assert proc.returncode == 0
-    for command in ("prepare", "tokenize", "train", "generate", "demo"):
+    for command in ("prepare", "tokenize", "train", "generate", "demo", "effects", "confirm"):
         assert command in proc.stdout
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 from tests.sweeps import fake_study
+from tests.sweeps.ablation import FFN_WIDTH, store_ablation
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -223,6 +224,21 @@ def test_a_two_study_report_renders_in_chromium(chromium: str, tmp_path: Path) -
     dom = open_in_chromium(chromium, out, tmp_path, screenshot=tmp_path / "two.png")
     assert_rendered(dom, 3)
     assert "<code>first</code>, <code>second</code>" in dom
+
+
+def test_an_ablation_report_renders_its_effects_in_chromium(chromium: str,
+                                                          tmp_path: Path) -> None:
+    """The effects table, the forest plot and the replicate intervals, drawn by a browser."""
+    url = f"sqlite:///{tmp_path / 'ffn.db'}"
+    store_ablation(url, "ffn", FFN_WIDTH)
+    out = tmp_path / "ffn.html"
+    proc = sweeps_cli("report", "ffn", "--storage", url, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    source = out.read_text(encoding="utf-8")
+    assert 'data-chart="forest"' in source and 'class="effects"' in source
+    dom = open_in_chromium(chromium, out, tmp_path, screenshot=tmp_path / "ffn.png")
+    assert_rendered(dom, source.count('<div class="chart"'))
+    assert "cannot tell apart with n = 3" in dom
 
 
 # --- optuna-dashboard -----------------------------------------------------------------------------
