@@ -272,14 +272,17 @@ def trials(
 
     table = Table(box=None, padding=(0, 2), title=plain(f"study {study_name}"),
                   title_justify="left")
-    for col in ("#", "params", "outcome", "val_bpb", "peak mem", "wall", "FLOPs", "reason"):
+    # The unigram column beside val_bpb: a value is good or bad only against it.
+    for col in ("#", "params", "outcome", "val_bpb", "unigram", "peak mem", "wall", "FLOPs",
+                "reason"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        bpb = r["val_bpb"]
+        bpb, baseline = r["val_bpb"], r["unigram_bpb"]
         table.add_row(str(r["number"]),
                       plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
                       plain(r["outcome"] + (" (retried)" if r["retried"] else "")),
                       "-" if bpb is None else f"{bpb:.4f}",
+                      "-" if baseline is None else f"{baseline:.4f}",
                       "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
                       "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
                       "-" if r["flops"] is None else f"{r['flops']:.3g}",

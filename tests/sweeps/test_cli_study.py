@@ -215,6 +215,11 @@ def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
     [row] = json.loads(status)
     assert (row["study"], row["finished"], row["n_trials"]) == ("e2e", 3, 3)
     assert row["outcomes"] == {"complete": 3}
+    # the best value stands beside its trial's unigram baseline
+    best = rows[[r["number"] for r in rows].index(int(row["best"].split("trial ")[1][0]))]
+    assert row["best_unigram_baseline"] == best["unigram_bpb"] > 0
+    assert f"unigram {best['unigram_bpb']:.4f}" in row["best"]
+    assert "unigram" in listed and f"{best['unigram_bpb']:.4f}" in listed
     for needle in ("vocab_size=600", "complete", "trained"):
         assert needle in listed
     assert [r["number"] for r in rows] == [0, 1, 2] and rows[0]["params"] == {"vocab_size": 600}
