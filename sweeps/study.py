@@ -205,6 +205,28 @@ def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
     return wk.load_for_workers(spec, st, seed_offset=ran + extra_seed_offset)
 
 
+def budget_warnings(spec: StudySpec, samples: int = 200) -> list[str]:
+    """``TrainConfig.budget_warnings`` over the spec's space (its grid, or a seeded sample),
+    one line per kind, with how many of the points it holds for."""
+    from sweeps.plan import sample_points
+    from sweeps.space import trial_config
+
+    points, how = sample_points(spec, samples, 0)
+    found: dict[str, list[str]] = {}  # the field a warning is about -> its messages
+    valid = 0
+    for point in points or [{}]:
+        try:
+            cfg = trial_config(spec, point)
+        except SweepsError:
+            continue
+        valid += 1
+        for warning in cfg.budget_warnings():
+            found.setdefault(warning.split(" ", 1)[0], []).append(warning)
+    return [messages[0] if len(messages) == valid == 1 else
+            f"{len(messages)} of {valid} points of the {how}, e.g. {messages[0]}"
+            for messages in found.values()]
+
+
 # --- rows for status and trials ------------------------------------------------------------------
 
 

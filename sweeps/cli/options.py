@@ -164,3 +164,11 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
     elif "corpus" not in values:
         raise SweepsError("no corpus given; pass --corpus DIR (from `sweeps prepare`)")
     return TrainConfig.from_dict(values)
+
+
+def warn(warnings: list[str]) -> None:
+    """Budget warnings (``TrainConfig.budget_warnings``), one line each on stderr."""
+    from sweeps.console import write_line
+
+    for warning in warnings:
+        write_line(f"warning: {warning}")

@@ -25,6 +25,7 @@ from sweeps.cli.options import (
     RunsDirOption,
     StorageOption,
     WorkersOption,
+    warn,
 )
 from sweeps.cli.progress import Board, live_display
 from sweeps.console import (
@@ -80,7 +81,9 @@ def run(
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
         _print_plan(spec, url, cap or 1, n_trials, from_study)
+        warn(service.budget_warnings(spec))
         return
+    warn(service.budget_warnings(spec))  # said once more for those who skip the dry run
     if engine == "local":
         service.check_host(spec, cap)
     service.check_runs_dir(runs_dir)

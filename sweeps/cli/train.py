@@ -12,7 +12,7 @@ import typer
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps.cli.options import ConfigFileOption, train_config, with_config_options
+from sweeps.cli.options import ConfigFileOption, train_config, warn, with_config_options
 from sweeps.console import console, err_console, human_bytes, print_summary, progress_bar
 
 app = typer.Typer()
@@ -31,6 +31,7 @@ def train(
     run_dir = out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SweepsError(f"--out {run_dir} is not empty; choose a new run directory")
+    warn(cfg.budget_warnings())
     result = _train_with_progress(cfg, run_dir, quiet=as_json)
     summary = result.to_dict()
     if as_json:

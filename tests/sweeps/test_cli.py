@@ -131,3 +131,17 @@ def test_train_json_then_generate(corpus: Path, tmp_path: Path) -> None:
     assert gen.returncode == 0, gen.stderr
     assert gen.stdout.startswith("<Q>How do I")
     assert_user_error(sweeps("generate", str(tmp_path / "missing")), "missing")
+
+
+def test_train_warns_when_the_budget_is_shorter_than_warmup_and_eval_interval(
+        corpus: Path, tmp_path: Path) -> None:
+    args = ["train", "--corpus", str(corpus), "--tokenizer", "byte", "--d-model", "16",
+            "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16",
+            "--batch-size", "8", "--eval-tokens", "256", "--max-tokens", "1024", "--json"]
+    proc = sweeps(*args, "--out", str(tmp_path / "short"))
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: warmup_tokens 50,000 >= max_tokens 1,024" in proc.stderr
+    assert "warning: eval_every_tokens 250,000 >= max_tokens 1,024" in proc.stderr
+    proc = sweeps(*args, "--warmup-tokens", "128", "--eval-every-tokens", "512",
+                  "--out", str(tmp_path / "fine"))
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr

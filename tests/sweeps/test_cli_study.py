@@ -177,6 +177,19 @@ def test_dry_run_prints_the_plan_and_writes_nothing(corpus: Path, tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
 
 
+def test_dry_run_warns_of_a_budget_shorter_than_the_eval_interval(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = spec_dict("short", corpus, fixed={"max_tokens": 1000})  # eval every 2,000
+    (tmp_path / "short.toml").write_text(toml_text(data))
+    assert main("run", "short.toml", "--dry-run") == 0
+    err = capsys.readouterr().err
+    assert "warning: 4 of 4 points of the grid, e.g. eval_every_tokens 2,000 >= max_tokens " \
+        "1,000" in err, err
+    assert "warmup_tokens" not in err  # 500 < 1,000
+
+
 def read_back(cwd: Path) -> tuple[str, str, list[dict]]:
     """``sweeps status --json``, ``sweeps trials e2e`` and its JSON, run in this process."""
     import contextlib
