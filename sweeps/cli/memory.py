@@ -46,7 +46,7 @@ def estimate(
     budget: Annotated[
         str | None,
         typer.Option("--budget", help="Memory budget: a size (16GiB), auto or none "
-                     "(default: the spec's limits.memory_budget, else auto)."),
+                     "[default: the spec's limits.memory_budget, else auto]."),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Workers sharing an auto budget.")] = 1,
     launcher: Annotated[

@@ -55,6 +55,9 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
             flag = "--" + field.name.replace("_", "-")
             decls = [f"{flag}/--no-{flag[2:]}"] if cli_type is bool else [flag]
             help_text = field.metadata.get("help", "")
+            shown = default_text(field)
+            if shown is not None:  # the dataclass's default: the option's own is None (unset)
+                help_text = f"{help_text} [default: {shown}]"
             option = typer.Option(*decls, help=help_text, rich_help_panel=panel, show_default=False)
             annotation = Annotated[Optional[cli_type], option]  # noqa: UP045 (Typer needs Optional)
             generated.append(inspect.Parameter(
@@ -80,6 +83,25 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
         return wrapper
 
     return decorate
+
+
+def default_text(field: dataclasses.Field) -> str | None:
+    """A config field's default as help text shows it (None: the field has none)."""
+    if field.name == "vocab_size":
+        return f"{default_vocab_size('bpe')}; byte: {default_vocab_size('byte')}"
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return None
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value))
+    return f"{value:_}" if isinstance(value, int) else str(value)
 
 
 def read_toml(path: Path, *, what: str) -> dict[str, Any]:
@@ -119,7 +141,8 @@ GraceOption = Annotated[
 ]
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", help="The same as --max-concurrent (kept for "
-                                               "scripts written before admission by memory).")
+                                               "scripts written before admission by memory) "
+                                               "[default: --max-concurrent's].")
 ]
 MaxConcurrentOption = Annotated[
     int | None, typer.Option("--max-concurrent", help="At most N trials at once [default: as "
@@ -129,7 +152,7 @@ MaxConcurrentOption = Annotated[
 EngineOption = Annotated[
     str, typer.Option("--engine", help="local (this machine: trials admitted to its GPUs or "
                                        "CPU by predicted memory) or ray (a Ray cluster; "
-                                       "pip install -e .[ray]).")
+                                       "pip install -e '.[ray]').")
 ]
 AddressOption = Annotated[
     str | None, typer.Option("--address", help="With --engine ray: the cluster to join "
@@ -137,7 +160,9 @@ AddressOption = Annotated[
                                                "cluster, else a new one on this machine].")
 ]
 ConfigFileOption = Annotated[
-    Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields.")
+    Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields, or a run's "
+                                               "config.json [default: none: the flags and "
+                                               "the defaults below].")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 

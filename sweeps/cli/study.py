@@ -58,7 +58,8 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; run "
                                                             "nothing, write nothing.")] = False,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the spec's "
-                                                                    "n_trials.")] = None,
+                                                                    "n_trials [default: the "
+                                                                    "spec's].")] = None,
     storage: StorageOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
@@ -66,7 +67,8 @@ def run(
     grace: GraceOption = 60,
     from_study: Annotated[str | None, typer.Option(
         "--from", metavar="STUDY", help="Start the new study with the finished trials of STUDY "
-        "that fit the spec (not counted in n_trials; the plan says which and why).")] = None,
+        "that fit the spec (not counted in n_trials; the plan says which and why) [default: "
+        "none: a new study starts empty].")] = None,
 ) -> None:
     """Create the study (or resume it) and run it to n_trials with live progress."""
     from sweeps.spec import load_spec
@@ -105,7 +107,8 @@ def worker(
     max_concurrent: MaxConcurrentOption = None,
     workers: WorkersOption = None,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the study's "
-                                                                    "n_trials.")] = None,
+                                                                    "n_trials [default: the "
+                                                                    "study's].")] = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
     heartbeat: HeartbeatOption = 10,

@@ -23,7 +23,8 @@ app = typer.Typer()
 def train(
     overrides: dict[str, Any],
     config: ConfigFileOption = None,
-    out: Annotated[Path | None, typer.Option("--out", help="The run directory.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The run directory [default: "
+                                                            "runs/run-YYYYmmdd-HHMMSS].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train one model and report bits per byte, the unigram gap and collapse statistics."""
@@ -100,7 +101,8 @@ def generate(
     ] = "<Q>",
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 100,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.8,
-    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest "
+                                                       "[default: none: all].")] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
 ) -> None:
     """Continue a prompt with a trained run's best checkpoint."""
