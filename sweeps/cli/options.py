@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import tomllib
 import types
 import typing
@@ -118,6 +119,24 @@ def read_toml(path: Path, *, what: str) -> dict[str, Any]:
         raise SweepsError(f"{what} {path} is not UTF-8 text; save it as UTF-8 TOML") from None
 
 
+def read_config_file(path: Path) -> dict[str, Any]:
+    """``--config``: TOML, or JSON when it ends in ``.json`` (a run's ``config.json``, so
+    ``sweeps train --config RUN_DIR/config.json`` trains that trial's exact configuration)."""
+    if path.suffix.lower() != ".json":
+        return read_toml(path, what="--config")
+    if not path.is_file():
+        raise SweepsError(f"--config {path} is not a file; give a run's config.json or a TOML "
+                          "file")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SweepsError(f"--config {path} is not valid JSON ({exc}); give a run's "
+                          "config.json or a TOML file") from None
+    if not isinstance(values, dict):
+        raise SweepsError(f"--config {path} holds no JSON object of TrainConfig fields")
+    return values
+
+
 # --- options shared by several commands ----------------------------------------------------------
 
 StorageOption = Annotated[
@@ -180,7 +199,7 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
     default corpus (None: ``--corpus`` is required)."""
     from lm.config import TrainConfig
 
-    values: dict[str, Any] = read_toml(config_file, what="--config") if config_file else {}
+    values: dict[str, Any] = read_config_file(config_file) if config_file else {}
     values.update(overrides)
     if "vocab_size" not in values:
         values["vocab_size"] = default_vocab_size(values.get("tokenizer", "bpe"))

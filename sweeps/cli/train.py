@@ -4,6 +4,7 @@ and text from a finished run's best checkpoint."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +14,7 @@ import typer
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps.cli.options import ConfigFileOption, train_config, warn, with_config_options
-from sweeps.console import console, err_console, human_bytes, print_summary, progress_bar
+from sweeps.console import err_console, escape_controls, human_bytes, print_summary, progress_bar
 
 app = typer.Typer()
 
@@ -112,4 +113,6 @@ def generate(
         raise SweepsError(f"--temperature must be >= 0, got {temperature}")
     text = generate_text(run_dir, prompt, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, seed=seed)
-    console.print(text, markup=False, highlight=False)
+    # Written as it is, never wrapped (rich would break it at 80 columns into a file or a
+    # pipe, splitting words); control characters escaped, as for all text shown.
+    sys.stdout.write(escape_controls(text, keep_newlines=True) + "\n")
