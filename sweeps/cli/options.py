@@ -216,3 +216,12 @@ def warn(warnings: list[str]) -> None:
 
     for warning in warnings:
         write_line(f"warning: {warning}")
+
+
+def config_reference() -> list[tuple[str, str, str]]:
+    """(field, default, meaning) of each ``TrainConfig`` field: the README's table of training
+    fields, checked against this by ``tests/sweeps/test_cli_help.py``."""
+    from lm.config import TrainConfig
+
+    return [(f.name, "required" if (shown := default_text(f)) is None else f"`{shown}`",
+             f.metadata.get("help", "")) for f in dataclasses.fields(TrainConfig) if f.init]

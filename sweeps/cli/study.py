@@ -45,6 +45,26 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 
+# --- init ----------------------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the spec.")] = Path(
+        "spec.toml"),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+) -> None:
+    """Write a commented starter spec that runs as it is: edit it, then `sweeps run` it."""
+    from lm.files import write_output
+    from sweeps.starter import STARTER_SPEC
+
+    if out.exists() and not force:
+        raise SweepsError(f"--out {out} already exists; choose another path or pass --force")
+    write_output(out, lambda f: f.write(STARTER_SPEC.encode("utf-8")))
+    err_console.print(f"wrote {out}; next: sweeps run {out} --dry-run", highlight=False,
+                      markup=False)
+
+
 # --- run -----------------------------------------------------------------------------------------
 
 

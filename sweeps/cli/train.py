@@ -60,6 +60,7 @@ def _train_with_progress(cfg: TrainConfig, run_dir: Path, *, quiet: bool) -> Any
 _SUMMARY_METRICS = (
     ("val_loss", "val loss (nats/token)"),
     ("val_bpb", "val bits per byte"),
+    ("unigram_bpb", "unigram baseline (bits per byte)"),
     ("unigram_entropy", "unigram baseline (nats/token)"),
     ("unigram_gap", "unigram gap"),
     ("kl_mean_to_unigram", "KL(mean || unigram)"),
