@@ -65,6 +65,23 @@ def init(
                       markup=False)
 
 
+@app.command()
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", help="Write it to this file [default: "
+                                                           "stdout].")] = None,
+) -> None:
+    """A JSON Schema of the spec, for an editor (Taplo / Even Better TOML: a first line
+    `#:schema spec.schema.json` in the spec)."""
+    from lm.files import write_output
+    from sweeps.spec.schema import spec_schema
+
+    text = json.dumps(spec_schema(), indent=2) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    write_output(out, lambda f: f.write(text.encode("utf-8")))
+
+
 # --- run -----------------------------------------------------------------------------------------
 
 
