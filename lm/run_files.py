@@ -37,6 +37,7 @@ Non-finite floats are written as ``null`` (``jsonable``) so every file is strict
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -179,7 +180,9 @@ class ProgressFile:
         if done < total and self.written_at is not None and now - self.written_at < self.every_s:
             return
         self.written_at = now
-        write_json_atomic(self.path, {"tokens": int(done), "max_tokens": int(total)})
+        # A display only: a full disk is for the metrics and checkpoints to report.
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.path, {"tokens": int(done), "max_tokens": int(total)})
 
 
 def read_progress_tokens(run_dir: Path) -> int | None:

@@ -622,6 +622,8 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
         if missing:
             outcome, reason = outcomes.DIVERGED, f"{missing} is not finite at the end of training"
             values = None
+            with contextlib.suppress(OSError):  # the run dir says what the database says
+                record_verdict(run_dir, outcome, reason)
     return finish(ctx, trial, outcome, reason, attrs, values)
 
 

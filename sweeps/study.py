@@ -205,9 +205,12 @@ def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
     return wk.load_for_workers(spec, st, seed_offset=ran + extra_seed_offset)
 
 
-def budget_warnings(spec: StudySpec, samples: int = 200) -> list[str]:
-    """``TrainConfig.budget_warnings`` over the spec's space (its grid, or a seeded sample),
-    one line per kind, with how many of the points it holds for."""
+def budget_warnings(spec: StudySpec, overrides: dict[str, Any] | None = None,
+                    samples: int = 200) -> list[str]:
+    """``TrainConfig.budget_warnings`` over the spec's space (its grid, or a seeded sample;
+    ``overrides`` as ``sweeps estimate SPEC --<field>`` applies them), one line per kind, with
+    how many of the points it holds for."""
+    from lm.config import TrainConfig
     from sweeps.plan import sample_points
     from sweeps.space import trial_config
 
@@ -217,6 +220,8 @@ def budget_warnings(spec: StudySpec, samples: int = 200) -> list[str]:
     for point in points or [{}]:
         try:
             cfg = trial_config(spec, point)
+            if overrides:
+                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
         except SweepsError:
             continue
         valid += 1

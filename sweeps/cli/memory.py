@@ -74,7 +74,7 @@ def estimate(
         from sweeps.spec import load_spec
         from sweeps.study import budget_warnings
 
-        warn(budget_warnings(load_spec(spec_path, check_paths=False)))
+        warn(budget_warnings(load_spec(spec_path, check_paths=False), overrides))
         if as_json:
             typer.echo(json.dumps(table, indent=2))
         else:

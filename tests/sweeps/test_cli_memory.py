@@ -181,3 +181,7 @@ def test_a_budget_shorter_than_warmup_or_eval_interval_is_warned_of(tmp_path: Pa
     spec.write_text(spec.read_text().replace("[fixed]", "[fixed]\nmax_tokens = 30000", 1))
     proc = sweeps("estimate", str(spec), "--json")
     assert "warning: 4 of 4 points of the grid, e.g. warmup_tokens 50,000" in proc.stderr
+    # the flags apply to the study's points, as in its table
+    proc = sweeps("estimate", str(spec), "--warmup-tokens", "100", "--eval-every-tokens", "1000",
+                  "--json")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
