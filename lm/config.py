@@ -281,3 +281,25 @@ class TrainConfig:
     def tokens_per_step(self) -> int:
         """Training tokens (targets) per optimizer step."""
         return self.batch_size * self.grad_accum * self.seq_len
+
+    # The defaults stay fixed token counts, not fractions of max_tokens: a study that searches
+    # max_tokens (or an IsoFLOP grid, whose cells differ mostly in it) then compares trials whose
+    # warm-up ends and whose evaluations fall at the same tokens, so learning curves and
+    # successive-halving rungs line up across budgets; a default that followed the budget would
+    # move both with it, unseen. A short budget gets a warning naming the value to set instead.
+    def budget_warnings(self) -> list[str]:
+        """What is valid but cannot work within ``max_tokens`` (said before a run by ``sweeps
+        train``, ``estimate`` and ``run --dry-run``; not an error: a smoke test may mean it)."""
+        out = []
+        if self.warmup_tokens >= self.max_tokens:
+            out.append(f"warmup_tokens {self.warmup_tokens:,} >= max_tokens "
+                       f"{self.max_tokens:,}: the whole run is warm-up, so the learning rate "
+                       "never reaches lr and never decays; set warmup_tokens below max_tokens "
+                       f"(e.g. {max(self.max_tokens // 10, 0):,})")
+        if self.eval_every_tokens >= self.max_tokens:
+            out.append(f"eval_every_tokens {self.eval_every_tokens:,} >= max_tokens "
+                       f"{self.max_tokens:,}: only the final evaluation runs (no learning "
+                       "curve; the pruners and the collapse verdicts get one look, at the "
+                       "end); set eval_every_tokens below max_tokens "
+                       f"(e.g. {max(self.max_tokens // 4, 1):,})")
+        return out

@@ -23,15 +23,25 @@ orchestrator must not).
   the outcome (``write_result``). Exit codes are in ``lm/outcomes.py``.
 - ``train.log`` (``LOG_FILE``): the child's stdout and stderr, captured by the parent; for people
   only (a reason may quote its last line; no outcome depends on it).
+- ``progress.json`` (``PROGRESS_FILE``): ``{"tokens", "max_tokens"}``, rewritten
+  atomically about once a second while the child trains (``ProgressFile``), so the parent's
+  live board advances between evaluations.
+
+When the orchestrator's verdict differs from what the child reported (a collapse judged at the
+last evaluation, a prune, a timeout), the parent rewrites ``result.json`` with its outcome and
+reason, keeps the child's own as ``child_outcome``/``child_reason``, and appends the verdict to
+``train.log`` (``record_verdict``): the run dir tells the same story as the database.
 
 Non-finite floats are written as ``null`` (``jsonable``) so every file is strict JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +58,7 @@ CHECKPOINT_FILE = "best.pt"
 RESUME_FILE = "resume.pt"
 RESUME_INDEX_FILE = "resume.json"
 LOG_FILE = "train.log"
+PROGRESS_FILE = "progress.json"
 
 #: Keys of each ``metrics.jsonl`` object, in order, with the type of their value (``float``: any
 #: finite number; every value may also be None, a non-finite number written as null).
@@ -121,6 +132,10 @@ class RunResult:
     environment: bool = False
     #: The tokens of the resume checkpoint this run continued (0: it started from scratch).
     resumed_from_tokens: int = 0
+    #: What the child itself reported, when the orchestrator's verdict replaced it
+    #: (``record_verdict``); None when the two agree.
+    child_outcome: str | None = None
+    child_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))
@@ -151,6 +166,60 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
 def write_result(run_dir: Path, result: RunResult) -> None:
     """``result.json``, atomically: the parent never reads half a result."""
     write_json_atomic(Path(run_dir) / RESULT_FILE, result.to_dict(), indent=2)
+
+
+class ProgressFile:
+    """``progress(done, total)`` for ``lm.train.run`` that writes ``progress.json``: at most
+    every ``every_s`` seconds (an atomic rename per step would cost more than a tiny model's
+    step), and always at the end of the budget."""
+
+    def __init__(self, run_dir: Path, every_s: float = 1.0) -> None:
+        self.path = Path(run_dir) / PROGRESS_FILE
+        self.every_s = every_s
+        self.written_at: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and self.written_at is not None and now - self.written_at < self.every_s:
+            return
+        self.written_at = now
+        # A display only: a full disk is for the metrics and checkpoints to report.
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.path, {"tokens": int(done), "max_tokens": int(total)})
+
+
+def read_progress_tokens(run_dir: Path) -> int | None:
+    """The tokens ``progress.json`` says the child has trained, or None (not yet written, or
+    not a well-formed count: it only feeds a display)."""
+    try:
+        value = json.loads((Path(run_dir) / PROGRESS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    tokens = value.get("tokens") if isinstance(value, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) \
+        and tokens >= 0 else None
+
+
+def record_verdict(run_dir: Path, outcome: str, reason: str) -> bool:
+    """Write the orchestrator's verdict into the run's own ``result.json`` (the child's outcome
+    and reason kept as ``child_outcome``/``child_reason``) and append it to ``train.log``, when
+    it differs from what the child reported. False when there is nothing to amend (no readable
+    result, or the same outcome)."""
+    path = Path(run_dir) / RESULT_FILE
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(value, dict) or value.get("outcome") == outcome:
+        return False
+    value.setdefault("child_outcome", value.get("outcome"))
+    value.setdefault("child_reason", value.get("reason"))
+    value.update(outcome=outcome, reason=reason)
+    write_json_atomic(path, jsonable(value), indent=2)
+    with open(Path(run_dir) / LOG_FILE, "a", encoding="utf-8") as fh:
+        fh.write(f"sweeps verdict: {outcome}: {reason} (the child reported "
+                 f"{value['child_outcome']})\n")
+    return True
 
 
 def write_resume_index(run_dir: Path, resume_fingerprint: str, tokens: int) -> None:

@@ -47,6 +47,7 @@ from lm.run_files import (
     RESUME_FILE,
     RESUME_INDEX_FILE,
     TOKENIZER_FILE,
+    ProgressFile,
     RunResult,
     append_metrics,
     keep_metrics_until,
@@ -800,7 +801,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = Path(args[0])
     try:
         cfg = read_config(run_dir)
-        result = run(cfg, run_dir, on_eval=_log_eval)
+        # progress.json: the parent's live board advances between evaluations.
+        result = run(cfg, run_dir, progress=ProgressFile(run_dir), on_eval=_log_eval)
     except SweepsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -112,6 +112,7 @@ table.samples td.text { font-family: ui-monospace, Menlo, Consolas, monospace;
 nav { font-size: 14px; margin-top: 10px; } nav a { margin-right: 12px; }
 .about { color: #555; font-size: 14px; margin: 0 0 8px; max-width: 1000px; }
 .note { background: #fafafa; border-left: 4px solid #ccc; padding: 10px 14px; color: #444; }
+.note.warning { background: #fff8e1; border-left-color: #f0a202; }
 #report-status.broken { background: #fde8e8; border: 1px solid #d62728; padding: 8px; }
 #report-errors:empty { display: none; }
 """
@@ -121,8 +122,20 @@ def build(storage: results_mod.StorageLike, study_name: str) -> tuple[str, list[
                                                                        StudyResults]:
     """(HTML, charts, data) of a study's report."""
     data = results_mod.load(storage, study_name)
-    charts = [make(data) for make in CHARTS]
+    charts = [c for c in (make(data) for make in CHARTS) if applies(c, data.trials)]
     return render(data, charts), charts, data
+
+
+def applies(chart: Chart, trials: pd.DataFrame) -> bool:
+    """Whether a section has anything to say about these trials (one that cannot is left out,
+    not shown as a note): the IsoFLOP fit needs trials planned at compute budgets (or a fit
+    found in their FLOPs), a vocabulary chart more than one vocabulary to compare."""
+    if chart.key == "scaling" and chart.figure is None:
+        return "flops_budget" in trials and bool(trials["flops_budget"].notna().any())
+    if chart.key in ("vocab", "compare-vocab"):
+        columns = [c for c in ("tokenizer", "vocab_size") if c in trials]
+        return len(trials[columns].dropna().drop_duplicates()) > 1 if columns else False
+    return True
 
 
 def write(storage: results_mod.StorageLike, study_name: str, out: Path) -> tuple[list[Chart],
@@ -140,7 +153,7 @@ def build_many(storage: results_mod.StorageLike,
     """(HTML, charts, combined data) of a report of several studies on the same axes."""
     studies = results_mod.load_many(storage, names)
     data = results_mod.combine(studies)
-    charts = compare.charts(data, names)
+    charts = [c for c in compare.charts(data, names) if applies(c, data.trials)]
     return render(data, charts, header=summary_many(studies)), charts, data
 
 
@@ -285,12 +298,43 @@ def summary_many(studies: list[StudyResults]) -> str:
                     f"<td>{e(best_text)}</td></tr>")
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     names = ", ".join(f"<code>{e(d.name)}</code>" for d in studies)
+    warnings = "".join(f'<p class="note warning">{e(w)}</p>' for w in comparison_warnings(studies))
     return f"""<header>
 <h1>Studies {names}</h1>
 <div class="meta">storage <code>{e(studies[0].storage)}</code> · generated {generated}</div>
+{warnings}
 <table class="studies"><tr><th>study</th><th>trials</th><th>outcomes</th>
 <th>best val_bpb (complete)</th></tr>{"".join(rows)}</table>
 </header>"""
+
+
+def corpus_of(data: StudyResults) -> str | None:
+    """The corpus directory a study trained on, from the spec it stored (None: unknown)."""
+    corpus = (data.user_attrs.get("spec") or {}).get("corpus")
+    if not isinstance(corpus, dict):
+        return None
+    where = corpus.get("dir") or corpus.get("out")
+    return str(where) if where else json.dumps(corpus, sort_keys=True)
+
+
+def comparison_warnings(studies: list[StudyResults]) -> list[str]:
+    """What makes the studies' shared axes misleading: different corpora (bits per byte of
+    different text: a lower val_bpb may be an easier corpus), different tokenizers (val_bpb
+    compares them; per-token loss does not)."""
+    out = []
+    corpora = {s.name: corpus_of(s) for s in studies}
+    if len({c for c in corpora.values() if c is not None}) > 1:
+        shown = "; ".join(f"{n}: {c}" for n, c in corpora.items() if c is not None)
+        out.append(f"These studies trained on different corpora ({shown}): their val_bpb are "
+                   "bits per byte of different text, so a lower value may be an easier corpus, "
+                   "not a better model.")
+    tokenizers = {s.name: ", ".join(sorted(map(str, s.trials["tokenizer"].dropna().unique())))
+                  for s in studies if "tokenizer" in s.trials}
+    if len(set(tokenizers.values())) > 1:
+        shown = "; ".join(f"{n}: {t or 'unknown'}" for n, t in tokenizers.items())
+        out.append(f"These studies used different tokenizers ({shown}): val_bpb compares them, "
+                   "loss per token does not.")
+    return out
 
 
 def _fmt(value: object, pattern: str) -> str:

@@ -34,6 +34,7 @@ from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import storage as st
 from sweeps.optuna_compat import models
+from sweeps.study import objective_names
 
 #: Numeric trial attributes copied into columns (contract: "Trial record").
 METRIC_COLUMNS = (
@@ -161,7 +162,7 @@ def load(storage: StorageLike, study_name: str) -> StudyResults:
         evals = _evals(conn, study_name)
         samples = _samples(conn, study_name)
     return StudyResults(name=study_name, storage=shown, directions=directions,
-                        objectives=_objective_names(attrs.get("spec"), len(directions)),
+                        objectives=objective_names(attrs.get("spec"), len(directions)),
                         user_attrs=attrs, trials=trials, evals=evals, samples=samples,
                         distributions=distributions)
 
@@ -209,16 +210,6 @@ def _attrs(conn: sa.Connection, table: sa.Table, key_column: str, key: int) -> d
     rows = conn.execute(sa.select(table.c.key, table.c.value_json)
                         .where(table.c[key_column] == key))
     return {k: json.loads(v) for k, v in rows}
-
-
-def _objective_names(spec: Any, n: int) -> list[str]:
-    """Metric names of the objectives, from the spec the runner stored (else placeholders)."""
-    try:
-        objectives = spec["study"]["objectives"]
-        names = [o if isinstance(o, str) else o["metric"] for o in objectives]
-    except (TypeError, KeyError):
-        names = []
-    return names if len(names) == n else [f"objective {i}" for i in range(n)]
 
 
 def _by_trial(table: sa.Table, study_id: int, *columns: str) -> sa.Select:

@@ -61,8 +61,10 @@ from lm.run_files import (
     check_metrics_row,
     jsonable,
     keep_metrics_until,
+    read_progress_tokens,
     read_result_dict,
     read_resume_index,
+    record_verdict,
     write_config,
 )
 from sweeps import fidelity, optuna_compat, pruning, storage
@@ -331,6 +333,7 @@ class _TrialRun:
         peak: int | None = None
         wall_limit = hard_wall_s(self.spec.limits)
         rc: int | None = None
+        progress_tokens: int | None = None
         ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
         try:
             with storage.heartbeat(ctx.storage, self.trial_id):
@@ -365,6 +368,10 @@ class _TrialRun:
                         child.signal(signal.SIGKILL)
                         killed = True
                     times.poll()
+                    seen = read_progress_tokens(run_dir)
+                    if seen is not None and seen != progress_tokens:
+                        progress_tokens = seen
+                        ctx.event("progress", number=trial.number, tokens=seen)
                     rss = _peak_rss(child.pid)
                     if rss is not None:
                         peak = max(peak or 0, rss)
@@ -382,6 +389,9 @@ class _TrialRun:
             stopped = verdict
         result, problems = read_result_dict(run_dir)
         outcome, reason = classify(rc, result, stopped, run_dir)
+        if result is not None and outcome != result.get("outcome"):
+            with contextlib.suppress(OSError):  # the database has it; the run dir is a copy
+                record_verdict(run_dir, outcome, reason)
         times.poll()
         return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc,
                        follower.problems + problems)
@@ -405,18 +415,22 @@ class _TrialRun:
         index = len(history) - 1
         tokens = row.get("tokens")
         final = isinstance(tokens, int) and tokens >= self.max_tokens
+        metric = self.report_metric
+        value = row.get(metric) if metric else None
+        reported = False
+        if metric and isinstance(value, (int, float)) and math.isfinite(value) \
+                and index not in self.reported:
+            # Reported before the project's rules: Optuna's value of a trial told PRUNED is its
+            # last intermediate value, which must be this evaluation's, not the one before.
+            self.reported.add(index)
+            trial.report(float(value), step=index)
+            reported = True
         verdict = pruning.project_rules(history, ctx.spec.limits, final=final)
         if verdict is not None:
             return verdict
-        metric = self.report_metric
-        value = row.get(metric) if metric else None
-        if metric and isinstance(value, (int, float)) and math.isfinite(value) \
-                and index not in self.reported:
-            self.reported.add(index)
-            trial.report(float(value), step=index)
-            if trial.should_prune():
-                return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
-                    ctx.spec.study.pruner.name, metric, value, index, row))
+        if reported and trial.should_prune():
+            return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
+                ctx.spec.study.pruner.name, metric, value, index, row))
         return self.halving(row, history)
 
     def record(self, what: str, write: Callable[[], None]) -> None:
@@ -643,6 +657,8 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
         if missing:
             outcome, reason = outcomes.DIVERGED, f"{missing} is not finite at the end of training"
             values = None
+            with contextlib.suppress(OSError):  # the run dir says what the database says
+                record_verdict(run_dir, outcome, reason)
     return finish(ctx, trial, outcome, reason, attrs, values)
 
 

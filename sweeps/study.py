@@ -205,22 +205,86 @@ def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
     return wk.load_for_workers(spec, st, seed_offset=ran + extra_seed_offset)
 
 
+def budget_warnings(spec: StudySpec, overrides: dict[str, Any] | None = None,
+                    samples: int = 200) -> list[str]:
+    """``TrainConfig.budget_warnings`` over the spec's space (its grid, or a seeded sample;
+    ``overrides`` as ``sweeps estimate SPEC --<field>`` applies them), one line per kind, with
+    how many of the points it holds for."""
+    from lm.config import TrainConfig
+    from sweeps.plan import sample_points
+    from sweeps.space import trial_config
+
+    points, how = sample_points(spec, samples, 0)
+    found: dict[str, list[str]] = {}  # the field a warning is about -> its messages
+    valid = 0
+    for point in points or [{}]:
+        try:
+            cfg = trial_config(spec, point)
+            if overrides:
+                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+        except SweepsError:
+            continue
+        valid += 1
+        for warning in cfg.budget_warnings():
+            found.setdefault(warning.split(" ", 1)[0], []).append(warning)
+    return [messages[0] if len(messages) == valid == 1 else
+            f"{len(messages)} of {valid} points of the {how}, e.g. {messages[0]}"
+            for messages in found.values()]
+
+
 # --- rows for status and trials ------------------------------------------------------------------
 
 
-def best_text(study: optuna.Study, trials: list[Any] | None = None) -> str:
-    """The best value (one objective) or the Pareto front's size (several)."""
+#: Each objective's unigram baseline, in its own unit: what a model that learned only the corpus
+#: frequencies scores (a trial attribute; it depends on the trial's tokenizer and vocabulary).
+UNIGRAM_BASELINE = {"val_bpb": "unigram_bpb", "val_loss": "unigram_entropy"}
+
+
+def objective_names(spec: Any, n: int) -> list[str]:
+    """Metric names of the objectives, from the spec the runner stored (else placeholders)."""
+    from sweeps.spec import DEFAULT_OBJECTIVES
+
+    try:
+        objectives = spec["study"].get("objectives", DEFAULT_OBJECTIVES)
+        names = [o if isinstance(o, str) else o["metric"] for o in objectives]
+    except (TypeError, KeyError, AttributeError):
+        names = []
+    return names if len(names) == n else [f"objective {i}" for i in range(n)]
+
+
+def best_trial(study: optuna.Study, trials: list[Any] | None = None) -> Any:
+    """The best COMPLETE trial of a one-objective study, else None."""
     from optuna.trial import TrialState
 
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
-    if not complete:
+    if not complete or len(study.directions) != 1:
+        return None
+    pick = min if study.direction.name == "MINIMIZE" else max
+    return pick(complete, key=lambda t: t.values[0])
+
+
+def best_baseline(study: optuna.Study, best: Any) -> float | None:
+    """The best trial's unigram baseline in the objective's unit (None for other objectives):
+    "best 3.62" means little until it stands beside the 3.68 of predicting the frequencies."""
+    name = objective_names(study.user_attrs.get("spec"), 1)[0]
+    value = best.user_attrs.get(UNIGRAM_BASELINE.get(name, ""))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def best_text(study: optuna.Study, trials: list[Any] | None = None) -> str:
+    """The best value with its unigram baseline (one objective) or the Pareto front's size."""
+    from optuna.trial import TrialState
+
+    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    if not any(t.state == TrialState.COMPLETE and t.values for t in trials):
         return "-"
-    if len(study.directions) == 1:
-        pick = min if study.direction.name == "MINIMIZE" else max
-        t = pick(complete, key=lambda t: t.values[0])
-        return f"{t.values[0]:.4f} (trial {t.number})"
-    return f"{len(study.best_trials)} trials on the Pareto front"
+    t = best_trial(study, trials)
+    if t is None:
+        return f"{len(study.best_trials)} trials on the Pareto front"
+    baseline = best_baseline(study, t)
+    shown = "" if baseline is None else f"; unigram {baseline:.4f}"
+    return f"{t.values[0]:.4f} (trial {t.number}{shown})"
 
 
 def outcome_counts(trials: list[Any], *, finished_only: bool = False) -> Counter[str]:
@@ -259,6 +323,8 @@ def study_rows(st: Any) -> list[dict[str, Any]]:
             "retried": len(wk.superseded_numbers(trials)),
             "outcomes": ordered_counts(outcome_counts(trials)),
             "best": best_text(study, trials),
+            "best_value": None if (best := best_trial(study, trials)) is None else best.values[0],
+            "best_unigram_baseline": None if best is None else best_baseline(study, best),
             "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
             "memory_budget_bytes": attrs.get("memory_budget_bytes"),
         })
@@ -283,6 +349,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "reason": a.get("reason") or ("failed by a heartbeat: its worker stopped"
                                           if t.state.name == "FAIL" else None),
             "val_bpb": a.get("val_bpb"),
+            "unigram_bpb": a.get("unigram_bpb"),
             "peak_mem_bytes": a.get("peak_mem_bytes"),
             "wall_s": a.get("wall_s"),
             "flops": a.get("flops"),

@@ -29,7 +29,7 @@ def where(pattern: str, *dirs: str, flags: int = 0) -> list[str]:
 @pytest.mark.parametrize(("fact", "pattern", "home"), [
     # the trial's file names: lm/run_files.py
     ("trial file names", r'"(config\.json|metrics\.jsonl|result\.json|best\.pt|train\.log|'
-     r'resume\.pt|resume\.json)"',
+     r'resume\.pt|resume\.json|progress\.json)"',
      "lm/run_files.py"),
     # the outcome names, as string literals, outside the vocabulary
     ("outcome names", r'"(predicted_oom|unigram_collapse|interrupted|crashed|diverged)"',

@@ -32,7 +32,11 @@ app = typer.Typer(
     help="Hyperparameter sweeps and ablations for small GPT-style language models.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
+    # Plain help, as click writes it: rich markup would swallow every "[default: ...]" and
+    # ".[ray]" in a help string, and rich panels print "<bool>" for flags, which take no value.
+    rich_markup_mode=None,
 )
 for _group in (data, train, memory, study, lifecycle, report, effects):
     app.add_typer(_group.app)
@@ -43,8 +47,23 @@ _state = {"debug": False}
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print the installed version and exit.", is_eager=True,
+        callback=lambda value: _print_version() if value else None)] = False,
 ) -> None:
     _state["debug"] = debug
+
+
+def _print_version() -> None:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        shown = installed("sweeps")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        shown = "unknown (not installed)"
+    typer.echo(f"sweeps {shown}")
+    raise typer.Exit()
 
 
 # --- the main job ---------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     force: ForceOption = False,
     runs_dir: Annotated[Path | None, typer.Option(
-        "--runs-dir", help="Where the study ran (its runs are RUNS_DIR/<study>).")] = None,
+        "--runs-dir", help="Where the study ran (its runs are RUNS_DIR/<study>) [default: "
+        "none: runs are left alone].")] = None,
     delete_runs: Annotated[bool, typer.Option(
         "--delete-runs", help="Also remove RUNS_DIR/<study> (needs --runs-dir).")] = False,
 ) -> None:

@@ -21,10 +21,14 @@ from lm import host
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps import plan
-from sweeps.cli.options import ConfigFileOption, train_config, with_config_options
+from sweeps.cli.options import ConfigFileOption, train_config, warn, with_config_options
 from sweeps.console import console, human_bytes, wide_console
 
 app = typer.Typer()
+
+#: The exit code when the configuration does not fit the budget (or no point of a study does):
+#: not 2, which is a mistake in the input, so a script can tell "too big" from "malformed".
+NO_FIT_EXIT_CODE = 1
 
 #: Placeholder corpus for a config that names none (the estimate does not read data).
 NO_CORPUS = "(no corpus)"
@@ -42,7 +46,7 @@ def estimate(
     budget: Annotated[
         str | None,
         typer.Option("--budget", help="Memory budget: a size (16GiB), auto or none "
-                     "(default: the spec's limits.memory_budget, else auto)."),
+                     "[default: the spec's limits.memory_budget, else auto]."),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Workers sharing an auto budget.")] = 1,
     launcher: Annotated[
@@ -54,7 +58,8 @@ def estimate(
     sample_seed: Annotated[int, typer.Option("--sample-seed", help="Seed of that sample.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Predict peak training memory, every term with its formula, against a budget."""
+    """Predict peak training memory, every term with its formula, against a budget. Exits 1
+    when the configuration does not fit the budget (a study: when none of its points does)."""
     if workers < 1:
         raise SweepsError(f"--workers must be >= 1, got {workers}")
     if samples < 1:
@@ -66,14 +71,21 @@ def estimate(
             raise SweepsError("give either a study spec or --config, not both")
         table = plan.feasibility(spec_path, overrides, budget, workers, launcher, samples,
                                  sample_seed)
+        from sweeps.spec import load_spec
+        from sweeps.study import budget_warnings
+
+        warn(budget_warnings(load_spec(spec_path, check_paths=False), overrides))
         if as_json:
             typer.echo(json.dumps(table, indent=2))
         else:
             _print_feasibility(table)
+        if table["rows"] and not table["fit"]:
+            raise typer.Exit(NO_FIT_EXIT_CODE)  # not one trial of this study could run
         return
     from sweeps import preflight
 
     cfg = train_config(config, overrides, corpus=NO_CORPUS)
+    warn(cfg.budget_warnings())
     device = host.device_kind(cfg.device)
     est = preflight.estimate(cfg, device, launcher=launcher)
     budget_bytes = plan.budget_bytes(budget, None, device, workers)
@@ -82,8 +94,10 @@ def estimate(
         out = est.to_dict()
         out.update(budget_bytes=budget_bytes, fits=fits)
         typer.echo(json.dumps(out, indent=2))
-        return
-    _print_estimate(est, cfg, budget_bytes, fits)
+    else:
+        _print_estimate(est, cfg, budget_bytes, fits)
+    if not fits:
+        raise typer.Exit(NO_FIT_EXIT_CODE)
 
 
 def _print_estimate(est: Any, cfg: TrainConfig, budget_bytes: int | None, fits: bool) -> None:

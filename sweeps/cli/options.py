@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import tomllib
 import types
 import typing
@@ -55,6 +56,9 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
             flag = "--" + field.name.replace("_", "-")
             decls = [f"{flag}/--no-{flag[2:]}"] if cli_type is bool else [flag]
             help_text = field.metadata.get("help", "")
+            shown = default_text(field)
+            if shown is not None:  # the dataclass's default: the option's own is None (unset)
+                help_text = f"{help_text} [default: {shown}]"
             option = typer.Option(*decls, help=help_text, rich_help_panel=panel, show_default=False)
             annotation = Annotated[Optional[cli_type], option]  # noqa: UP045 (Typer needs Optional)
             generated.append(inspect.Parameter(
@@ -82,6 +86,25 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
     return decorate
 
 
+def default_text(field: dataclasses.Field) -> str | None:
+    """A config field's default as help text shows it (None: the field has none)."""
+    if field.name == "vocab_size":
+        return f"{default_vocab_size('bpe')}; byte: {default_vocab_size('byte')}"
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return None
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value))
+    return f"{value:_}" if isinstance(value, int) else str(value)
+
+
 def read_toml(path: Path, *, what: str) -> dict[str, Any]:
     """A TOML file as a dict; one-line errors for a missing or malformed file."""
     if not path.exists():
@@ -94,6 +117,24 @@ def read_toml(path: Path, *, what: str) -> dict[str, Any]:
         raise SweepsError(f"{what} {path} is not valid TOML: {exc}; fix the syntax there") from None
     except UnicodeDecodeError:
         raise SweepsError(f"{what} {path} is not UTF-8 text; save it as UTF-8 TOML") from None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """``--config``: TOML, or JSON when it ends in ``.json`` (a run's ``config.json``, so
+    ``sweeps train --config RUN_DIR/config.json`` trains that trial's exact configuration)."""
+    if path.suffix.lower() != ".json":
+        return read_toml(path, what="--config")
+    if not path.is_file():
+        raise SweepsError(f"--config {path} is not a file; give a run's config.json or a TOML "
+                          "file")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SweepsError(f"--config {path} is not valid JSON ({exc}); give a run's "
+                          "config.json or a TOML file") from None
+    if not isinstance(values, dict):
+        raise SweepsError(f"--config {path} holds no JSON object of TrainConfig fields")
+    return values
 
 
 # --- options shared by several commands ----------------------------------------------------------
@@ -119,7 +160,8 @@ GraceOption = Annotated[
 ]
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", help="The same as --max-concurrent (kept for "
-                                               "scripts written before admission by memory).")
+                                               "scripts written before admission by memory) "
+                                               "[default: --max-concurrent's].")
 ]
 MaxConcurrentOption = Annotated[
     int | None, typer.Option("--max-concurrent", help="At most N trials at once [default: as "
@@ -129,7 +171,7 @@ MaxConcurrentOption = Annotated[
 EngineOption = Annotated[
     str, typer.Option("--engine", help="local (this machine: trials admitted to its GPUs or "
                                        "CPU by predicted memory) or ray (a Ray cluster; "
-                                       "pip install -e .[ray]).")
+                                       "pip install -e '.[ray]').")
 ]
 AddressOption = Annotated[
     str | None, typer.Option("--address", help="With --engine ray: the cluster to join "
@@ -137,7 +179,9 @@ AddressOption = Annotated[
                                                "cluster, else a new one on this machine].")
 ]
 ConfigFileOption = Annotated[
-    Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields.")
+    Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields, or a run's "
+                                               "config.json [default: none: the flags and "
+                                               "the defaults below].")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -155,7 +199,7 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
     default corpus (None: ``--corpus`` is required)."""
     from lm.config import TrainConfig
 
-    values: dict[str, Any] = read_toml(config_file, what="--config") if config_file else {}
+    values: dict[str, Any] = read_config_file(config_file) if config_file else {}
     values.update(overrides)
     if "vocab_size" not in values:
         values["vocab_size"] = default_vocab_size(values.get("tokenizer", "bpe"))
@@ -164,3 +208,20 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
     elif "corpus" not in values:
         raise SweepsError("no corpus given; pass --corpus DIR (from `sweeps prepare`)")
     return TrainConfig.from_dict(values)
+
+
+def warn(warnings: list[str]) -> None:
+    """Budget warnings (``TrainConfig.budget_warnings``), one line each on stderr."""
+    from sweeps.console import write_line
+
+    for warning in warnings:
+        write_line(f"warning: {warning}")
+
+
+def config_reference() -> list[tuple[str, str, str]]:
+    """(field, default, meaning) of each ``TrainConfig`` field: the README's table of training
+    fields, checked against this by ``tests/sweeps/test_cli_help.py``."""
+    from lm.config import TrainConfig
+
+    return [(f.name, "required" if (shown := default_text(f)) is None else f"`{shown}`",
+             f.metadata.get("help", "")) for f in dataclasses.fields(TrainConfig) if f.init]

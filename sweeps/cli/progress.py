@@ -48,9 +48,14 @@ class Board:
                                         "max_tokens": data.get("max_tokens"),
                                         "worker": data.get("worker", ""),
                                         "since": time.monotonic()}
-            elif kind == "eval" and number in self.running:
-                self.running[number]["tokens"] = data.get("tokens") or 0
-                self.running[number]["val_bpb"] = data.get("val_bpb")
+            elif kind == "launch" and number in self.running:
+                self.running[number]["tokens"] = 0  # a fitted retry trains from token 0 again
+            elif kind in ("eval", "progress") and number in self.running:
+                # Both report tokens trained; whichever came last may be the older count.
+                r = self.running[number]
+                r["tokens"] = max(r["tokens"], data.get("tokens") or 0)
+                if kind == "eval":
+                    r["val_bpb"] = data.get("val_bpb")
             elif kind == "note":  # about the whole run (sweeps.engines.local.gpu_sharing_note)
                 self.messages.append(str(data.get("text", "")))
                 self.refreshed = 0.0

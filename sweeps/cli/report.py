@@ -36,7 +36,8 @@ def report(
                                                           "A_vs_B.html].")] = None,
     storage: StorageOption = None,
     png: Annotated[Path | None, typer.Option(
-        "--png", help="Also write each chart as DIR/<chart>.png (needs `pip install kaleido`).",
+        "--png", help="Also write each chart as DIR/<chart>.png (needs `pip install kaleido`) "
+        "[default: none].",
     )] = None,
 ) -> None:
     """Write the study's trade-off report: one self-contained HTML file that works offline

@@ -25,6 +25,7 @@ from sweeps.cli.options import (
     RunsDirOption,
     StorageOption,
     WorkersOption,
+    warn,
 )
 from sweeps.cli.progress import Board, live_display
 from sweeps.console import (
@@ -44,6 +45,43 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 
+# --- init ----------------------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the spec.")] = Path(
+        "spec.toml"),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+) -> None:
+    """Write a commented starter spec that runs as it is: edit it, then `sweeps run` it."""
+    from lm.files import write_output
+    from sweeps.starter import STARTER_SPEC
+
+    if out.exists() and not force:
+        raise SweepsError(f"--out {out} already exists; choose another path or pass --force")
+    write_output(out, lambda f: f.write(STARTER_SPEC.encode("utf-8")))
+    err_console.print(f"wrote {out}; next: sweeps run {out} --dry-run", highlight=False,
+                      markup=False)
+
+
+@app.command()
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", help="Write it to this file [default: "
+                                                           "stdout].")] = None,
+) -> None:
+    """A JSON Schema of the spec, for an editor (Taplo / Even Better TOML: a first line
+    `#:schema spec.schema.json` in the spec)."""
+    from lm.files import write_output
+    from sweeps.spec.schema import spec_schema
+
+    text = json.dumps(spec_schema(), indent=2) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    write_output(out, lambda f: f.write(text.encode("utf-8")))
+
+
 # --- run -----------------------------------------------------------------------------------------
 
 
@@ -57,7 +95,8 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; run "
                                                             "nothing, write nothing.")] = False,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the spec's "
-                                                                    "n_trials.")] = None,
+                                                                    "n_trials [default: the "
+                                                                    "spec's].")] = None,
     storage: StorageOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
@@ -65,7 +104,8 @@ def run(
     grace: GraceOption = 60,
     from_study: Annotated[str | None, typer.Option(
         "--from", metavar="STUDY", help="Start the new study with the finished trials of STUDY "
-        "that fit the spec (not counted in n_trials; the plan says which and why).")] = None,
+        "that fit the spec (not counted in n_trials; the plan says which and why) [default: "
+        "none: a new study starts empty].")] = None,
 ) -> None:
     """Create the study (or resume it) and run it to n_trials with live progress."""
     from sweeps.spec import load_spec
@@ -80,7 +120,9 @@ def run(
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
         _print_plan(spec, url, cap or 1, n_trials, from_study)
+        warn(service.budget_warnings(spec))
         return
+    warn(service.budget_warnings(spec))  # said once more for those who skip the dry run
     if engine == "local":
         service.check_host(spec, cap)
     service.check_runs_dir(runs_dir)
@@ -102,7 +144,8 @@ def worker(
     max_concurrent: MaxConcurrentOption = None,
     workers: WorkersOption = None,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the study's "
-                                                                    "n_trials.")] = None,
+                                                                    "n_trials [default: the "
+                                                                    "study's].")] = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
     heartbeat: HeartbeatOption = 10,
@@ -274,14 +317,17 @@ def trials(
 
     table = Table(box=None, padding=(0, 2), title=plain(f"study {study_name}"),
                   title_justify="left")
-    for col in ("#", "params", "outcome", "val_bpb", "peak mem", "wall", "FLOPs", "reason"):
+    # The unigram column beside val_bpb: a value is good or bad only against it.
+    for col in ("#", "params", "outcome", "val_bpb", "unigram", "peak mem", "wall", "FLOPs",
+                "reason"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        bpb = r["val_bpb"]
+        bpb, baseline = r["val_bpb"], r["unigram_bpb"]
         table.add_row(str(r["number"]),
                       plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
                       plain(r["outcome"] + (" (retried)" if r["retried"] else "")),
                       "-" if bpb is None else f"{bpb:.4f}",
+                      "-" if baseline is None else f"{baseline:.4f}",
                       "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
                       "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
                       "-" if r["flops"] is None else f"{r['flops']:.3g}",

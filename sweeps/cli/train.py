@@ -4,6 +4,7 @@ and text from a finished run's best checkpoint."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,8 +13,8 @@ import typer
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps.cli.options import ConfigFileOption, train_config, with_config_options
-from sweeps.console import console, err_console, human_bytes, print_summary, progress_bar
+from sweeps.cli.options import ConfigFileOption, train_config, warn, with_config_options
+from sweeps.console import err_console, escape_controls, human_bytes, print_summary, progress_bar
 
 app = typer.Typer()
 
@@ -23,7 +24,8 @@ app = typer.Typer()
 def train(
     overrides: dict[str, Any],
     config: ConfigFileOption = None,
-    out: Annotated[Path | None, typer.Option("--out", help="The run directory.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="The run directory [default: "
+                                                            "runs/run-YYYYmmdd-HHMMSS].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train one model and report bits per byte, the unigram gap and collapse statistics."""
@@ -31,6 +33,7 @@ def train(
     run_dir = out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SweepsError(f"--out {run_dir} is not empty; choose a new run directory")
+    warn(cfg.budget_warnings())
     result = _train_with_progress(cfg, run_dir, quiet=as_json)
     summary = result.to_dict()
     if as_json:
@@ -57,6 +60,7 @@ def _train_with_progress(cfg: TrainConfig, run_dir: Path, *, quiet: bool) -> Any
 _SUMMARY_METRICS = (
     ("val_loss", "val loss (nats/token)"),
     ("val_bpb", "val bits per byte"),
+    ("unigram_bpb", "unigram baseline (bits per byte)"),
     ("unigram_entropy", "unigram baseline (nats/token)"),
     ("unigram_gap", "unigram gap"),
     ("kl_mean_to_unigram", "KL(mean || unigram)"),
@@ -99,7 +103,8 @@ def generate(
     ] = "<Q>",
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 100,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.8,
-    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest "
+                                                       "[default: none: all].")] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
 ) -> None:
     """Continue a prompt with a trained run's best checkpoint."""
@@ -109,4 +114,6 @@ def generate(
         raise SweepsError(f"--temperature must be >= 0, got {temperature}")
     text = generate_text(run_dir, prompt, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, seed=seed)
-    console.print(text, markup=False, highlight=False)
+    # Written as it is, never wrapped (rich would break it at 80 columns into a file or a
+    # pipe, splitting words); control characters escaped, as for all text shown.
+    sys.stdout.write(escape_controls(text, keep_newlines=True) + "\n")

@@ -75,6 +75,7 @@ from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.checks import iter_grid, validate_tokenizer
 from sweeps.spec.reader import load_spec
 from sweeps.spec.types import (
+    DEFAULT_OBJECTIVES,
     FIDELITY_PRUNERS,
     FLOPS_BUDGET,
     GRID_SAMPLERS,
@@ -102,6 +103,7 @@ from sweeps.spec.types import (
 )
 
 __all__ = [
+    "DEFAULT_OBJECTIVES",
     "FIDELITY_PRUNERS",
     "FLOPS_BUDGET",
     "GRID_SAMPLERS",

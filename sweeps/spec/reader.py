@@ -31,6 +31,7 @@ from sweeps.spec.checks import (
     order,
 )
 from sweeps.spec.types import (
+    DEFAULT_OBJECTIVES,
     GRID_SAMPLERS,
     MAX_GRID_POINTS,
     METRICS,
@@ -170,7 +171,7 @@ class _Parser:
         t = _table(value, "study", _keys(StudySection))
         if "name" not in t:
             raise FieldError("study.name", "missing; give the study a name, e.g. name = \"vocab\"")
-        objectives = self.parse_objectives(t.get("objectives", ["val_bpb"]))
+        objectives = self.parse_objectives(t.get("objectives", list(DEFAULT_OBJECTIVES)))
         multi = len(objectives) > 1
         sampler = self.parse_sampler(t.get("sampler"), multi, design)
         check_grid(space, sampler.name)  # before counting the grid's points

@@ -41,6 +41,8 @@ DIRECTIONS = ("minimize", "maximize")
 SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
 QMC_TYPES = ("sobol", "halton")
 PRUNERS = ("median", "successive_halving", "hyperband", "none")
+#: ``[study] objectives`` when the spec gives none.
+DEFAULT_OBJECTIVES = ("val_bpb",)
 #: Pruners whose resource is tokens trained (``sweeps.fidelity``): the project's own, for any
 #: number of objectives.
 FIDELITY_PRUNERS = ("successive_halving", "hyperband")

@@ -134,3 +134,18 @@ def test_the_strict_reader_says_what_is_wrong(tmp_path: Path) -> None:
 
 def test_metric_keys_are_unique() -> None:
     assert len(set(METRIC_KEYS)) == len(METRIC_KEYS)
+
+
+def test_progress_file_is_throttled_but_always_written_at_the_end(tmp_path: Path) -> None:
+    from lm.run_files import ProgressFile, read_progress_tokens
+
+    assert read_progress_tokens(tmp_path) is None
+    progress = ProgressFile(tmp_path, every_s=3600.0)
+    progress(10, 100)
+    assert read_progress_tokens(tmp_path) == 10  # the first call writes
+    progress(20, 100)
+    assert read_progress_tokens(tmp_path) == 10  # within every_s: skipped
+    progress(100, 100)
+    assert read_progress_tokens(tmp_path) == 100  # the end of the budget: always
+    (tmp_path / "progress.json").write_text('{"tokens": "many"}')
+    assert read_progress_tokens(tmp_path) is None

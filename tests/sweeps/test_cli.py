@@ -131,3 +131,37 @@ def test_train_json_then_generate(corpus: Path, tmp_path: Path) -> None:
     assert gen.returncode == 0, gen.stderr
     assert gen.stdout.startswith("<Q>How do I")
     assert_user_error(sweeps("generate", str(tmp_path / "missing")), "missing")
+    # Into a pipe, the text as generated: no line broken at 80 columns.
+    from lm.generate import generate
+    from sweeps.console import escape_controls
+
+    long = sweeps("generate", str(out), "--prompt", "<Q>How do I", "--max-new-tokens", "300")
+    assert long.returncode == 0, long.stderr
+    text = generate(out, "<Q>How do I", max_new_tokens=300, temperature=0.8, top_k=None, seed=0)
+    assert long.stdout == escape_controls(text, keep_newlines=True) + "\n" and len(text) > 80
+    # A run's own config.json reruns it exactly.
+    again = tmp_path / "again"
+    proc = sweeps("train", "--config", str(out / "config.json"), "--out", str(again), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((again / "config.json").read_text()) == json.loads(
+        (out / "config.json").read_text())
+    assert json.loads(proc.stdout)["final_metrics"]["val_bpb"] == summary["final_metrics"][
+        "val_bpb"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert_user_error(sweeps("train", "--config", str(bad), "--out", str(again / "x")),
+                      "bad.json", "not valid JSON")
+
+
+def test_train_warns_when_the_budget_is_shorter_than_warmup_and_eval_interval(
+        corpus: Path, tmp_path: Path) -> None:
+    args = ["train", "--corpus", str(corpus), "--tokenizer", "byte", "--d-model", "16",
+            "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16",
+            "--batch-size", "8", "--eval-tokens", "256", "--max-tokens", "1024", "--json"]
+    proc = sweeps(*args, "--out", str(tmp_path / "short"))
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: warmup_tokens 50,000 >= max_tokens 1,024" in proc.stderr
+    assert "warning: eval_every_tokens 250,000 >= max_tokens 1,024" in proc.stderr
+    proc = sweeps(*args, "--warmup-tokens", "128", "--eval-every-tokens", "512",
+                  "--out", str(tmp_path / "fine"))
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr

@@ -149,3 +149,39 @@ def test_missing_spec_and_spec_with_config(tmp_path: Path) -> None:
     run.write_text("batch_size = 2\n")
     assert_user_error(sweeps("estimate", str(write_spec(tmp_path)), "--config", str(run)),
                       "not both")
+
+
+def test_a_config_that_does_not_fit_exits_1_after_saying_so() -> None:
+    proc = sweeps("estimate", *ISSUE_EXAMPLE, "--budget", "100MiB")
+    assert proc.returncode == 1, proc.stderr
+    assert "does NOT fit" in proc.stdout
+    proc = sweeps("estimate", *ISSUE_EXAMPLE, "--budget", "100MiB", "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["fits"] is False
+
+
+def test_a_study_none_of_whose_points_fit_exits_1(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    proc = sweeps("estimate", str(spec), "--budget", "1MiB", "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["fit"] == 0
+    assert sweeps("estimate", str(spec), "--json").returncode == 0  # 2 of 4 fit
+
+
+def test_a_budget_shorter_than_warmup_or_eval_interval_is_warned_of(tmp_path: Path) -> None:
+    proc = sweeps("estimate", *ISSUE_EXAMPLE, "--max-tokens", "30000")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("warning: warmup_tokens 50,000 >= max_tokens 30,000")
+    assert lines[1].startswith("warning: eval_every_tokens 250,000 >= max_tokens 30,000")
+    proc = sweeps("estimate", *ISSUE_EXAMPLE, "--max-tokens", "30000", "--warmup-tokens", "3000",
+                  "--eval-every-tokens", "10000")
+    assert proc.returncode == 0 and "warning" not in proc.stderr
+    # a study: over its points
+    spec = write_spec(tmp_path)
+    spec.write_text(spec.read_text().replace("[fixed]", "[fixed]\nmax_tokens = 30000", 1))
+    proc = sweeps("estimate", str(spec), "--json")
+    assert "warning: 4 of 4 points of the grid, e.g. warmup_tokens 50,000" in proc.stderr
+    # the flags apply to the study's points, as in its table
+    proc = sweeps("estimate", str(spec), "--warmup-tokens", "100", "--eval-every-tokens", "1000",
+                  "--json")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr

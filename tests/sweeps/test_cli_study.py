@@ -177,6 +177,19 @@ def test_dry_run_prints_the_plan_and_writes_nothing(corpus: Path, tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
 
 
+def test_dry_run_warns_of_a_budget_shorter_than_the_eval_interval(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = spec_dict("short", corpus, fixed={"max_tokens": 1000})  # eval every 2,000
+    (tmp_path / "short.toml").write_text(toml_text(data))
+    assert main("run", "short.toml", "--dry-run") == 0
+    err = capsys.readouterr().err
+    assert "warning: 4 of 4 points of the grid, e.g. eval_every_tokens 2,000 >= max_tokens " \
+        "1,000" in err, err
+    assert "warmup_tokens" not in err  # 500 < 1,000
+
+
 def read_back(cwd: Path) -> tuple[str, str, list[dict]]:
     """``sweeps status --json``, ``sweeps trials e2e`` and its JSON, run in this process."""
     import contextlib
@@ -215,6 +228,11 @@ def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
     [row] = json.loads(status)
     assert (row["study"], row["finished"], row["n_trials"]) == ("e2e", 3, 3)
     assert row["outcomes"] == {"complete": 3}
+    # the best value stands beside its trial's unigram baseline
+    best = rows[[r["number"] for r in rows].index(int(row["best"].split("trial ")[1][0]))]
+    assert row["best_unigram_baseline"] == best["unigram_bpb"] > 0
+    assert f"unigram {best['unigram_bpb']:.4f}" in row["best"]
+    assert "unigram" in listed and f"{best['unigram_bpb']:.4f}" in listed
     for needle in ("vocab_size=600", "complete", "trained"):
         assert needle in listed
     assert [r["number"] for r in rows] == [0, 1, 2] and rows[0]["params"] == {"vocab_size": 600}

@@ -320,15 +320,16 @@ def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> No
     out = tmp_path / "r.html"
     charts, data = report.write(small_url, "small", out)
     page = out.read_text()
-    assert [c.key for c in charts] == ["effects", "forest", "pareto", "compute", "scaling",
-                                       "vocab", "memory_map", "memory_pred", "curves",
-                                       "parallel", "importance", "collapse", "samples"]
-    # Not an ablation, and no trial planned at a compute budget: those sections are notes.
+    # No trial of this study was planned at a compute budget: no IsoFLOP section at all.
+    assert [c.key for c in charts] == ["effects", "forest", "pareto", "compute", "vocab",
+                                       "memory_map", "memory_pred", "curves", "parallel",
+                                       "importance", "collapse", "samples"]
+    # Not an ablation: those sections are notes.
     assert all("Not an [ablation] study" in c.note for c in charts[:2])
     charts = charts[2:]
-    drawn = [c for c in charts if c.key not in ("scaling", "samples")]
+    drawn = [c for c in charts if c.key != "samples"]
     assert all(c.figure is not None for c in drawn) and charts[-1].html
-    assert charts[2].figure is None and "No IsoFLOP curve" in charts[2].note
+    assert "IsoFLOP" not in page
     # plotly.js inlined exactly once; nothing fetched from the network
     header = report.plotly.offline.get_plotlyjs()[:200]
     assert page.count(header) == 1 and page.count("* plotly.js v") == 1
@@ -362,8 +363,10 @@ def test_an_empty_study_reports_notes_not_errors(tmp_path: Path) -> None:
     optuna.create_study(study_name="empty", storage=st.open_storage(url))
     text, charts, _ = report.build(url, "empty")
     assert all(c.figure is None and c.note for c in charts)
+    # every section a note, but those with nothing to apply to (IsoFLOP, vocabulary) left out
     assert "No trial has completed yet." in text
-    assert text.count('class="note"') == len(report.CHARTS)
+    assert text.count('class="note"') == len(report.CHARTS) - 2
+    assert not {"scaling", "vocab"} & {c.key for c in charts}
 
 
 @pytest.mark.slow
@@ -389,3 +392,19 @@ def test_two_thousand_trials_report_in_seconds_and_stay_small(
     assert sum(1 for t in curve.figure.data if t.mode == "lines+markers") == curves.BEST
     assert page.count("<tr>") < 200
     assert math.isfinite(seconds)
+
+
+def test_a_section_that_cannot_apply_is_left_out() -> None:
+    from sweeps.charts import Chart
+
+    one_vocab = pd.DataFrame({"tokenizer": ["bpe", "bpe"], "vocab_size": [4096, 4096],
+                              "flops_budget": [None, None]})
+    two_vocabs = one_vocab.assign(vocab_size=[4096, 8192])
+    note = Chart("scaling", "t", "a", note="No IsoFLOP curve to fit")
+    assert not report.applies(note, one_vocab)
+    assert report.applies(note, one_vocab.assign(flops_budget=[1e12, 1e12]))
+    vocab_chart = Chart("vocab", "t", "a", note="n")
+    assert not report.applies(vocab_chart, one_vocab)
+    assert report.applies(vocab_chart, two_vocabs)
+    assert report.applies(vocab_chart, one_vocab.assign(tokenizer=["bpe", "word"]))
+    assert report.applies(Chart("curves", "t", "a"), one_vocab)

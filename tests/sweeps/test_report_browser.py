@@ -176,7 +176,8 @@ def test_a_real_study_report_renders_in_chromium(chromium: str, real_study: tupl
     source = out.read_text(encoding="utf-8")
     assert "predicted_oom: 1</span>" in source and "complete: 2</span>" in source
     expected = source.count('<div class="chart"')
-    assert expected >= 7  # everything but collapse (nothing collapsed) draws
+    # everything but collapse (nothing collapsed) draws; one vocabulary: no vocabulary section
+    assert expected >= 6 and 'data-chart="vocab"' not in source
     shot = tmp_path / "browser.png"
     dom = open_in_chromium(chromium, out, tmp_path, screenshot=shot)
     assert_rendered(dom, expected)

@@ -65,8 +65,10 @@ def test_the_two_study_report_and_the_one_study_report(url: str) -> None:
     assert all(c.figure is not None for c in charts)
     assert "<h1>Studies <code>alpha</code>, <code>beta</code></h1>" in text
     one, charts, _ = report.build(url, "alpha")
-    assert [c.key for c in charts] == [make(results.load(url, "alpha")).key
-                                       for make in report.CHARTS]
+    alpha = results.load(url, "alpha")
+    assert [c.key for c in charts] == [chart.key for make in report.CHARTS
+                                       if report.applies(chart := make(alpha), alpha.trials)]
+    assert "scaling" not in [c.key for c in charts]  # no trial planned at a compute budget
     assert "<h1>Study <code>alpha</code></h1>" in one and "compare-" not in one
 
 
@@ -85,3 +87,23 @@ def test_a_forked_studys_summary_names_its_carried_trials(tmp_path: Path) -> Non
     data = results.load(found, "child")
     assert list(data.trials["carried_from"].fillna("")) == ["parent#0", "parent#1", "", ""]
     assert "2 trials carried from parent (not run here)" in report.summary(data)
+
+
+def test_studies_on_different_corpora_or_tokenizers_are_flagged(url: str) -> None:
+    import dataclasses
+
+    alpha, beta = results.load_many(url, ["alpha", "beta"])
+    assert report.comparison_warnings([alpha, beta]) == []  # same (unknown) corpus, tokenizers
+
+    def on(data: results.StudyResults, corpus: str) -> results.StudyResults:
+        spec = {**(data.user_attrs.get("spec") or {}), "corpus": {"dir": corpus}}
+        return dataclasses.replace(data, user_attrs={**data.user_attrs, "spec": spec})
+
+    [warning] = report.comparison_warnings([on(alpha, "/d/history"), on(beta, "/d/parenting")])
+    assert "different corpora (alpha: /d/history; beta: /d/parenting)" in warning
+    assert report.comparison_warnings([on(alpha, "/d/x"), on(beta, "/d/x")]) == []
+    bytes_only = dataclasses.replace(beta, trials=beta.trials.assign(tokenizer="byte"))
+    [warning] = report.comparison_warnings([alpha, bytes_only])
+    assert "different tokenizers" in warning and "beta: byte" in warning
+    page = report.summary_many([on(alpha, "/d/history"), on(beta, "/d/parenting")])
+    assert 'class="note warning"' in page and "different corpora" in page

@@ -164,7 +164,8 @@ def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path, ser
     assert len(st.read_samples(storage, "contract", t.number)) == 2 * len(TINY and evals)
     hosts = st.read_hosts(storage, "contract")
     assert [(h["trial_number"], h["pid"]) for h in hosts] == [(t.number, os.getpid())]
-    assert events == ["start", "launch", "eval", "eval", "end"]
+    # progress events come as often as the polls catch the child's progress.json
+    assert [e for e in events if e != "progress"] == ["start", "launch", "eval", "eval", "end"]
     assert lm_processes(tmp_path) == []
 
 
@@ -477,3 +478,113 @@ def test_a_cuda_child_is_limited_to_the_reservation_it_was_admitted_with() -> No
     cpu = _with_memory_limit(ctx, WorkerDevice(), dataclasses.replace(cfg, device="cpu"),
                              800 * 2**20, reserved)
     assert cpu.cuda_memory_limit_bytes is None and cpu.cpu_memory_limit_bytes is not None
+
+
+# --- one truth per trial: the verdict, the told value, the progress ------------------------------
+
+
+class ScriptedLauncher:
+    """Children that write the given ``metrics.jsonl`` rows and ``result.json``, then exit 0;
+    with ``progress``, they first write ``progress.json`` at that many tokens and wait (at most
+    60 s) for a file ``go`` in their run dir, which the test creates once the parent has told
+    of that progress."""
+
+    def __init__(self, rows: list[dict[str, Any]], result: dict[str, Any],
+                 progress: int | None = None) -> None:
+        self.rows, self.result, self.progress = rows, result, progress
+
+    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
+               cpus: list[int] | None = None) -> PopenChild:
+        code = (
+            "import json, sys, time, pathlib; d = pathlib.Path(sys.argv[1])\n"
+            "rows, result, progress = json.loads(sys.argv[2])\n"
+            "if progress is not None:\n"
+            "    (d / 'progress.json').write_text(json.dumps({'tokens': progress}))\n"
+            "    deadline = time.monotonic() + 60\n"
+            "    while not (d / 'go').exists() and time.monotonic() < deadline:\n"
+            "        time.sleep(0.02)\n"
+            "(d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in rows))\n"
+            "(d / 'result.json').write_text(json.dumps(result))\n"
+            "print('complete: trained', flush=True)\n")
+        args = json.dumps([self.rows, self.result, self.progress])
+        with open(log_path, "ab") as log:
+            return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir), args],
+                                               stdout=log, stderr=log, start_new_session=True))
+
+    def close(self) -> None:
+        pass
+
+
+def _row(step: int, tokens: int, val_bpb: float, *, collapsed: bool) -> dict[str, Any]:
+    """An evaluation that learns (context used, beats the unigram) or has collapsed."""
+    return {"step": step, "tokens": tokens, "val_bpb": val_bpb, "val_loss": 2.5,
+            "mean_kl_to_mean": 0.01 if collapsed else 1.0,
+            "kl_mean_to_unigram": 0.1 if collapsed else 1.0,
+            "unigram_gap": 0.0 if collapsed else 0.5, "unigram_bpb": 3.68}
+
+
+def test_a_verdict_at_the_last_evaluation_is_the_run_dirs_truth_and_its_value_the_last(
+        tmp_path: Path, corpus: Path) -> None:
+    """A collapse judged at the final evaluation: the run's own result.json and log say so
+    (the child had written complete), and Optuna's value is that evaluation's val_bpb, not the
+    one before (once told PRUNED, Optuna takes the last reported intermediate value)."""
+    data = spec_dict("verdict", corpus, limits={"collapse": {"min_steps": 1}})
+    spec, storage, study = open_study(tmp_path, data)
+    rows = [_row(10, 2000, 3.70, collapsed=False), _row(20, 4000, 3.6827, collapsed=True)]
+    result = {"outcome": "complete", "reason": "trained 4,000 tokens", "exit_code": 0,
+              "tokens_seen": 4000, "final_metrics": rows[-1]}
+    report = run_trial(context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result)),
+                       CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "unigram_collapse" and t.state == TrialState.PRUNED, report.reason
+    assert t.value == t.user_attrs["val_bpb"] == 3.6827
+    run_dir = Path(t.user_attrs["run_dir"])
+    written = json.loads((run_dir / "result.json").read_text())
+    assert (written["outcome"], written["reason"]) == ("unigram_collapse", t.user_attrs["reason"])
+    assert (written["child_outcome"], written["child_reason"]) == (
+        "complete", "trained 4,000 tokens")
+    log = (run_dir / "train.log").read_text()
+    assert "sweeps verdict: unigram_collapse: " in log and "child reported complete" in log
+
+
+def test_an_agreed_outcome_leaves_the_childs_result_as_it_wrote_it(tmp_path: Path,
+                                                                   corpus: Path) -> None:
+    spec, storage, study = open_study(tmp_path, spec_dict("agreed", corpus))
+    rows = [_row(10, 4000, 3.5, collapsed=False)]
+    result = {"outcome": "complete", "reason": "ok", "exit_code": 0, "final_metrics": rows[-1]}
+    report = run_trial(context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result)),
+                       CPU, study.ask())
+    run_dir = Path(frozen(study, report.number).user_attrs["run_dir"])
+    assert report.outcome == "complete"
+    assert json.loads((run_dir / "result.json").read_text()) == result
+    assert "sweeps verdict" not in (run_dir / "train.log").read_text()
+
+
+def test_the_childs_progress_reaches_the_board_between_evaluations(tmp_path: Path,
+                                                                   corpus: Path) -> None:
+    from sweeps.cli.progress import Board
+
+    spec, storage, study = open_study(tmp_path, spec_dict("progress", corpus))
+    rows = [_row(10, 4000, 3.5, collapsed=False)]
+    result = {"outcome": "complete", "reason": "ok", "exit_code": 0, "final_metrics": rows[-1]}
+    board = Board(study, 1)
+    seen: list[tuple[str, Any]] = []
+    run_dirs: list[Path] = []
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        board.on_event(kind, data)
+        seen.append((kind, data.get("tokens")))
+        if kind == "launch":
+            run_dirs.append(Path(data["run_dir"]))
+        if kind == "progress":  # what the live board shows now, before any evaluation
+            seen.append(("line", board.line()))
+            (run_dirs[0] / "go").touch()
+
+    ctx = context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result, progress=1234),
+                  on_event=on_event)
+    assert run_trial(ctx, CPU, study.ask()).outcome == "complete"
+    kinds = [k for k, _ in seen]
+    assert kinds.index("progress") < kinds.index("eval")
+    assert ("progress", 1234) in seen
+    line = next(v for k, v in seen if k == "line")
+    assert "1,234/4,000 tokens" in line, line

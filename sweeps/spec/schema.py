@@ -1,0 +1,134 @@
+"""A JSON Schema of the spec's TOML layout, generated from the types the reader builds (for an
+editor's completion and checking: Taplo / Even Better TOML read a ``#:schema spec.schema.json``
+line). It says which keys exist, their value types, defaults and meanings; what needs more than
+a type (ranges, conditions, the cross-checks that build real configs) stays the reader's, which
+names the key and the value when something is wrong."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from lm.config import TrainConfig
+from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
+from sweeps.spec.types import (
+    CORPUS_FORMATS,
+    METRICS,
+    PRUNERS,
+    SAMPLERS,
+    CollapseLimits,
+    DivergenceLimits,
+    Limits,
+    Objective,
+    ParamSpec,
+    PrunerSpec,
+    SamplerSpec,
+    StudySection,
+)
+
+SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
+
+
+def value_schema(hint: Any) -> dict[str, Any]:
+    """The JSON Schema of one type hint (None, TOML's missing value, is left out)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [value_schema(a) for a in typing.get_args(hint) if a is not type(None)]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if origin is typing.Literal:
+        return {"enum": list(typing.get_args(hint))}
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return {"type": "array", **({"items": value_schema(args[0])} if args else {})}
+    if origin is dict or hint is dict:
+        return {"type": "object"}
+    if dataclasses.is_dataclass(hint):
+        return table(hint)
+    simple = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}
+    return {"type": simple[hint]} if hint in simple else {}
+
+
+def table(cls: type, *, skip: tuple[str, ...] = (),
+          override: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A TOML table of ``cls``'s keys (its fields, less bookkeeping ones), each with its type,
+    default and help; unknown keys refused, as the reader refuses them."""
+    hints = typing.get_type_hints(cls)
+    override = override or {}
+    properties = {}
+    for f in dataclasses.fields(cls):
+        if not f.compare or not f.init or f.name in skip:
+            continue
+        prop = dict(override.get(f.name) or value_schema(hints[f.name]))
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if isinstance(default, (bool, int, float, str)):
+            prop["default"] = default
+        elif isinstance(default, tuple):
+            prop["default"] = list(default)
+        if f.metadata.get("help"):
+            prop["description"] = f.metadata["help"]
+        properties[f.name] = prop
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def _named(cls: type, names: tuple[str, ...]) -> dict[str, Any]:
+    """A name alone (``sampler = "tpe"``) or a table with the name and options."""
+    return {"anyOf": [{"enum": list(names)},
+                      {**table(cls), "required": ["name"]}]}
+
+
+def _rule(cls: type) -> dict[str, Any]:
+    """``true``/``false`` (the rule on with its defaults, or off) or a table of thresholds."""
+    return {"anyOf": [{"type": "boolean"}, table(cls, skip=("enabled",))]}
+
+
+def spec_schema() -> dict[str, Any]:
+    """The whole spec: its top-level tables, each from its type."""
+    objective = {"anyOf": [{"enum": list(METRICS)}, {**table(Objective), "required": ["metric"]}]}
+    study = table(StudySection, override={
+        "objectives": {"type": "array", "items": objective, "default": ["val_bpb"]},
+        "sampler": _named(SamplerSpec, SAMPLERS), "pruner": _named(PrunerSpec, PRUNERS),
+        "n_trials": {"type": "integer"}, "seed": {"type": "integer"},
+        "timeout": {"type": "number"}})
+    study["required"] = ["name"]
+    corpus = {"type": "object", "additionalProperties": False, "properties": {
+        "dir": {"type": "string", "description": "A prepared corpus directory."},
+        "source": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                   "description": "A Posts.xml, or text files with format = \"text\"."},
+        "format": {"enum": list(CORPUS_FORMATS)},
+        "synthetic": {"type": "object", "additionalProperties": False,
+                      "properties": {"size": {"type": ["string", "integer"]},
+                                     "seed": {"type": "integer", "default": 0}}},
+        "out": {"type": "string", "description": "Where source or synthetic is prepared."},
+        "val_fraction": {"type": "number", "default": 0.05}}}
+    assert set(corpus["properties"]) == set(_CORPUS_KEYS)
+    param = table(ParamSpec, skip=("name",), override={
+        "low": {"type": "number"}, "high": {"type": "number"}, "step": {"type": "number"},
+        "choices": {"type": "array"},
+        "when": {"type": "string", "description": "e.g. tokenizer == 'word'"}})
+    assert set(param["properties"]) == set(_PARAM_KEYS)
+    limits = table(Limits, override={
+        "memory_budget": {"anyOf": [{"type": "integer"}, {"type": "string"}],
+                          "default": "auto"},
+        "collapse": _rule(CollapseLimits), "divergence": _rule(DivergenceLimits)})
+    fixed = table(TrainConfig, skip=("corpus",))
+    top = {
+        "study": study, "corpus": corpus, "fixed": fixed,
+        "space": {"type": "object", "additionalProperties": {
+            "anyOf": [{"type": "array"}, param]}, "propertyNames": {"enum": list(
+                fixed["properties"])}},
+        "limits": limits,
+        "enqueue": {"type": "array", "items": {"type": "object"}},
+        "ablation": {"type": "object", "additionalProperties": False, "properties": {
+            "baseline": {"type": "object"}, "vary": {"type": "object"},
+            "seeds": {"type": "array", "items": {"type": "integer"}}}},
+        "scaling": {"type": "object", "additionalProperties": False, "properties": {
+            "budgets": {"type": "array", "items": {"type": "number"}},
+            "sizes": {"type": "array", "items": {"type": "object"}},
+            "seeds": {"type": "array", "items": {"type": "integer"}}}},
+    }
+    assert set(top) == set(_TOP_KEYS)
+    return {"$schema": SCHEMA_URI, "title": "sweeps study spec", "type": "object",
+            "properties": top, "required": ["study", "corpus"], "additionalProperties": False}
