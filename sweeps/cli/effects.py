@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 MetricOption = Annotated[str | None, typer.Option(
-    "--metric", help="The trial metric to compare (default: the study's first objective).")]
+    "--metric", help="The trial metric to compare [default: the study's first objective].")]
 
 
 @app.command()
@@ -42,7 +42,7 @@ def effects(
     study: Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.")],
     baseline: Annotated[str | None, typer.Option(
         "--baseline", metavar="FIELD=VALUE[,...]",
-        help="The configuration to compare against (default: an ablation study's baseline)."
+        help="The configuration to compare against [default: an ablation study's baseline]."
     )] = None,
     metric: MetricOption = None,
     level: Annotated[float, typer.Option(
