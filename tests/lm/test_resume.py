@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from lm.config import TrainConfig
-from lm.corpus import prepare_synthetic
 from lm.errors import SweepsError
 from lm.outcomes import EXIT_CODES
 from lm.run_files import (
@@ -44,13 +43,6 @@ ENV = {**os.environ, "SWEEPS_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 def one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runs in this process too (two threads on a busy machine are slower than one)."""
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("corpus") / "synthetic"
-    prepare_synthetic(out, size_bytes=300_000, seed=0)
-    return out
 
 
 def config(corpus: Path, **overrides: Any) -> TrainConfig:

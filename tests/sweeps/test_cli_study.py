@@ -12,14 +12,7 @@ from pathlib import Path
 import pytest
 
 from sweeps import cli
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
-
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 
 def main(*args: str) -> int:

@@ -21,16 +21,10 @@ from sweeps.engines import local
 from sweeps.runner import RunnerContext, TrialReport, WorkerDevice, finish
 from sweeps.space import suggest, trial_config
 from sweeps.spec import Limits, StudySpec
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 MiB = 2**20
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def gpus(*sizes: int) -> local.MemoryPool:

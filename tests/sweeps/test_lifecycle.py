@@ -18,10 +18,9 @@ from sweeps import storage as st
 from sweeps.spec.types import MAX_NAME_LENGTH
 from tests.sweeps import fake_study
 from tests.sweeps.cli import assert_user_error
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 from tests.sweeps.pg import fresh_database
 
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 OPTUNA = str(Path(sys.executable).parent / "optuna")
 
 
@@ -160,10 +159,7 @@ def test_copy_to_another_database(tmp_path: Path) -> None:
     assert optuna_studies(target) == ["alpha"]
 
 
-def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path,
-                                                   tmp_path_factory: pytest.TempPathFactory
-                                                   ) -> None:
-    corpus = shared_corpus(tmp_path_factory)
+def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path, corpus: Path) -> None:
     data = spec_dict("orig", corpus, fixed={"tokenizer": "word"},
                      space={"vocab_size": {"choices": [300, 600]}}, study={"n_trials": 1})
     (tmp_path / "orig.toml").write_text(toml_text(data))

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import pytest
 from optuna.trial import TrialState
 
 from lm.config import TrainConfig
@@ -31,7 +30,6 @@ from sweeps.runner import resume_from_earlier
 from tests.sweeps.helpers import (
     CHILD_ENV,
     lm_processes,
-    shared_corpus,
     spec_dict,
     study_trials,
     sweeps_popen,
@@ -44,11 +42,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[2]
 #: Measurements of the process, not of the computation.
 TIMING_KEYS = {"tokens_per_s", "elapsed_s", "peak_mem_bytes"}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from tests.sweeps.helpers import (
     descendants,
     lm_processes,
     running_with_evals,
-    shared_corpus,
     spec_dict,
     study_trials,
     sweeps_popen,
@@ -36,17 +34,10 @@ from tests.sweeps.helpers import (
     toml_text,
     wait_for,
 )
-from tests.sweeps.pg import fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
 X = {"x": CategoricalDistribution([0, 1, 2, 3])}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def add(study: optuna.Study, state: TrialState, retry_of: list[int] | None = None) -> None:
@@ -284,13 +275,6 @@ def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh database on the local server, dropped at the end."""
-    with fresh_database() as url:
-        yield url.render_as_string(hide_password=False)
 
 
 def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) -> None:
