@@ -47,7 +47,7 @@ def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path, corpus: Pat
             corpus.rename(moved)  # the corpus disappears after the first trial
 
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
-    options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05, on_event=on_event)
+    options = wk.RunOptions(n_workers=1, launcher="fork", poll_s=0.05, on_event=on_event)
     [result] = wk.run_workers(spec, storage, study, tmp_path / "runs", options)
     assert result.error is not None and "3 trials in a row failed for the environment" in \
         result.error, result.error
@@ -61,7 +61,7 @@ def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path, corpus: Pat
     # The cause fixed, a resume finishes the study with exactly its four trials.
     moved.rename(corpus)
     study = wk.load_for_workers(spec, storage)
-    options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)
+    options = wk.RunOptions(n_workers=1, launcher="fork", poll_s=0.05)
     [again] = wk.run_workers(spec, storage, study, tmp_path / "runs", options)
     assert again.error is None
     state = wk.budget_state(study.get_trials(), 4)
