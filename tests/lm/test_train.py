@@ -34,6 +34,16 @@ REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {f for f in RunResult.__dataclass_fields__}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """The runs in this process on one thread, the module's fixtures included: these tiny models
+    train fastest on one, and torch's threads spinning against a busy machine (another test
+    worker, say) made one 3-second run take minutes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SWEEPS_NUM_THREADS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def train_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """1 MB (the shared ``corpus`` is 300 KB) with its BPE-512 cache: what these runs learn from."""

@@ -219,7 +219,8 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
         # and its child is killed by PDEATHSIG, not by a fork server's.
         joiner = sweeps_popen("worker", "killworker", "--storage", url, *beat,
                               "--launcher", "subprocess", cwd=tmp_path)
-        wait_for(lambda: running_with_evals(url, "killworker", joiner.pid) is not None, 90,
+        # a bound, not a pace: a worker's first trial can take a minute on a busy machine
+        wait_for(lambda: running_with_evals(url, "killworker", joiner.pid) is not None, 240,
                  "the joining worker's trial")
         victim = running_with_evals(url, "killworker", joiner.pid)
         family = descendants(joiner.pid)
