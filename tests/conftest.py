@@ -7,8 +7,10 @@ run's base temporary directory, and databases get unique names, so the suite run
 under pytest-xdist (``make test``).
 
 Markers: a test that starts something heavier than a function call is marked by kind, from
-the fixtures it uses (below) or by hand where it starts it itself; every kind also carries
-``integration``. ``make check`` (the inner loop) runs what is neither ``integration`` nor ``slow``.
+the fixtures it uses (below) or by hand (``@pytest.mark.study``) where it starts it itself;
+every kind also carries ``integration``. The shared ``corpus`` marks nothing: many tests only
+name it in a spec they check. ``make check`` (the inner loop) runs what is neither
+``integration`` nor ``slow``.
 
 - ``study``: trains models in child processes (a trial, a study, ``sweeps run``, ``lm.train``);
 - ``server``: a PostgreSQL database, a fork server, an HTTP server;
@@ -29,7 +31,10 @@ KINDS = ("study", "server", "browser", "cluster")
 
 #: The fixtures that start something, and the kind of thing they start.
 KIND_OF_FIXTURE = {
-    "corpus": "study",  # only tests that train ask for the shared training corpus
+    "trained": "study",  # lm/test_train: a model trained once for the module
+    "memory_corpus": "study",  # lm/test_memory: peaks measured in training children
+    "base_db": "study",  # test_fork: a study run once for the module
+    "real_study": "study",  # test_report_browser
     "fork_server": "server",
     "pg_url": "server",
     "chromium": "browser",

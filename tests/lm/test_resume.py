@@ -117,6 +117,7 @@ def assert_same_run(resumed: Path, reference: Path) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.study
 def test_interrupted_and_resumed_equals_uninterrupted(corpus: Path, tmp_path: Path,
                                                       reference: Path, sig: int) -> None:
     run_dir = tmp_path / "run"
@@ -158,6 +159,7 @@ def interrupted_run(run_dir: Path, cfg: TrainConfig) -> None:
     assert run(cfg, run_dir, progress=stop).outcome == "interrupted"
 
 
+@pytest.mark.study
 def test_a_checkpoint_of_another_configuration_is_refused(
         corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = config(corpus, max_tokens=12_800)
@@ -185,6 +187,7 @@ def test_a_checkpoint_of_another_configuration_is_refused(
     assert result.n_evals == 10 and len(rows(run_dir)) == 10
 
 
+@pytest.mark.study
 def test_no_checkpoint_without_an_interval(corpus: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     interrupted_run(run_dir, config(corpus, max_tokens=7_680, checkpoint_every_tokens=None))

@@ -131,6 +131,7 @@ def _fit_random_tokens(shifted: bool) -> float:
     return float(loss.detach())
 
 
+@pytest.mark.study
 def test_random_tokens_cannot_be_learned_with_the_shift() -> None:
     # Uniform random tokens carry ln(16) = 2.77 nats each; only the unshifted bug gets near 0.
     assert _fit_random_tokens(shifted=True) > 0.9 * math.log(16)
@@ -235,6 +236,7 @@ def _curve(run_dir: Path) -> list[tuple[float, float, float]]:
     return [(r["train_loss"], r["val_loss"], r["val_bpb"]) for r in rows]
 
 
+@pytest.mark.study
 def test_same_config_and_seed_give_the_same_loss_curve(train_corpus: Path, tmp_path: Path) -> None:
     cfg = tiny_config(train_corpus, grad_accum=2, batch_size=8, dropout=0.1)
     run(cfg, tmp_path / "a")
@@ -245,6 +247,7 @@ def test_same_config_and_seed_give_the_same_loss_curve(train_corpus: Path, tmp_p
     assert _curve(tmp_path / "a") != _curve(tmp_path / "c")
 
 
+@pytest.mark.study
 def test_forced_oom_ends_as_oom_with_a_complete_result(train_corpus: Path, tmp_path: Path) -> None:
     # 256 x 64 x 512 fp32 logits are 32 MiB a copy: far beyond a 20 MB allowance.
     cfg = tiny_config(train_corpus, batch_size=256, cpu_memory_limit_bytes=20_000_000)
@@ -403,6 +406,7 @@ def test_fp16_on_a_cpu_only_machine_is_bad_input(train_corpus: Path, tmp_path: P
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.study
 def test_bf16_autocast_trains_on_the_cpu(train_corpus: Path, tmp_path: Path) -> None:
     result = run(
         tiny_config(train_corpus, precision="bf16", max_tokens=4_096, eval_every_tokens=4_096),

@@ -32,7 +32,7 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.study]
 
 N_TRIALS = 30
 SEED = 20261130

@@ -115,6 +115,7 @@ def test_train_missing_corpus_and_bad_toml(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.study
 def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
     config = tmp_path / "run.toml"
     config.write_text(

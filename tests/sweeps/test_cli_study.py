@@ -190,6 +190,7 @@ def read_back(cwd: Path) -> tuple[str, str, list[dict]]:
     return outputs[0], outputs[1], json.loads(outputs[2])
 
 
+@pytest.mark.study
 def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
     data = spec_dict("e2e", corpus, fixed={"tokenizer": "word", "lr": 3e-2},
                      space={"vocab_size": {"choices": [300, 600]}},
@@ -220,6 +221,7 @@ def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
         (r["number"], r["state"]) for r in rows]
 
 
+@pytest.mark.study
 def test_the_demo_runs_its_study_and_writes_its_report(corpus: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """``sweeps demo`` end to end, on a two-trial stand-in for the quickstart spec (the real one
@@ -237,6 +239,7 @@ def test_the_demo_runs_its_study_and_writes_its_report(corpus: Path, tmp_path: P
     assert (tmp_path / "out" / "sweeps.db").is_file()
 
 
+@pytest.mark.study
 def test_sigterm_stops_the_children_and_marks_their_trials_interrupted(corpus: Path,
                                                                        tmp_path: Path) -> None:
     from optuna.trial import TrialState

@@ -222,6 +222,7 @@ def _max_overlap(log: list[tuple[str, int, int]]) -> int:
 # --- real children on the CPU --------------------------------------------------------------------
 
 
+@pytest.mark.study
 def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
         tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = spec_dict("real", corpus, fixed={"tokenizer": "word", "lr": 3e-2, "max_tokens": 8192},
@@ -275,6 +276,7 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
 # --- the command line ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cap_options_disagreeing_and_address_without_ray_are_one_line(tmp_path: Path,
                                                                       corpus: Path) -> None:
     spec = tmp_path / "s.toml"

@@ -33,6 +33,7 @@ def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, Any, Any]:
     return spec, storage, wk.load_for_workers(spec, storage)
 
 
+@pytest.mark.study
 def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path, corpus: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copytree(corpus, tmp_path / "corpus")
@@ -90,6 +91,7 @@ class SmallDiskLauncher:
         pass
 
 
+@pytest.mark.study
 def test_a_full_disk_in_the_child_is_the_environment_and_leaves_no_temp_file(
         tmp_path: Path, corpus: Path) -> None:
     from lm.tokens import load_tokens

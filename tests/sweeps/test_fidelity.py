@@ -163,6 +163,7 @@ def run_study(tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]],
 
 
 @pytest.mark.parametrize("objectives", [["val_bpb"], ["val_bpb", "params"]])
+@pytest.mark.study
 def test_halving_stops_a_trial_that_ranks_low_at_a_rung(corpus: Path, tmp_path: Path,
                                                         fork_server: ForkServer,
                                                         objectives: list[str]) -> None:

@@ -208,6 +208,7 @@ def test_the_dry_run_prints_the_grid(corpus: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "sweeps.db").exists()
 
 
+@pytest.mark.study
 def test_a_tiny_grid_end_to_end(corpus: Path, tmp_path: Path) -> None:
     from sweeps import report, results
     from sweeps.charts import scaling as scaling_chart

@@ -29,7 +29,7 @@ from tests.sweeps.pg import fresh_database
 OPTUNA = str(Path(sys.executable).parent / "optuna")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.server)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database holding the fabricated study ``alpha`` (12 trials, evaluations, samples)."""
     if request.param == "sqlite":
@@ -95,6 +95,7 @@ def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
         storage.engine.dispose()
 
 
+@pytest.mark.slow
 def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> None:
     before = snapshot(url, "alpha")
     assert before[1] > 0 and before[2] > 0
@@ -171,6 +172,7 @@ def test_running_trials_need_force(url: str) -> None:
     assert studies_here(url) == ["beta", "delta"]
 
 
+@pytest.mark.slow
 def test_copy_to_another_database(tmp_path: Path) -> None:
     source, target = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     fake_study.fabricate(source, "alpha", 5, seed=2)
@@ -181,6 +183,7 @@ def test_copy_to_another_database(tmp_path: Path) -> None:
     assert optuna_studies(target) == ["alpha"]
 
 
+@pytest.mark.study
 def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path, corpus: Path) -> None:
     data = spec_dict("orig", corpus, fixed={"tokenizer": "word"},
                      space={"vocab_size": {"choices": [300, 600]}}, study={"n_trials": 1})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from lm.config import TrainConfig
@@ -57,6 +58,7 @@ def past_a_checkpoint(run_dir: Path) -> bool:
         return False
 
 
+@pytest.mark.study
 def test_sigkill_of_sweeps_run_then_the_requeued_trial_resumes(tmp_path: Path,
                                                                 corpus: Path) -> None:
     data = spec_dict("resume", corpus, fixed={

@@ -110,6 +110,7 @@ def test_classify(rc: int, result: dict | None, stopped: Verdict | None, expecte
 # --- real trials ---------------------------------------------------------------------------------
 
 
+@pytest.mark.study
 def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path,
                                                fork_server: Any) -> None:
     data = spec_dict("contract", corpus)
@@ -169,6 +170,7 @@ class Underestimate:
         return 16 * 2**20  # what the (wrong) prediction plus slack would allow
 
 
+@pytest.mark.study
 def test_an_over_budget_trial_ends_oom_and_the_study_goes_on(tmp_path: Path, corpus: Path,
                                                                fork_server: Any) -> None:
     data = spec_dict("limit", corpus, space={"batch_size": {"choices": [8, 256]},
@@ -201,6 +203,7 @@ def test_predicted_oom_is_never_launched(tmp_path: Path, corpus: Path, fork_serv
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.study
 def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, corpus: Path,
                                                             fork_server: Any) -> None:
     data = spec_dict("fit", corpus, space={"batch_size": {"choices": [8, 512]}},
@@ -228,6 +231,7 @@ def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, cor
     (1.0, "unigram_collapse", "predicts the corpus frequencies"),  # the <unk> verdict off
     (0.5, "unk_dominated", "<unk> is the likeliest prediction"),
 ])
+@pytest.mark.study
 def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: Path,
                                                         fork_server: Any, unk_limit: float,
                                                         expected: str, words: str) -> None:
@@ -252,6 +256,7 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
     assert len(st.read_evals(storage, "collapse", t.number)) == 2
 
 
+@pytest.mark.study
 def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, corpus: Path,
                                                                fork_server: Any) -> None:
     data = spec_dict("short", corpus, space={"vocab_size": {"choices": [6]}},
@@ -264,6 +269,7 @@ def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, co
     assert t.user_attrs["under_trained"].startswith("32 optimizer steps, fewer than the 200")
 
 
+@pytest.mark.study
 def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path,
                                              fork_server: Any) -> None:
     data = spec_dict("stop", corpus, fixed={"max_tokens": 10_000_000},
@@ -279,6 +285,7 @@ def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path,
     assert lm_processes(tmp_path) == []
 
 
+@pytest.mark.study
 def test_the_subprocess_launcher_runs_the_same_trial(tmp_path: Path, corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("plain", corpus))
     study.enqueue_trial({"tokenizer": "bpe", "vocab_size": 300})
@@ -326,12 +333,14 @@ def stubborn_trial(tmp: Path, corpus: Path, grace: float,
     return report, time.monotonic() - started, frozen(study, report.number)
 
 
+@pytest.mark.study
 def test_sigkill_follows_sigterm_after_the_grace_period(tmp_path: Path, corpus: Path) -> None:
     report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: ctx.stop.stop.set())
     assert report.outcome == "interrupted" and t.user_attrs["returncode"] == -signal.SIGKILL
     assert took < 30
 
 
+@pytest.mark.study
 def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> None:
     def stop_twice(ctx: RunnerContext) -> None:
         ctx.stop.stop.set()
@@ -342,6 +351,7 @@ def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> No
     assert took < 30  # not the 600 s grace
 
 
+@pytest.mark.study
 def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpus: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from sweeps import runner
@@ -352,6 +362,7 @@ def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpu
     assert "still running" in t.user_attrs["reason"] and took < 30
 
 
+@pytest.mark.study
 def test_a_dead_fork_server_fails_its_trial_and_is_restarted(tmp_path: Path,
                                                              corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("restart", corpus))
@@ -425,6 +436,7 @@ class GarbledLauncher:
         pass
 
 
+@pytest.mark.study
 def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(tmp_path: Path,
                                                                   corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("garbled", corpus))

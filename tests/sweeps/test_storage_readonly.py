@@ -73,6 +73,7 @@ def sweeps_db(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_read_commands_write_nothing_to_a_sweeps_database(sweeps_db: Path,
                                                           tmp_path: Path) -> None:
     before = snapshot(sweeps_db.parent)
@@ -121,6 +122,7 @@ def _read_only_mount_works(directory: Path) -> bool:
     return probe.returncode == 0 and not (directory / "probe").exists()
 
 
+@pytest.mark.slow
 def test_read_commands_read_a_file_on_a_read_only_mount(sweeps_db: Path, tmp_path: Path) -> None:
     directory = sweeps_db.parent
     if not _read_only_mount_works(directory):

@@ -129,6 +129,7 @@ def outcome_for(params: dict[str, Any]) -> str:
     return "complete"
 
 
+@pytest.mark.study
 def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Word vocabularies of 300/600 beat the unigram by ~0.2 nats/token in 4,000 tokens at this
@@ -204,6 +205,7 @@ def assert_exact(trials: list[optuna.trial.FrozenTrial], n: int) -> wk.BudgetSta
     return state
 
 
+@pytest.mark.study
 def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Path,
                                                                    corpus: Path) -> None:
     # Two long trials, one for each worker; the joiner dies; `sweeps run` finishes its own, then
@@ -242,6 +244,7 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
     assert lm_processes(tmp_path) == []
 
 
+@pytest.mark.study
 def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
     # Long enough that the running trial is still running when the kill lands, even unloaded.
     spec = write_spec(tmp_path, corpus, "resume", 3, 200_000)
@@ -278,6 +281,7 @@ def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
 
+@pytest.mark.study
 def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) -> None:
     spec = write_spec(tmp_path, corpus, "pg", 6, 10_000)
     main = sweeps_popen("run", str(spec), "--storage", pg_url, "--workers", "2", cwd=tmp_path)
