@@ -1,4 +1,5 @@
-# Set-up and the two commands of the README. `make demo` runs the main job, `make test` the tests.
+# Set-up and the commands of the README. `make demo` runs the main job, `make test` the tests,
+# `make check` the fast tier of them.
 # Both create .venv on first use. Where pip can see a local CPU wheel of torch 2.13.0 (as on the
 # project's CI machines), it is installed first so pip does not pull a multi-GB CUDA build; anywhere
 # else pip picks the torch that suits the machine (nothing pins users to the CPU build).
@@ -6,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean system-packages
+.PHONY: demo test check lint clean system-packages
 
 $(BIN)/sweeps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +31,26 @@ system-packages:
 		echo "note: could not install chromium; the browser test will be skipped"; \
 	fi
 
+# `make test`: ruff, then the whole suite in parallel (pytest-xdist, one worker per core; a test
+# module stays on one worker, so its module-scoped fixtures are built once), the 25 slowest
+# tests, and how long it all took. `make check`: ruff and the fast tier (no study, server,
+# browser or cluster, nothing marked slow; see tests/conftest.py), for the inner loop.
+# WORKERS=N sets the number of pytest workers (default: one per core).
+WORKERS ?= auto
+PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
+
 test: $(BIN)/sweeps system-packages
-	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	@start=$$(date +%s); \
+	$(BIN)/ruff check . && \
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=25; \
+	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
+
+check: $(BIN)/sweeps
+	@start=$$(date +%s); \
+	$(BIN)/ruff check . && \
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not integration" \
+		--durations=10; \
+	rc=$$?; echo "make check: $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 lint: $(BIN)/sweeps
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -49,8 +49,6 @@ RUNGS_ATTR = "rungs"
 NOT_COMPETING = (*outcomes.PREDICTION_VERDICTS, outcomes.DIVERGED, outcomes.OOM)
 #: Trial states that compete at a rung.
 COMPETING_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-#: Known before training (``static``): the value a trial will end with.
-STATIC_METRICS = ("params", "flops")
 Row = Mapping[str, Any]
 
 

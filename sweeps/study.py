@@ -132,14 +132,6 @@ def quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def require_database(url: str) -> None:
-    """The URL names an existing sweeps database (``SweepsError`` otherwise); nothing is created
-    or changed, and no file is left open."""
-    from sweeps import storage as st_mod
-
-    st_mod.read_only_engine(url).dispose()
-
-
 def open_existing(url: str) -> Any:
     """Optuna's storage on a database that must already exist, opened read-only (read-only
     commands): a SQLite file is neither created nor changed, even on a read-only mount."""

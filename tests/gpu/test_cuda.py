@@ -59,7 +59,8 @@ SMALL: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gpu_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1 MB with the BPE-1024 and byte caches (bigger models than the CPU tests train)."""
     out = tmp_path_factory.mktemp("gpu") / "corpus-1MB"
     prepare_synthetic(out, size_bytes=1_000_000, seed=0)
     for kind, size in (("bpe", 1024), ("byte", 260)):
@@ -91,11 +92,11 @@ def one_step(model: GPT, batch: torch.Tensor, precision: str) -> tuple[float, to
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_one_step_matches_fp32(corpus: Path, precision: str) -> None:
-    cfg = config(corpus)
+def test_one_step_matches_fp32(gpu_corpus: Path, precision: str) -> None:
+    cfg = config(gpu_corpus)
     torch.manual_seed(0)
     reference = GPT(cfg.model_config()).cuda()
-    ids = torch.from_numpy(load_tokens(corpus, "bpe", 1024).train[: 16 * 129].astype("int64"))
+    ids = torch.from_numpy(load_tokens(gpu_corpus, "bpe", 1024).train[: 16 * 129].astype("int64"))
     batch = ids.view(16, 129).cuda()  # (B, T + 1)
     loss32, grads32 = one_step(copy.deepcopy(reference), batch, "fp32")
     loss, grads = one_step(copy.deepcopy(reference), batch, precision)
@@ -104,20 +105,20 @@ def test_one_step_matches_fp32(corpus: Path, precision: str) -> None:
     assert cosine > GRAD_COSINE, cosine
 
 
-def test_short_runs_match_fp32(corpus: Path, tmp_path: Path) -> None:
+def test_short_runs_match_fp32(gpu_corpus: Path, tmp_path: Path) -> None:
     val = {}
     for precision in ("fp32", "bf16", "fp16"):
-        result = run(config(corpus, precision=precision), tmp_path / precision)
+        result = run(config(gpu_corpus, precision=precision), tmp_path / precision)
         assert result.outcome == "complete", result.reason
         val[precision] = result.final_metrics["val_loss"]
     for precision in ("bf16", "fp16"):
         assert abs(val[precision] / val["fp32"] - 1) < RUN_TOLERANCE, val
 
 
-def huge(corpus: Path) -> TrainConfig:
+def huge(gpu_corpus: Path) -> TrainConfig:
     """A batch far beyond any GPU: one (B, T, C) activation alone is 8192 x 1024 x 2048 x 4 B =
     64 GiB, and the forward keeps several."""
-    return config(corpus, tokenizer="byte", vocab_size=260, d_model=2048, n_heads=16,
+    return config(gpu_corpus, tokenizer="byte", vocab_size=260, d_model=2048, n_heads=16,
                   d_ff=8192, seq_len=1024, batch_size=8192, max_tokens=8192 * 1024,
                   warmup_tokens=0, eval_every_tokens=10**12, eval_tokens=1024)
 
@@ -133,8 +134,8 @@ def assert_complete_oom_result(run_dir: Path) -> None:
     assert result.device.startswith("cuda")
 
 
-def test_oom_then_the_next_trial_completes_in_one_process(corpus: Path, tmp_path: Path) -> None:
-    result = run(huge(corpus), tmp_path / "huge")
+def test_oom_then_the_next_trial_completes_in_one_process(gpu_corpus: Path, tmp_path: Path) -> None:
+    result = run(huge(gpu_corpus), tmp_path / "huge")
     assert result.outcome == "oom", result.reason
     assert_complete_oom_result(tmp_path / "huge")
     # The failed run's tensors are gone, not just small enough for the next run to squeeze by:
@@ -142,7 +143,7 @@ def test_oom_then_the_next_trial_completes_in_one_process(corpus: Path, tmp_path
     # emptied. A few MiB stay (the warm-up's cuBLAS workspace, the RNG state).
     assert torch.cuda.memory_allocated() < 64 * 2**20, torch.cuda.memory_summary()
     assert torch.cuda.memory_reserved() < 128 * 2**20, torch.cuda.memory_summary()
-    after = run(config(corpus), tmp_path / "after")
+    after = run(config(gpu_corpus), tmp_path / "after")
     assert after.outcome == "complete", after.reason
 
 
@@ -151,19 +152,19 @@ def cuda_mapped(pid: int) -> bool:
     return "libcuda.so" in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
 
 
-def test_fork_server_children_train_on_cuda_and_survive_an_oom(corpus: Path,
+def test_fork_server_children_train_on_cuda_and_survive_an_oom(gpu_corpus: Path,
                                                                 tmp_path: Path) -> None:
     from sweeps.forkserver import ForkServer
 
     with ForkServer() as server:
         # The server's own process (private attribute: the test must look inside it).
         assert not cuda_mapped(server._proc.pid), "the fork server initialized CUDA"
-        big = write_run(tmp_path / "huge", huge(corpus))
+        big = write_run(tmp_path / "huge", huge(gpu_corpus))
         child = server.launch(big, log_path=big / "log.txt")
         child.wait(timeout=120)
         assert_complete_oom_result(big)
         for i in range(2):  # the next trials on the same GPU, from the same server
-            run_dir = write_run(tmp_path / f"next-{i}", config(corpus))
+            run_dir = write_run(tmp_path / f"next-{i}", config(gpu_corpus))
             rc = server.launch(run_dir, log_path=run_dir / "log.txt").wait(timeout=120)
             result = read_result(run_dir)
             assert (rc, result.outcome) == (0, "complete"), (run_dir / "log.txt").read_text()
@@ -171,22 +172,22 @@ def test_fork_server_children_train_on_cuda_and_survive_an_oom(corpus: Path,
         assert not cuda_mapped(server._proc.pid)
 
 
-def test_visible_devices_pins_a_child_to_one_device(corpus: Path, tmp_path: Path) -> None:
+def test_visible_devices_pins_a_child_to_one_device(gpu_corpus: Path, tmp_path: Path) -> None:
     from sweeps.forkserver import ForkServer
 
     gpu = host.visible_gpus()[0]  # what the local engine gives a worker: one GPU id
     pinned = {host.VISIBLE_DEVICES_ENV: gpu}
     with ForkServer() as server:
-        ok = write_run(tmp_path / "pinned", config(corpus))
+        ok = write_run(tmp_path / "pinned", config(gpu_corpus))
         assert server.launch(ok, log_path=ok / "log.txt", env=pinned).wait(timeout=120) == 0
         assert read_result(ok).outcome == "complete"
         # The pinned child sees exactly one device: a second one is not there for it.
-        second = write_run(tmp_path / "second", config(corpus, device="cuda:1"))
+        second = write_run(tmp_path / "second", config(gpu_corpus, device="cuda:1"))
         rc = server.launch(second, log_path=second / "log.txt", env=pinned).wait(timeout=120)
         assert rc != 0
         assert "only 1 CUDA device(s) exist" in (second / "log.txt").read_text()
         # A CPU worker's children get CUDA_VISIBLE_DEVICES="" and see none.
-        hidden = write_run(tmp_path / "hidden", config(corpus))
+        hidden = write_run(tmp_path / "hidden", config(gpu_corpus))
         rc = server.launch(hidden, log_path=hidden / "log.txt",
                            env={host.VISIBLE_DEVICES_ENV: ""}).wait(timeout=120)
         assert rc != 0
@@ -194,14 +195,14 @@ def test_visible_devices_pins_a_child_to_one_device(corpus: Path, tmp_path: Path
     assert os.environ.get(host.VISIBLE_DEVICES_ENV) != ""  # the test's own process is untouched
 
 
-def test_a_run_over_its_cuda_reservation_ends_oom_itself(corpus: Path, tmp_path: Path) -> None:
+def test_a_run_over_its_cuda_reservation_ends_oom_itself(gpu_corpus: Path, tmp_path: Path) -> None:
     # ~1 GiB of logits and their gradients (512 x 128 x 1024 x 4 B a copy) against 256 MiB
     # left to the allocator once the context is taken from the 768 MiB reservation.
-    over = config(corpus, batch_size=512, cuda_memory_limit_bytes=768 * 2**20)
+    over = config(gpu_corpus, batch_size=512, cuda_memory_limit_bytes=768 * 2**20)
     result = run(over, tmp_path / "over")
     assert result.outcome == "oom", result.reason
     assert "cuda_memory_limit_bytes=805,306,368" in result.reason
-    within = run(config(corpus, cuda_memory_limit_bytes=2 * 2**30), tmp_path / "within")
+    within = run(config(gpu_corpus, cuda_memory_limit_bytes=2 * 2**30), tmp_path / "within")
     assert within.outcome == "complete", within.reason
     assert within.peak_mem_bytes <= 2 * 2**30 - 512 * 2**20
     # The limit is the run's, not the process's: lifted when the run ends.

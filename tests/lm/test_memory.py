@@ -188,7 +188,8 @@ def test_corpus_counts_guess_from_the_manifest_else_unknown(tmp_path: Path) -> N
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def memory_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 KB (seed 3) with the BPE-1024 and byte caches the measured points read."""
     from lm.corpus import prepare_synthetic
     from lm.tokens import load_tokens
 
@@ -213,16 +214,16 @@ MEASURED = [
 
 
 @pytest.mark.parametrize("point", MEASURED, ids=["small", "naive-T1024", "bf16-logits"])
-def test_measured_peak_within_20_percent(point: dict, corpus: Path, tmp_path: Path) -> None:
+def test_measured_peak_within_20_percent(point: dict, memory_corpus: Path, tmp_path: Path) -> None:
     from sweeps.preflight import cpu_child_limit
 
     b, t = int(point["batch_size"]), int(point["seq_len"])
     cfg = TrainConfig.from_dict({
-        "corpus": str(corpus), "device": "cpu", "n_layers": 2, "max_tokens": 2 * b * t,
+        "corpus": str(memory_corpus), "device": "cpu", "n_layers": 2, "max_tokens": 2 * b * t,
         "eval_every_tokens": 10**12, "eval_tokens": b * t, "warmup_tokens": 0,
         "sample_tokens": 2, **point,
     })
-    est = estimate(cfg, "cpu", threads=2, counts=corpus_counts(corpus, cfg.tokenizer,
+    est = estimate(cfg, "cpu", threads=2, counts=corpus_counts(memory_corpus, cfg.tokenizer,
                                                                cfg.vocab_size))
     # Under the limit the runner gives a trial whose budget is exactly its prediction.
     limited = dataclasses.replace(cfg, cpu_memory_limit_bytes=cpu_child_limit(est.total,

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from lm.config import TrainConfig
-from lm.corpus import prepare_synthetic
 from lm.errors import SweepsError
 from lm.outcomes import EXIT_CODES
 from lm.run_files import (
@@ -44,13 +43,6 @@ ENV = {**os.environ, "SWEEPS_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 def one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runs in this process too (two threads on a busy machine are slower than one)."""
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("corpus") / "synthetic"
-    prepare_synthetic(out, size_bytes=300_000, seed=0)
-    return out
 
 
 def config(corpus: Path, **overrides: Any) -> TrainConfig:
@@ -125,6 +117,7 @@ def assert_same_run(resumed: Path, reference: Path) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.study
 def test_interrupted_and_resumed_equals_uninterrupted(corpus: Path, tmp_path: Path,
                                                       reference: Path, sig: int) -> None:
     run_dir = tmp_path / "run"
@@ -166,6 +159,7 @@ def interrupted_run(run_dir: Path, cfg: TrainConfig) -> None:
     assert run(cfg, run_dir, progress=stop).outcome == "interrupted"
 
 
+@pytest.mark.study
 def test_a_checkpoint_of_another_configuration_is_refused(
         corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = config(corpus, max_tokens=12_800)
@@ -193,6 +187,7 @@ def test_a_checkpoint_of_another_configuration_is_refused(
     assert result.n_evals == 10 and len(rows(run_dir)) == 10
 
 
+@pytest.mark.study
 def test_no_checkpoint_without_an_interval(corpus: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     interrupted_run(run_dir, config(corpus, max_tokens=7_680, checkpoint_every_tokens=None))

@@ -34,8 +34,19 @@ REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {f for f in RunResult.__dataclass_fields__}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """The runs in this process on one thread, the module's fixtures included: these tiny models
+    train fastest on one, and torch's threads spinning against a busy machine (another test
+    worker, say) made one 3-second run take minutes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SWEEPS_NUM_THREADS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def train_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1 MB (the shared ``corpus`` is 300 KB) with its BPE-512 cache: what these runs learn from."""
     out = tmp_path_factory.mktemp("corpus") / "synthetic"
     prepare_synthetic(out, size_bytes=1_000_000, seed=0)
     load_tokens(out, "bpe", 512)  # encode once for every run below
@@ -67,12 +78,11 @@ def tiny_config(corpus: Path, **overrides: Any) -> TrainConfig:
 
 
 @pytest.fixture(scope="module")
-def trained(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunResult]:
+def trained(train_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunResult]:
     """A 2-layer model trained for ~200k tokens (a few seconds on 2 cores)."""
     run_dir = tmp_path_factory.mktemp("runs") / "trained"
-    cfg = tiny_config(
-        corpus, max_tokens=200_000, eval_every_tokens=100_000, eval_tokens=4_096, sample_tokens=8
-    )
+    cfg = tiny_config(train_corpus, max_tokens=200_000, eval_every_tokens=100_000,
+                      eval_tokens=4_096, sample_tokens=8)
     return run_dir, run(cfg, run_dir)
 
 
@@ -121,6 +131,7 @@ def _fit_random_tokens(shifted: bool) -> float:
     return float(loss.detach())
 
 
+@pytest.mark.study
 def test_random_tokens_cannot_be_learned_with_the_shift() -> None:
     # Uniform random tokens carry ln(16) = 2.77 nats each; only the unshifted bug gets near 0.
     assert _fit_random_tokens(shifted=True) > 0.9 * math.log(16)
@@ -143,8 +154,8 @@ def test_accumulated_gradients_equal_the_full_batch() -> None:
     assert not torch.allclose(2 * g, g, atol=1e-7)
 
 
-def test_learning_rate_warms_up_then_decays_by_tokens(corpus: Path) -> None:
-    cfg = tiny_config(corpus, lr=1e-2, warmup_tokens=10_240, max_tokens=102_400)
+def test_learning_rate_warms_up_then_decays_by_tokens(train_corpus: Path) -> None:
+    cfg = tiny_config(train_corpus, lr=1e-2, warmup_tokens=10_240, max_tokens=102_400)
     assert lr_at(0, cfg) < lr_at(5_120, cfg) < lr_at(10_240, cfg) == pytest.approx(1e-2)
     assert lr_at(50_000, cfg) < 1e-2
     assert lr_at(102_400, cfg) == pytest.approx(1e-3)
@@ -225,19 +236,21 @@ def _curve(run_dir: Path) -> list[tuple[float, float, float]]:
     return [(r["train_loss"], r["val_loss"], r["val_bpb"]) for r in rows]
 
 
-def test_same_config_and_seed_give_the_same_loss_curve(corpus: Path, tmp_path: Path) -> None:
-    cfg = tiny_config(corpus, grad_accum=2, batch_size=8, dropout=0.1)
+@pytest.mark.study
+def test_same_config_and_seed_give_the_same_loss_curve(train_corpus: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(train_corpus, grad_accum=2, batch_size=8, dropout=0.1)
     run(cfg, tmp_path / "a")
     run(cfg, tmp_path / "b")
-    run(tiny_config(corpus, grad_accum=2, batch_size=8, dropout=0.1, seed=1), tmp_path / "c")
+    run(tiny_config(train_corpus, grad_accum=2, batch_size=8, dropout=0.1, seed=1), tmp_path / "c")
     assert len(_curve(tmp_path / "a")) == 2
     assert _curve(tmp_path / "a") == _curve(tmp_path / "b")
     assert _curve(tmp_path / "a") != _curve(tmp_path / "c")
 
 
-def test_forced_oom_ends_as_oom_with_a_complete_result(corpus: Path, tmp_path: Path) -> None:
+@pytest.mark.study
+def test_forced_oom_ends_as_oom_with_a_complete_result(train_corpus: Path, tmp_path: Path) -> None:
     # 256 x 64 x 512 fp32 logits are 32 MiB a copy: far beyond a 20 MB allowance.
-    cfg = tiny_config(corpus, batch_size=256, cpu_memory_limit_bytes=20_000_000)
+    cfg = tiny_config(train_corpus, batch_size=256, cpu_memory_limit_bytes=20_000_000)
     run_dir = tmp_path / "oom"
     run_dir.mkdir()
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
@@ -258,8 +271,8 @@ def test_forced_oom_ends_as_oom_with_a_complete_result(corpus: Path, tmp_path: P
     assert "memory" in result["reason"] and result["params"]["total"] > 0
 
 
-def test_sigterm_ends_as_interrupted(corpus: Path, tmp_path: Path) -> None:
-    cfg = tiny_config(corpus, max_tokens=1_000_000)
+def test_sigterm_ends_as_interrupted(train_corpus: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(train_corpus, max_tokens=1_000_000)
     before = signal.getsignal(signal.SIGTERM)
 
     def stop(row: dict) -> None:
@@ -273,27 +286,27 @@ def test_sigterm_ends_as_interrupted(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_nan_loss_ends_as_diverged(
-    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = train_mod.lm_loss
     monkeypatch.setattr(train_mod, "lm_loss", lambda m, b: real(m, b) * float("nan"))
-    result = run(tiny_config(corpus), tmp_path / "r")
+    result = run(tiny_config(train_corpus), tmp_path / "r")
     assert result.outcome == "diverged" and result.exit_code == 4
     assert "nan" in result.reason and result.steps == 0
 
 
 def test_an_infinite_gradient_norm_without_fp16_ends_as_diverged(
-    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only an enabled (fp16) scaler may skip such a step; a disabled one must not hide it.
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: torch.tensor(math.inf))
-    result = run(tiny_config(corpus), tmp_path / "r")
+    result = run(tiny_config(train_corpus), tmp_path / "r")
     assert result.outcome == "diverged" and result.exit_code == 4
     assert result.reason.startswith("gradient norm is inf at step 1") and result.steps == 0
 
 
 def test_without_fp16_every_step_updates_the_weights(
-    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stepped: list[int] = []
     real = train_mod.make_optimizer
@@ -304,35 +317,35 @@ def test_without_fp16_every_step_updates_the_weights(
         return optimizer
 
     monkeypatch.setattr(train_mod, "make_optimizer", counted)
-    result = run(tiny_config(corpus), tmp_path / "r")
+    result = run(tiny_config(train_corpus), tmp_path / "r")
     assert result.outcome == "complete" and result.steps == 16
     assert len(stepped) == 1 + result.steps  # the warm-up's step, then every training step
 
 
-def test_wall_limit_ends_as_timeout_with_final_metrics(corpus: Path, tmp_path: Path) -> None:
-    result = run(tiny_config(corpus, max_wall_s=1e-6), tmp_path / "r")
+def test_wall_limit_ends_as_timeout_with_final_metrics(train_corpus: Path, tmp_path: Path) -> None:
+    result = run(tiny_config(train_corpus, max_wall_s=1e-6), tmp_path / "r")
     assert result.outcome == "timeout" and result.exit_code == 5
     assert result.steps == 1 and result.final_metrics is not None
     assert (tmp_path / "r" / "best.pt").exists()
 
 
 def test_a_bug_ends_as_crashed_with_its_traceback(
-    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise ValueError("boom")
 
     monkeypatch.setattr(train_mod, "evaluate", boom)
-    result = run(tiny_config(corpus), tmp_path / "r")
+    result = run(tiny_config(train_corpus), tmp_path / "r")
     assert result.outcome == "crashed" and result.exit_code == 1
     assert result.reason == "ValueError: boom" and "Traceback" in (result.traceback or "")
     assert json.loads((tmp_path / "r" / "result.json").read_text())["outcome"] == "crashed"
 
 
-def test_progress_reports_tokens(corpus: Path, tmp_path: Path) -> None:
+def test_progress_reports_tokens(train_corpus: Path, tmp_path: Path) -> None:
     seen: list[tuple[int, int]] = []
     run(
-        tiny_config(corpus, max_tokens=4_096, eval_every_tokens=4_096),
+        tiny_config(train_corpus, max_tokens=4_096, eval_every_tokens=4_096),
         tmp_path / "r",
         progress=lambda done, total: seen.append((done, total)),
     )
@@ -369,7 +382,7 @@ def test_child_entry_rejects_a_missing_corpus_and_writes_nothing(
 
 
 def test_a_training_split_shorter_than_a_window_is_bad_input(
-    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import lm.tokens
 
@@ -381,21 +394,22 @@ def test_a_training_split_shorter_than_a_window_is_bad_input(
 
     monkeypatch.setattr(lm.tokens, "load_tokens", short)
     with pytest.raises(SweepsError, match="the training split has 64 tokens, fewer than seq_len"):
-        run(tiny_config(corpus, seq_len=64), tmp_path / "r")
+        run(tiny_config(train_corpus, seq_len=64), tmp_path / "r")
     assert not (tmp_path / "r").exists()  # checked before anything is written
 
 
-def test_fp16_on_a_cpu_only_machine_is_bad_input(corpus: Path, tmp_path: Path) -> None:
+def test_fp16_on_a_cpu_only_machine_is_bad_input(train_corpus: Path, tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: device auto resolves to it")
     with pytest.raises(SweepsError, match="fp16"):
-        run(tiny_config(corpus, precision="fp16", device="auto"), tmp_path / "r")
+        run(tiny_config(train_corpus, precision="fp16", device="auto"), tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 
-def test_bf16_autocast_trains_on_the_cpu(corpus: Path, tmp_path: Path) -> None:
+@pytest.mark.study
+def test_bf16_autocast_trains_on_the_cpu(train_corpus: Path, tmp_path: Path) -> None:
     result = run(
-        tiny_config(corpus, precision="bf16", max_tokens=4_096, eval_every_tokens=4_096),
+        tiny_config(train_corpus, precision="bf16", max_tokens=4_096, eval_every_tokens=4_096),
         tmp_path / "r",
     )
     assert result.outcome == "complete", result.reason

@@ -335,8 +335,9 @@ def _compute(p: dict[str, Any], tokens: int, n_evals: int) -> dict[str, Any]:
 
 
 def shared_big_study(base: Path, n: int = 2000, seed: int = 2) -> str:
-    """The URL of an ``n``-trial study named ``big``, fabricated once per test session under
-    ``base`` (``tmp_path_factory.getbasetemp()``) and shared by the modules that read it."""
+    """The URL of an ``n``-trial study named ``big``, fabricated once per test run under
+    ``base`` (the run's directory: the ``big_study`` fixture of ``tests/conftest.py``) and shared
+    by the modules and workers that read it."""
     path = base / f"big-{n}-{seed}.db"
     with open(base / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one writer, the others wait and reuse it

@@ -1,4 +1,4 @@
-"""Helpers shared by the orchestrator tests: a 300 KB synthetic corpus prepared once per session,
+"""Helpers shared by the orchestrator tests: the 300 KB synthetic corpus of ``tests/shared.py``,
 tiny spec values, a TOML writer, ``sweeps`` as a user runs it, and process and study probes.
 """
 
@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from lm.corpus import prepare_synthetic
 from sweeps import storage as st
 from sweeps.runner import (
     WorkerDevice,
@@ -73,14 +71,6 @@ def sweeps_popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, **CHILD_ENV},
     )
-
-
-def shared_corpus(factory: pytest.TempPathFactory) -> Path:
-    """The 300 KB synthetic corpus, prepared once per test session (token caches shared too)."""
-    path = factory.getbasetemp() / "sweeps-corpus-300KB"
-    if not (path / "manifest.json").is_file():
-        prepare_synthetic(path, size_bytes=300_000, seed=0)
-    return path
 
 
 def spec_dict(

@@ -14,7 +14,6 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -26,28 +25,19 @@ from tests.sweeps.helpers import (
     alive,
     descendants,
     lm_processes,
-    shared_corpus,
     spec_dict,
     study_trials,
     sweeps_popen,
     toml_text,
     wait_for,
 )
-from tests.sweeps.pg import fresh_database
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.study]
 
 N_TRIALS = 30
 SEED = 20261130
 #: Heartbeats fast enough that a killed worker's trial is failed and re-queued within seconds.
 BEAT = ("--heartbeat", "1", "--grace", "4")
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    with fresh_database() as url:
-        yield url.render_as_string(hide_password=False)
 
 
 def chain_roots(trials: list[optuna.trial.FrozenTrial]) -> dict[int, int]:
@@ -89,10 +79,8 @@ def training_children(workers: list[subprocess.Popen[str]]) -> list[int]:
     return out
 
 
-def test_random_sigkills_leave_a_consistent_study(tmp_path: Path,
-                                                  tmp_path_factory: pytest.TempPathFactory,
+def test_random_sigkills_leave_a_consistent_study(tmp_path: Path, corpus: Path,
                                                   pg_url: str) -> None:
-    corpus = shared_corpus(tmp_path_factory)
     data = spec_dict("chaos", corpus, fixed={"tokenizer": "word", "max_tokens": 16_000,
                                              "eval_every_tokens": 4_000},
                      space={"vocab_size": {"choices": [300, 400, 500, 600]},

@@ -11,7 +11,8 @@ from tests.sweeps.cli import assert_user_error, sweeps
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cli_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A corpus made by ``sweeps prepare`` as a user runs it (checking what it prints)."""
     out = tmp_path_factory.mktemp("cli") / "demo"
     proc = sweeps("prepare", "--synthetic", "--size", "400KB", "--seed", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -27,11 +28,11 @@ def test_help_lists_the_commands() -> None:
         assert command in proc.stdout
 
 
-def test_prepare_refuses_to_overwrite_without_force(corpus: Path) -> None:
-    before = (corpus / "manifest.json").read_text()
-    assert_user_error(sweeps("prepare", "--synthetic", "--size", "100KB", "--out", str(corpus)),
+def test_prepare_refuses_to_overwrite_without_force(cli_corpus: Path) -> None:
+    before = (cli_corpus / "manifest.json").read_text()
+    assert_user_error(sweeps("prepare", "--synthetic", "--size", "100KB", "--out", str(cli_corpus)),
                       "already exists", "--force")
-    assert (corpus / "manifest.json").read_text() == before
+    assert (cli_corpus / "manifest.json").read_text() == before
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -60,11 +61,11 @@ def test_prepare_bad_input_is_one_line_and_leaves_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == (["Posts.xml"] if content else [])
 
 
-def test_tokenize_summary_then_cache_hit(corpus: Path) -> None:
-    first = sweeps("tokenize", str(corpus), "--tokenizer", "word", "--vocab-size", "300")
+def test_tokenize_summary_then_cache_hit(cli_corpus: Path) -> None:
+    first = sweeps("tokenize", str(cli_corpus), "--tokenizer", "word", "--vocab-size", "300")
     assert first.returncode == 0, first.stderr
     assert "built" in first.stdout and "<unk> rate" in first.stdout
-    second = sweeps("tokenize", str(corpus), "--tokenizer", "word", "--vocab-size", "300")
+    second = sweeps("tokenize", str(cli_corpus), "--tokenizer", "word", "--vocab-size", "300")
     assert second.returncode == 0 and "hit" in second.stdout
 
 
@@ -73,10 +74,10 @@ def test_tokenize_summary_then_cache_hit(corpus: Path) -> None:
     (["--tokenizer", "word", "--vocab-size", "3"], "vocab_size"),
     (["--tokenizer", "bpe", "--vocab-size", "100"], "vocab_size"),
 ])
-def test_tokenize_bad_arguments(corpus: Path, args: list[str], needle: str) -> None:
-    cache = corpus / "cache"
+def test_tokenize_bad_arguments(cli_corpus: Path, args: list[str], needle: str) -> None:
+    cache = cli_corpus / "cache"
     before = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
-    assert_user_error(sweeps("tokenize", str(corpus), *args), needle)
+    assert_user_error(sweeps("tokenize", str(cli_corpus), *args), needle)
     after = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
     assert after == before
 
@@ -93,10 +94,11 @@ def test_tokenize_bad_arguments(corpus: Path, args: list[str], needle: str) -> N
     (["--precision", "fp16", "--device", "cpu"], "fp16"),
 ])
 def test_train_bad_config_writes_nothing(
-    corpus: Path, tmp_path: Path, args: list[str], needle: str
+    cli_corpus: Path, tmp_path: Path, args: list[str], needle: str
 ) -> None:
     out = tmp_path / "run"
-    assert_user_error(sweeps("train", "--corpus", str(corpus), "--out", str(out), *args), needle)
+    assert_user_error(sweeps("train", "--corpus", str(cli_corpus), "--out", str(out), *args),
+                      needle)
     assert not out.exists()
 
 
@@ -113,10 +115,11 @@ def test_train_missing_corpus_and_bad_toml(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_train_json_then_generate(corpus: Path, tmp_path: Path) -> None:
+@pytest.mark.study
+def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
     config = tmp_path / "run.toml"
     config.write_text(
-        f'corpus = "{corpus}"\ntokenizer = "bpe"\nvocab_size = 300\nd_model = 32\n'
+        f'corpus = "{cli_corpus}"\ntokenizer = "bpe"\nvocab_size = 300\nd_model = 32\n'
         "n_layers = 1\nn_heads = 2\nd_ff = 64\nseq_len = 32\nbatch_size = 8\n"
         "max_tokens = 4096\neval_every_tokens = 4096\neval_tokens = 512\n")
     out = tmp_path / "run"

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +18,6 @@ from sweeps import results
 from sweeps import storage as st
 from tests.sweeps import fake_study
 from tests.sweeps.cli import assert_user_error, sweeps
-from tests.sweeps.pg import fresh_database
 
 
 @pytest.fixture(scope="module")
@@ -115,15 +113,10 @@ def test_export_unknown_format(db: str) -> None:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    """A fresh database on the local server, dropped at the end; the URL carries a password
-    (the local server trusts it) so masking can be checked."""
-    with fresh_database("sweeps_report") as url:
-        yield url.set(password=url.password or "s3cret-pw").render_as_string(hide_password=False)
-
-
 def test_report_and_export_against_postgresql(pg_url: str, db: str, tmp_path: Path) -> None:
+    # a password in the URL (the local server trusts any) so masking can be checked
+    url = sa.engine.make_url(pg_url)
+    pg_url = url.set(password=url.password or "s3cret-pw").render_as_string(hide_password=False)
     fake_study.fabricate(pg_url, "vocab", 25, seed=7)
     when = ["datetime_start", "datetime_complete"]
     pd.testing.assert_frame_equal(results.study_frame(pg_url, "vocab").drop(columns=when),

@@ -12,14 +12,7 @@ from pathlib import Path
 import pytest
 
 from sweeps import cli
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
-
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 
 def main(*args: str) -> int:
@@ -210,6 +203,7 @@ def read_back(cwd: Path) -> tuple[str, str, list[dict]]:
     return outputs[0], outputs[1], json.loads(outputs[2])
 
 
+@pytest.mark.study
 def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
     data = spec_dict("e2e", corpus, fixed={"tokenizer": "word", "lr": 3e-2},
                      space={"vocab_size": {"choices": [300, 600]}},
@@ -245,6 +239,7 @@ def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
         (r["number"], r["state"]) for r in rows]
 
 
+@pytest.mark.study
 def test_the_demo_runs_its_study_and_writes_its_report(corpus: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """``sweeps demo`` end to end, on a two-trial stand-in for the quickstart spec (the real one
@@ -262,6 +257,7 @@ def test_the_demo_runs_its_study_and_writes_its_report(corpus: Path, tmp_path: P
     assert (tmp_path / "out" / "sweeps.db").is_file()
 
 
+@pytest.mark.study
 def test_sigterm_stops_the_children_and_marks_their_trials_interrupted(corpus: Path,
                                                                        tmp_path: Path) -> None:
     from optuna.trial import TrialState

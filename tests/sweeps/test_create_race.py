@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -16,7 +15,6 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec
 from tests.sweeps.helpers import spec_dict
-from tests.sweeps.pg import fresh_database
 
 PROCESSES = 4
 ROUNDS = 5
@@ -68,12 +66,6 @@ def _race(url: str, tmp_path: Path) -> None:
 
 def test_simultaneous_starts_enqueue_once_on_sqlite(tmp_path: Path) -> None:
     _race(f"sqlite:///{tmp_path / 'race.db'}", tmp_path)
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    with fresh_database("sweeps_race") as url:
-        yield url.render_as_string(hide_password=False)
 
 
 def test_simultaneous_starts_enqueue_once_on_postgres(tmp_path: Path, pg_url: str) -> None:

@@ -21,16 +21,10 @@ from sweeps.engines import local
 from sweeps.runner import RunnerContext, TrialReport, WorkerDevice, finish
 from sweeps.space import suggest, trial_config
 from sweeps.spec import Limits, StudySpec
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 MiB = 2**20
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def gpus(*sizes: int) -> local.MemoryPool:
@@ -228,6 +222,7 @@ def _max_overlap(log: list[tuple[str, int, int]]) -> int:
 # --- real children on the CPU --------------------------------------------------------------------
 
 
+@pytest.mark.study
 def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
         tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = spec_dict("real", corpus, fixed={"tokenizer": "word", "lr": 3e-2, "max_tokens": 8192},
@@ -281,6 +276,7 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
 # --- the command line ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cap_options_disagreeing_and_address_without_ray_are_one_line(tmp_path: Path,
                                                                       corpus: Path) -> None:
     spec = tmp_path / "s.toml"

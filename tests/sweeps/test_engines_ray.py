@@ -26,11 +26,10 @@ from sweeps import workers as wk
 from sweeps.engines import local
 from sweeps.engines import ray as ray_engine
 from sweeps.spec import Limits, StudySpec
-from tests.sweeps.helpers import shared_corpus, spec_dict, study_trials
+from tests.sweeps.helpers import spec_dict, study_trials
 from tests.sweeps.pg import fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 GiB = 2**30
 REPO = Path(__file__).resolve().parents[2]
 #: Set in the namespace: the inner test runs only there.
@@ -172,12 +171,10 @@ def _namespace_or_skip() -> None:
         pytest.skip(f"cannot make a network namespace: {probe.stderr.strip()[:200]}")
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
-
-
 @pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.study
+@pytest.mark.server
 def test_a_cluster_places_by_memory_and_requeues_a_lost_node(tmp_path: Path,
                                                              corpus: Path) -> None:
     _namespace_or_skip()
@@ -201,6 +198,7 @@ def test_a_cluster_places_by_memory_and_requeues_a_lost_node(tmp_path: Path,
         assert len(wk.superseded_numbers(trials)) == 1  # the trial the lost node held
 
 
+@pytest.mark.cluster
 def test_inside_the_namespace() -> None:
     if os.environ.get(INNER_ENV) != "1":
         pytest.skip("runs inside the network namespace the test above makes")

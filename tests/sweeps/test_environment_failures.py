@@ -21,9 +21,8 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.launchers import PopenChild
 from sweeps.spec import StudySpec
-from tests.sweeps.helpers import CPU, shared_corpus, spec_dict, sweeps_run, toml_text
-
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+from tests.shared import shared_corpus
+from tests.sweeps.helpers import CPU, spec_dict, sweeps_run, toml_text
 
 
 def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, Any, Any]:
@@ -34,11 +33,11 @@ def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, Any, Any]:
     return spec, storage, wk.load_for_workers(spec, storage)
 
 
-def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path,
-                                                     tmp_path_factory: pytest.TempPathFactory,
+@pytest.mark.study
+def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path, corpus: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    corpus = tmp_path / "corpus"
-    shutil.copytree(shared_corpus(tmp_path_factory), corpus)
+    shutil.copytree(corpus, tmp_path / "corpus")
+    corpus = tmp_path / "corpus"  # a copy: this test deletes it
     spec, storage, study = open_study(tmp_path, spec_dict(
         "gone", corpus, fixed={"tokenizer": "word"}, study={"n_trials": 4},
         space={"vocab_size": {"choices": [300, 600]}}, limits={"max_retries": 0}))
@@ -49,7 +48,7 @@ def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path,
             corpus.rename(moved)  # the corpus disappears after the first trial
 
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
-    options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05, on_event=on_event)
+    options = wk.RunOptions(n_workers=1, launcher="fork", poll_s=0.05, on_event=on_event)
     [result] = wk.run_workers(spec, storage, study, tmp_path / "runs", options)
     assert result.error is not None and "3 trials in a row failed for the environment" in \
         result.error, result.error
@@ -63,7 +62,7 @@ def test_a_corpus_deleted_mid_study_uses_up_no_trial(tmp_path: Path,
     # The cause fixed, a resume finishes the study with exactly its four trials.
     moved.rename(corpus)
     study = wk.load_for_workers(spec, storage)
-    options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)
+    options = wk.RunOptions(n_workers=1, launcher="fork", poll_s=0.05)
     [again] = wk.run_workers(spec, storage, study, tmp_path / "runs", options)
     assert again.error is None
     state = wk.budget_state(study.get_trials(), 4)
@@ -92,12 +91,12 @@ class SmallDiskLauncher:
         pass
 
 
+@pytest.mark.study
 def test_a_full_disk_in_the_child_is_the_environment_and_leaves_no_temp_file(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+        tmp_path: Path, corpus: Path) -> None:
     from lm.tokens import load_tokens
     from sweeps.runner import RunnerContext, run_trial
 
-    corpus = shared_corpus(tmp_path_factory)
     load_tokens(corpus, "word", 600)  # the cache exists: the checkpoint is what does not fit
     spec, storage, study = open_study(tmp_path, spec_dict(
         "full", corpus, fixed={"tokenizer": "word", "d_model": 64}, study={"n_trials": 1},

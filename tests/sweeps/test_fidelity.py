@@ -21,24 +21,12 @@ from sweeps.forkserver import ForkServer
 from sweeps.runner import RunnerContext, run_trial
 from sweeps.spec import StudySpec
 from sweeps.workers import create_or_resume, load_for_workers
-from tests.sweeps.helpers import CPU, shared_corpus, spec_dict
+from tests.sweeps.helpers import CPU, spec_dict
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
 HALVING = {"name": "successive_halving", "min_tokens": 2000, "reduction_factor": 2,
            "min_trials": 3}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def server() -> Any:
-    with ForkServer() as fork:
-        yield fork
 
 
 def make(corpus: Path, pruner: Any, *, fixed: dict | None = None, space: dict | None = None,
@@ -175,15 +163,16 @@ def run_study(tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]],
 
 
 @pytest.mark.parametrize("objectives", [["val_bpb"], ["val_bpb", "params"]])
+@pytest.mark.study
 def test_halving_stops_a_trial_that_ranks_low_at_a_rung(corpus: Path, tmp_path: Path,
-                                                        server: ForkServer,
+                                                        fork_server: ForkServer,
                                                         objectives: list[str]) -> None:
     """Two learning rates that train, then one that learns nothing: at the first rung (2,000
     tokens) the third ranks last of three and only the best 1 of 3 may go on. With params as a
     second objective (the same for all three) it is dominated: the same verdict."""
     spec = make(corpus, HALVING, objectives=objectives)
     trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}],
-                       server)
+                       fork_server)
     ends = [t.user_attrs["outcome"] for t in trials]
     assert ends == ["complete", "complete", "pruned"], [t.user_attrs["reason"] for t in trials]
     for t in trials[:2]:  # both ran past every rung and recorded their values there

@@ -17,19 +17,12 @@ from sweeps import fork
 from sweeps import storage as st
 from sweeps.results import study_frame
 from sweeps.spec import StudySpec
-from tests.sweeps.helpers import shared_corpus, spec_dict, study_trials, sweeps_run, toml_text
-
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+from tests.sweeps.helpers import spec_dict, study_trials, sweeps_run, toml_text
 
 LR = {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}
 #: Four trials the base study runs in this order (enqueued: no randomness).
 BASE_POINTS = [{"vocab_size": 300, "lr": 0.01}, {"vocab_size": 600, "lr": 0.01},
                {"vocab_size": 300, "lr": 0.05}, {"vocab_size": 600, "lr": 0.002}]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def base_spec(corpus: Path, **changes: dict) -> dict:

@@ -16,18 +16,13 @@ from lm.errors import SweepsError
 from sweeps import plan
 from sweeps.space import distributions, trial_config
 from sweeps.spec import FLOPS_BUDGET, Scaling, StudySpec, budget_tokens
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 SIZES = [{"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 64},
          {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 128},
          {"d_model": 64, "n_layers": 1, "n_heads": 4, "d_ff": 256}]
 #: About 4,000 to 40,000 tokens a cell: the tiny grid trains in seconds.
 BUDGETS = [6e8, 1.2e9, 2.4e9]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def scaling_dict(name: str, corpus: Path, **scaling: Any) -> dict[str, Any]:
@@ -213,6 +208,7 @@ def test_the_dry_run_prints_the_grid(corpus: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "sweeps.db").exists()
 
 
+@pytest.mark.study
 def test_a_tiny_grid_end_to_end(corpus: Path, tmp_path: Path) -> None:
     from sweeps import report, results
     from sweeps.charts import scaling as scaling_chart

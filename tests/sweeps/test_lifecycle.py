@@ -1,7 +1,12 @@
 """``sweeps delete``, ``copy`` and ``rename`` on SQLite and PostgreSQL, as a user runs them: what
 each changes (Optuna's rows, the ``sweeps_`` rows, the stored spec, run dirs), what each refuses
 with one line and nothing changed, Optuna's own CLI agreeing after each, and a copy resumed by
-``sweeps worker NEW``."""
+``sweeps worker NEW``.
+
+Each operation runs as a process, with Optuna's CLI reading the result, once
+(``test_copy_rename_delete_and_optunas_cli_agrees``); the refusals and the ``--force`` cases run
+the same ``cli.main`` in this process (``sweeps_here``) and read the database with Optuna's
+API, on both backends."""
 
 from __future__ import annotations
 
@@ -17,15 +22,14 @@ import pytest
 from sweeps import storage as st
 from sweeps.spec.types import MAX_NAME_LENGTH
 from tests.sweeps import fake_study
-from tests.sweeps.cli import assert_user_error
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.cli import assert_user_error, sweeps_here
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 from tests.sweeps.pg import fresh_database
 
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 OPTUNA = str(Path(sys.executable).parent / "optuna")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.server)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database holding the fabricated study ``alpha`` (12 trials, evaluations, samples)."""
     if request.param == "sqlite":
@@ -59,6 +63,25 @@ def optuna_trials(url: str, name: str) -> list[tuple[int, str]]:
     return [(t["number"], t["state"]) for t in json.loads(proc.stdout)]
 
 
+def studies_here(url: str) -> list[str]:
+    """``optuna_studies`` read through Optuna's API in this process."""
+    storage = st.open_storage(url)
+    try:
+        return sorted(s.study_name for s in optuna.get_all_study_summaries(storage))
+    finally:
+        storage.engine.dispose()
+
+
+def states_here(url: str, name: str) -> list[str]:
+    """The states of ``optuna_trials``, read through Optuna's API in this process."""
+    storage = st.open_storage(url)
+    try:
+        return [t.state.name for t in optuna.load_study(study_name=name,
+                                                        storage=storage).get_trials()]
+    finally:
+        storage.engine.dispose()
+
+
 def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
     """(trials as (number, state, params, values, outcome), evaluations, samples, spec)."""
     storage = st.open_storage(url)
@@ -72,6 +95,7 @@ def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
         storage.engine.dispose()
 
 
+@pytest.mark.slow
 def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> None:
     before = snapshot(url, "alpha")
     assert before[1] > 0 and before[2] > 0
@@ -109,9 +133,9 @@ def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> 
     assert snapshot(url, "alpha") == before  # the source never changed
 
 
-def test_refusals_are_one_line_and_change_nothing(url: str, tmp_path: Path) -> None:
+def test_refusals_are_one_line_and_change_nothing(url: str) -> None:
     fake_study.fabricate(url, "other", 2, seed=1)
-    before = (optuna_studies(url), snapshot(url, "alpha"))
+    before = (studies_here(url), snapshot(url, "alpha"))
     for args, needles in [
         (("copy", "missing", "x"), ["no study 'missing'", "alpha"]),
         (("rename", "missing", "x"), ["no study 'missing'"]),
@@ -123,33 +147,32 @@ def test_refusals_are_one_line_and_change_nothing(url: str, tmp_path: Path) -> N
         (("rename", "alpha", "n" * (MAX_NAME_LENGTH + 1)), [f"1 to {MAX_NAME_LENGTH}"]),
         (("delete", "alpha", "--yes", "--delete-runs"), ["--delete-runs needs --runs-dir"]),
     ]:
-        proc = run(*args, "--storage", url, cwd=tmp_path)
+        proc = sweeps_here(*args, "--storage", url)
         if needles:
             assert_user_error(proc, *needles)
         else:
             assert proc.returncode == 2
-    assert (optuna_studies(url), snapshot(url, "alpha")) == before
+    assert (studies_here(url), snapshot(url, "alpha")) == before
 
 
-def test_running_trials_need_force(url: str, tmp_path: Path) -> None:
+def test_running_trials_need_force(url: str) -> None:
     storage = st.open_storage(url)
     optuna.load_study(study_name="alpha", storage=storage).ask()  # a RUNNING trial, no worker
     storage.engine.dispose()
     for args in (("delete", "alpha", "--yes"), ("rename", "alpha", "beta"),
                  ("copy", "alpha", "beta")):
-        assert_user_error(run(*args, "--storage", url, cwd=tmp_path), "1 RUNNING trial",
-                          "--force")
-    assert optuna_studies(url) == ["alpha"]
-    proc = run("copy", "alpha", "beta", "--force", "--storage", url, cwd=tmp_path)
+        assert_user_error(sweeps_here(*args, "--storage", url), "1 RUNNING trial", "--force")
+    assert studies_here(url) == ["alpha"]
+    proc = sweeps_here("copy", "alpha", "beta", "--force", "--storage", url)
     assert proc.returncode == 0, proc.stderr
-    states = [s for _, s in optuna_trials(url, "beta")]
+    states = states_here(url, "beta")
     # in the copy, the running trial is failed and queued again: the copy will run it
     assert states.count("RUNNING") == 0 and states[12:] == ["FAIL", "WAITING"]
-    assert run("rename", "alpha", "delta", "--force", "--storage", url,
-               cwd=tmp_path).returncode == 0
-    assert optuna_studies(url) == ["beta", "delta"]
+    assert sweeps_here("rename", "alpha", "delta", "--force", "--storage", url).returncode == 0
+    assert studies_here(url) == ["beta", "delta"]
 
 
+@pytest.mark.slow
 def test_copy_to_another_database(tmp_path: Path) -> None:
     source, target = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     fake_study.fabricate(source, "alpha", 5, seed=2)
@@ -160,10 +183,8 @@ def test_copy_to_another_database(tmp_path: Path) -> None:
     assert optuna_studies(target) == ["alpha"]
 
 
-def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path,
-                                                   tmp_path_factory: pytest.TempPathFactory
-                                                   ) -> None:
-    corpus = shared_corpus(tmp_path_factory)
+@pytest.mark.study
+def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path, corpus: Path) -> None:
     data = spec_dict("orig", corpus, fixed={"tokenizer": "word"},
                      space={"vocab_size": {"choices": [300, 600]}}, study={"n_trials": 1})
     (tmp_path / "orig.toml").write_text(toml_text(data))

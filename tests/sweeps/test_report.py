@@ -371,8 +371,8 @@ def test_an_empty_study_reports_notes_not_errors(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_thousand_trials_report_in_seconds_and_stay_small(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    url = fake_study.shared_big_study(tmp_path_factory.getbasetemp())
+        tmp_path: Path, big_study: str) -> None:
+    url = big_study
     out = tmp_path / "big.html"
     started = time.perf_counter()
     charts, data = report.write(url, "big", out)

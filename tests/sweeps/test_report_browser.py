@@ -192,8 +192,8 @@ def test_a_real_study_report_renders_in_chromium(chromium: str, real_study: tupl
 
 @pytest.mark.slow
 def test_a_two_thousand_trial_report_opens_and_renders(
-        chromium: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    url = fake_study.shared_big_study(tmp_path_factory.getbasetemp())
+        chromium: str, tmp_path: Path, big_study: str) -> None:
+    url = big_study
     out = tmp_path / "big.html"
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sweeps", "report", "big", "--storage", url,

@@ -159,8 +159,8 @@ def test_a_database_without_studies_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_two_thousand_trials_read_fast(tmp_path_factory: pytest.TempPathFactory) -> None:
-    url = fake_study.shared_big_study(tmp_path_factory.getbasetemp())
+def test_two_thousand_trials_read_fast(big_study: str) -> None:
+    url = big_study
     started = time.perf_counter()
     data = results.load(url, "big")
     ours = time.perf_counter() - started

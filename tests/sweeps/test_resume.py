@@ -31,7 +31,6 @@ from sweeps.runner import resume_from_earlier
 from tests.sweeps.helpers import (
     CHILD_ENV,
     lm_processes,
-    shared_corpus,
     spec_dict,
     study_trials,
     sweeps_popen,
@@ -44,11 +43,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[2]
 #: Measurements of the process, not of the computation.
 TIMING_KEYS = {"tokens_per_s", "elapsed_s", "peak_mem_bytes"}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -64,6 +58,7 @@ def past_a_checkpoint(run_dir: Path) -> bool:
         return False
 
 
+@pytest.mark.study
 def test_sigkill_of_sweeps_run_then_the_requeued_trial_resumes(tmp_path: Path,
                                                                 corpus: Path) -> None:
     data = spec_dict("resume", corpus, fixed={

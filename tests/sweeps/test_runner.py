@@ -38,12 +38,10 @@ from tests.sweeps.helpers import (
     CPU,
     TINY,
     lm_processes,
-    shared_corpus,
     spec_dict,
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
 # --- helpers ------------------------------------------------------------------------------------
 
@@ -54,17 +52,6 @@ def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorag
                               grace_period=5, max_retries=spec.limits.max_retries)
     create_or_resume(spec, storage)
     return spec, storage, load_for_workers(spec, storage)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def server() -> Any:
-    with ForkServer() as fork:
-        yield fork
 
 
 def context(spec: StudySpec, storage: Any, study: optuna.Study, tmp: Path, launcher: Any,
@@ -124,12 +111,14 @@ def test_classify(rc: int, result: dict | None, stopped: Verdict | None, expecte
 # --- real trials ---------------------------------------------------------------------------------
 
 
-def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path, server: Any) -> None:
+@pytest.mark.study
+def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path,
+                                               fork_server: Any) -> None:
     data = spec_dict("contract", corpus)
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"tokenizer": "word", "vocab_size": 300})
     events: list[str] = []
-    ctx = context(spec, storage, study, tmp_path, server,
+    ctx = context(spec, storage, study, tmp_path, fork_server,
                   on_event=lambda kind, _: events.append(kind))
     report = run_trial(ctx, CPU, study.ask())
     assert (report.outcome, report.told) == ("complete", True), report.reason
@@ -186,15 +175,16 @@ class Underestimate:
         return 16 * 2**20  # what the (wrong) prediction plus slack would allow
 
 
+@pytest.mark.study
 def test_an_over_budget_trial_ends_oom_and_the_study_goes_on(tmp_path: Path, corpus: Path,
-                                                               server: Any) -> None:
+                                                               fork_server: Any) -> None:
     data = spec_dict("limit", corpus, space={"batch_size": {"choices": [8, 256]},
                                              "seq_len": {"choices": [16, 64]}},
                      fixed={"tokenizer": "word", "vocab_size": 600})
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"batch_size": 256, "seq_len": 64})  # B x T x V logits: 40 MB a copy
     study.enqueue_trial({"batch_size": 8, "seq_len": 16})
-    ctx = context(spec, storage, study, tmp_path, server, preflight=Underestimate)
+    ctx = context(spec, storage, study, tmp_path, fork_server, preflight=Underestimate)
     big = run_trial(ctx, CPU, study.ask())
     assert big.outcome == "oom", big.reason
     a = frozen(study, big.number).user_attrs
@@ -205,10 +195,10 @@ def test_an_over_budget_trial_ends_oom_and_the_study_goes_on(tmp_path: Path, cor
     assert small.outcome == "complete", small.reason
 
 
-def test_predicted_oom_is_never_launched(tmp_path: Path, corpus: Path, server: Any) -> None:
+def test_predicted_oom_is_never_launched(tmp_path: Path, corpus: Path, fork_server: Any) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("predicted", corpus))
     study.enqueue_trial({"tokenizer": "bpe", "vocab_size": 600})
-    ctx = context(spec, storage, study, tmp_path, server, budget=64 * 2**20)
+    ctx = context(spec, storage, study, tmp_path, fork_server, budget=64 * 2**20)
     report = run_trial(ctx, CPU, study.ask())
     t = frozen(study, report.number)
     assert report.outcome == "predicted_oom" and t.state == TrialState.PRUNED
@@ -218,8 +208,9 @@ def test_predicted_oom_is_never_launched(tmp_path: Path, corpus: Path, server: A
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.study
 def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, corpus: Path,
-                                                            server: Any) -> None:
+                                                            fork_server: Any) -> None:
     data = spec_dict("fit", corpus, space={"batch_size": {"choices": [8, 512]}},
                      fixed={"tokenizer": "word", "vocab_size": 600, "seq_len": 32},
                      limits={"oom_policy": "fit"})
@@ -230,7 +221,7 @@ def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, cor
     small = preflight.predict(trial_config(spec, {"batch_size": 64}), device="cpu")[0]
     assert small < big
     study.enqueue_trial({"batch_size": 512})
-    ctx = context(spec, storage, study, tmp_path, server, budget=(small + big) // 2)
+    ctx = context(spec, storage, study, tmp_path, fork_server, budget=(small + big) // 2)
     report = run_trial(ctx, CPU, study.ask())
     a = frozen(study, report.number).user_attrs
     assert report.outcome == "complete", report.reason
@@ -245,8 +236,9 @@ def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, cor
     (1.0, "unigram_collapse", "predicts the corpus frequencies"),  # the <unk> verdict off
     (0.5, "unk_dominated", "<unk> is the likeliest prediction"),
 ])
+@pytest.mark.study
 def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: Path,
-                                                        server: Any, unk_limit: float,
+                                                        fork_server: Any, unk_limit: float,
                                                         expected: str, words: str) -> None:
     # Six ids: <pad> <Q> <A> <D> <unk> and one word. Every target is a marker or <unk>, so the
     # best the model can do is the unigram, and <unk> is what it predicts. Judged from step 20.
@@ -255,7 +247,7 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
                      limits={"collapse": {"min_steps": 20, "max_unk_argmax": unk_limit}})
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"vocab_size": 6})
-    ctx = context(spec, storage, study, tmp_path, server)
+    ctx = context(spec, storage, study, tmp_path, fork_server)
     report = run_trial(ctx, CPU, study.ask())
     t = frozen(study, report.number)
     assert report.outcome == expected, report.reason
@@ -269,23 +261,26 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
     assert len(st.read_evals(storage, "collapse", t.number)) == 2
 
 
+@pytest.mark.study
 def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, corpus: Path,
-                                                               server: Any) -> None:
+                                                               fork_server: Any) -> None:
     data = spec_dict("short", corpus, space={"vocab_size": {"choices": [6]}},
                      fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000})
     spec, storage, study = open_study(tmp_path, data)
-    report = run_trial(context(spec, storage, study, tmp_path, server), CPU, study.ask())
+    report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
     t = frozen(study, report.number)
     assert report.outcome == "complete", report.reason  # 32 steps: never judged
     assert t.user_attrs["planned_steps"] == 32
     assert t.user_attrs["under_trained"].startswith("32 optimizer steps, fewer than the 200")
 
 
-def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path, server: Any) -> None:
+@pytest.mark.study
+def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path,
+                                             fork_server: Any) -> None:
     data = spec_dict("stop", corpus, fixed={"max_tokens": 10_000_000},
                      limits={"collapse": False})
     spec, storage, study = open_study(tmp_path, data)
-    ctx = context(spec, storage, study, tmp_path, server)
+    ctx = context(spec, storage, study, tmp_path, fork_server)
     ctx.on_event = lambda kind, _: ctx.stop.stop.set() if kind == "eval" else None
     started = time.monotonic()
     report = run_trial(ctx, CPU, study.ask())
@@ -295,6 +290,7 @@ def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path, serve
     assert lm_processes(tmp_path) == []
 
 
+@pytest.mark.study
 def test_the_subprocess_launcher_runs_the_same_trial(tmp_path: Path, corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("plain", corpus))
     study.enqueue_trial({"tokenizer": "bpe", "vocab_size": 300})
@@ -342,12 +338,14 @@ def stubborn_trial(tmp: Path, corpus: Path, grace: float,
     return report, time.monotonic() - started, frozen(study, report.number)
 
 
+@pytest.mark.study
 def test_sigkill_follows_sigterm_after_the_grace_period(tmp_path: Path, corpus: Path) -> None:
     report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: ctx.stop.stop.set())
     assert report.outcome == "interrupted" and t.user_attrs["returncode"] == -signal.SIGKILL
     assert took < 30
 
 
+@pytest.mark.study
 def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> None:
     def stop_twice(ctx: RunnerContext) -> None:
         ctx.stop.stop.set()
@@ -358,6 +356,7 @@ def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> No
     assert took < 30  # not the 600 s grace
 
 
+@pytest.mark.study
 def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpus: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from sweeps import runner
@@ -368,6 +367,7 @@ def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpu
     assert "still running" in t.user_attrs["reason"] and took < 30
 
 
+@pytest.mark.study
 def test_a_dead_fork_server_fails_its_trial_and_is_restarted(tmp_path: Path,
                                                              corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("restart", corpus))
@@ -381,7 +381,7 @@ def test_a_dead_fork_server_fails_its_trial_and_is_restarted(tmp_path: Path,
     assert lm_processes(tmp_path) == []
 
 
-def test_the_fork_server_serves_only_its_own_orchestrator(server: Any, tmp_path: Path) -> None:
+def test_the_fork_server_serves_only_its_own_orchestrator(fork_server: Any, tmp_path: Path) -> None:
     code = """if True:
         import socket, sys
         s = socket.socket(socket.AF_UNIX)
@@ -392,7 +392,7 @@ def test_the_fork_server_serves_only_its_own_orchestrator(server: Any, tmp_path:
         except OSError:
             print("closed")
     """
-    other = subprocess.run([sys.executable, "-c", code, server.socket_address[1:]],
+    other = subprocess.run([sys.executable, "-c", code, fork_server.socket_address[1:]],
                            capture_output=True, text=True, timeout=30)
     assert other.returncode == 0, other.stderr
     assert other.stdout.strip() in ("b''", "closed")  # closed unanswered: nothing forked
@@ -441,6 +441,7 @@ class GarbledLauncher:
         pass
 
 
+@pytest.mark.study
 def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(tmp_path: Path,
                                                                   corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("garbled", corpus))

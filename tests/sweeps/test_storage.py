@@ -12,7 +12,6 @@ import time
 import traceback
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -22,7 +21,6 @@ from optuna.trial import TrialState
 
 from lm.errors import SweepsError
 from sweeps import storage as st
-from tests.sweeps.pg import PG_ADMIN, fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -332,13 +330,6 @@ def test_requeue_callback_is_optunas_kind() -> None:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    """A fresh database on the local server, dropped at the end."""
-    with fresh_database() as url:
-        yield url.render_as_string(hide_password=False)
-
-
 def _pg_worker(url: str) -> str | None:
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -400,26 +391,14 @@ def test_postgres_missing_database_creates_nothing(pg_url: str) -> None:
 @pytest.mark.slow
 def test_postgres_three_workers_join_a_fresh_database(pg_url: str) -> None:
     """Three workers open the storage at once (racing to create tables) and share a study."""
-    fresh = f"{pg_url}_w"
-    psycopg = pytest.importorskip("psycopg")
-    admin = sa.engine.make_url(PG_ADMIN)
-    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
-                    dbname=admin.database)
-    db = sa.engine.make_url(fresh).database
-    with psycopg.connect(**conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    try:
-        with multiprocessing.get_context("spawn").Pool(3) as pool:
-            errors = pool.map(_pg_worker, [fresh] * 3)
-        assert [e for e in errors if e] == []
-        storage = st.open_storage(fresh)
-        trials = optuna.load_study(study_name="race", storage=storage).trials
-        assert len(trials) == 24 and len({t.number for t in trials}) == 24
-        assert len(st.read_evals(storage, "race")) == 24
-        storage.engine.dispose()
-    finally:
-        with psycopg.connect(**conninfo, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    with multiprocessing.get_context("spawn").Pool(3) as pool:  # pg_url: a database, no tables
+        errors = pool.map(_pg_worker, [pg_url] * 3)
+    assert [e for e in errors if e] == []
+    storage = st.open_storage(pg_url)
+    trials = optuna.load_study(study_name="race", storage=storage).trials
+    assert len(trials) == 24 and len({t.number for t in trials}) == 24
+    assert len(st.read_evals(storage, "race")) == 24
+    storage.engine.dispose()
 
 
 def test_sqlite_connections_are_plain_sqlite3(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -18,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 
 from sweeps import storage as st
+from tests.shared import shared_corpus
 from tests.sweeps import fake_study
 from tests.sweeps.cli import assert_user_error, sweeps
-from tests.sweeps.helpers import shared_corpus, spec_dict, toml_text
-from tests.sweeps.pg import fresh_database
+from tests.sweeps.helpers import spec_dict, toml_text
 
 
 def snapshot(directory: Path) -> dict[str, tuple[str, int]]:
@@ -74,6 +73,7 @@ def sweeps_db(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_read_commands_write_nothing_to_a_sweeps_database(sweeps_db: Path,
                                                           tmp_path: Path) -> None:
     before = snapshot(sweeps_db.parent)
@@ -122,6 +122,7 @@ def _read_only_mount_works(directory: Path) -> bool:
     return probe.returncode == 0 and not (directory / "probe").exists()
 
 
+@pytest.mark.slow
 def test_read_commands_read_a_file_on_a_read_only_mount(sweeps_db: Path, tmp_path: Path) -> None:
     directory = sweeps_db.parent
     if not _read_only_mount_works(directory):
@@ -153,12 +154,6 @@ def test_an_in_memory_storage_is_refused_before_anything_is_printed(
         assert_user_error(proc, "in-memory", "use a file")
         assert proc.stdout == "" and "created study" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    with fresh_database("sweeps_ro") as url:
-        yield url.render_as_string(hide_password=False)
 
 
 def test_a_foreign_postgres_database_gets_no_tables(pg_url: str, tmp_path: Path) -> None:
