@@ -67,13 +67,11 @@ def test_a_study_without_ablation_needs_a_baseline(tmp_path: Path) -> None:
                       "--baseline")
 
 
-def test_effects_of_a_real_ablation_run(tmp_path: Path,
-                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_effects_of_a_real_ablation_run(tmp_path: Path, corpus: Path) -> None:
     """``sweeps run`` of a tiny [ablation] (2 points x 2 seeds), then ``sweeps effects``: the
     baseline is read from the stored spec, every point paired by seed."""
-    from tests.sweeps.helpers import TINY, shared_corpus, sweeps_run, toml_text
+    from tests.sweeps.helpers import TINY, sweeps_run, toml_text
 
-    corpus = shared_corpus(tmp_path_factory)
     spec = {"study": {"name": "abl", "pruner": "none"}, "corpus": {"dir": str(corpus)},
             "fixed": {**{k: v for k, v in TINY.items() if k != "d_ff"}, "tokenizer": "word",
                       "vocab_size": 300},

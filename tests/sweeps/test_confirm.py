@@ -19,7 +19,6 @@ from tests.sweeps import pg
 from tests.sweeps.cli import assert_user_error
 from tests.sweeps.helpers import (
     lm_processes,
-    shared_corpus,
     spec_dict,
     study_trials,
     sweeps_popen,
@@ -30,11 +29,6 @@ from tests.sweeps.helpers import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 TOP, SEEDS = 2, 3
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def source_spec(corpus: Path) -> dict:

@@ -20,7 +20,6 @@ from optuna.trial import TrialState
 from sweeps import storage as st
 from sweeps import workers as wk
 from tests.sweeps.helpers import (
-    shared_corpus,
     spec_dict,
     study_trials,
     sweeps_popen,
@@ -67,9 +66,9 @@ def nul_samples(runs: Path) -> int:
 
 
 def test_four_processes_finish_forty_trials_whatever_the_models_write(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> None:
+        tmp_path: Path, corpus: Path, pg_url: str) -> None:
     spec = tmp_path / "load.toml"
-    spec.write_text(toml_text(load_spec(shared_corpus(tmp_path_factory))))
+    spec.write_text(toml_text(load_spec(corpus)))
     procs = [sweeps_popen("run", str(spec), "--storage", pg_url, *CONCURRENT, cwd=tmp_path)]
     try:
         wait_for(lambda: study_trials(pg_url, "load") or procs[0].poll() is not None, 180,

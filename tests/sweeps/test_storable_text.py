@@ -34,7 +34,7 @@ from sweeps.runner import STORAGE_PROBLEMS, RunnerContext, run_trial
 from sweeps.spec import StudySpec
 from sweeps.text import REPLACEMENT, escape_controls, storable
 from sweeps.workers import create_or_resume, load_for_workers
-from tests.sweeps.helpers import CPU, shared_corpus, spec_dict
+from tests.sweeps.helpers import CPU, spec_dict
 from tests.sweeps.pg import fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -159,11 +159,6 @@ class WildTextLauncher:
 
 def sqlite(tmp: Path) -> str:
     return f"sqlite:///{tmp / 'sweeps.db'}"
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def one_trial(url: str, tmp: Path, name: str, corpus: Path
