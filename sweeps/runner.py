@@ -592,10 +592,12 @@ def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     if lease is None:
         yield None
         return
+    from sweeps.engines.slurm import trial_attrs as slurm_attrs  # the engines import this
+
     try:
         optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial), {
             "placed_on": lease.device.label, "reserved_mem_bytes": int(lease.bytes),
-            "admitted_at": time.time()})
+            "admitted_at": time.time(), **slurm_attrs()})
         yield lease.device, (None if ctx.budget_bytes is None else int(lease.bytes))
     finally:
         ctx.admission.release(lease)

@@ -286,6 +286,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "peak_mem_bytes": a.get("peak_mem_bytes"),
             "wall_s": a.get("wall_s"),
             "flops": a.get("flops"),
+            "slurm_job": a.get("slurm_job"),
             "values": t.values,
         })
     return rows

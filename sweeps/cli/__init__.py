@@ -23,7 +23,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli import data, lifecycle, memory, report, study, train
+from sweeps.cli import data, lifecycle, memory, report, slurm, study, train
 from sweeps.console import console, err_console, write_line
 
 app = typer.Typer(
@@ -33,7 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for _group in (data, train, memory, study, lifecycle, report):
+for _group in (data, train, memory, study, slurm, lifecycle, report):
     app.add_typer(_group.app)
 
 _state = {"debug": False}
