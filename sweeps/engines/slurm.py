@@ -16,11 +16,17 @@ What each task asks for, from the prediction (``plan_requests``), never a guess:
   ``preflight.plan_trial`` against the per-trial budget of the partition's largest node, as the
   Ray engine does with its largest node), calibrated by the study's factor;
 - a CPU study: ``--mem`` = ``trials_per_task`` reservations of that point (its predicted peak
-  plus ``local.ADMIT_MARGIN``) + ``WORKER_BYTES`` for the worker process itself;
+  times ``CALIBRATION_HEADROOM``, plus ``local.ADMIT_MARGIN``) + ``WORKER_BYTES`` for the
+  worker process itself;
   ``--cpus-per-task`` = ``trials_per_task`` x threads per trial (``SWEEPS_NUM_THREADS``, else 1);
 - a GPU study: ``--gres=gpu:G`` (``--gpus-per-job``, default 1), trials packed on those GPUs by
   GPU memory inside the task; host ``--mem`` = per trial the point's predicted peak *on the CPU*
-  (everything a trial holds, an upper bound of what it keeps on the host) + ``WORKER_BYTES``.
+  (everything a trial holds, an upper bound of what it keeps on the host) times
+  ``CALIBRATION_HEADROOM``, + ``WORKER_BYTES``.
+
+The worker runs its trials with the subprocess launcher: ``scancel`` (and a preemption) sends
+SIGTERM to every process of the task, and the fork server ends on SIGTERM, which would leave
+its trial ``crashed`` (counted, never re-run) instead of ``interrupted`` and re-queued.
 
 Inside the allocation (``allocation_pool``) the worker packs its trials like the local engine,
 but on what Slurm gave it (``SLURM_MEM_PER_NODE``, ``SLURM_CPUS_PER_TASK``, the GPUs in
@@ -37,6 +43,7 @@ trial RUNNING until the heartbeat grace, when any worker (or ``follow``) fails a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shlex
@@ -56,6 +63,11 @@ from sweeps.engines import local
 #: The ``sweeps worker`` process of a task (Python, Optuna, SQLAlchemy; measured ~250 MiB
 #: resident), on top of its trials' reservations.
 WORKER_BYTES = 512 * 2**20
+#: Each reservation is for the prediction times this: the study's calibration factor grows as
+#: trials finish (up to ``preflight.CALIBRATION_MAX``), and a task sized at the factor known at
+#: submission turns its largest point ``predicted_oom`` once it grows at all (seen here: 1.0 ->
+#: 1.014 after three tiny trials). A task's memory cannot grow after it starts.
+CALIBRATION_HEADROOM = 1.25
 #: How often ``follow`` asks Slurm and the database.
 POLL_S = 2.0
 #: Seconds ``follow`` waits for cancelled tasks to end (their workers re-queue their trials).
@@ -227,7 +239,7 @@ def plan_requests(spec: Any, nodes: Sequence[Node], options: SlurmOptions,
                                                   biggest.memory - WORKER_BYTES)])
         budget = local.trial_budget(spec.limits, pool)
         predicted, point = largest_fitting(spec, "cpu", budget, calibration)
-        mem = k * local.reservation(predicted) + WORKER_BYTES
+        mem = k * local.reservation(math.ceil(predicted * CALIBRATION_HEADROOM)) + WORKER_BYTES
         return Requests(mem, k * threads, gpus, threads, k, kind, predicted, point)
     if gpus < 1:
         raise SweepsError(f"study {spec.name!r} trains on GPUs; --gpus-per-job must be >= 1")
@@ -239,7 +251,7 @@ def plan_requests(spec: Any, nodes: Sequence[Node], options: SlurmOptions,
     from sweeps.space import trial_config
 
     on_host, _ = preflight.predict(trial_config(spec, point), device="cpu")
-    mem = k * on_host + WORKER_BYTES
+    mem = k * math.ceil(on_host * CALIBRATION_HEADROOM) + WORKER_BYTES
     return Requests(mem, k * threads, gpus, threads, k, kind, predicted, point)
 
 
@@ -283,6 +295,7 @@ def script(spec: Any, requests: Requests, options: SlurmOptions, *, runs_dir: Pa
     point = " ".join(f"{k}={v}" for k, v in requests.point.items()) or "(fixed only)"
     worker = [python or sys.executable, "-m", "sweeps", "worker", spec.name,
               "--runs-dir", str(runs), "--max-concurrent", str(requests.trials_per_task),
+              "--launcher", "subprocess",  # see the module's docstring
               "--heartbeat", str(beats[0]), "--grace", str(beats[1])]
     lines = [
         "#!/bin/bash",
@@ -290,11 +303,13 @@ def script(spec: Any, requests: Requests, options: SlurmOptions, *, runs_dir: Pa
         f"{requests.trials_per_task} trial(s) at once.",
         f"# The largest point that fits ({point}) is predicted to peak at "
         f"{requests.predicted_bytes // MiB} MiB on {requests.kind}; --mem holds "
-        f"{requests.trials_per_task} x (that + {int(local.ADMIT_MARGIN * 100)} %) + "
+        f"{requests.trials_per_task} x (that x {CALIBRATION_HEADROOM:g} for the calibration "
+        f"to grow, + {int(local.ADMIT_MARGIN * 100)} %) + "
         f"{WORKER_BYTES // MiB} MiB for the worker" if requests.kind == "cpu" else
         f"# The largest point that fits ({point}) is predicted to peak at "
         f"{requests.predicted_bytes // MiB} MiB of GPU memory; --mem holds "
-        f"{requests.trials_per_task} x its predicted peak on the CPU + "
+        f"{requests.trials_per_task} x its predicted peak on the CPU x "
+        f"{CALIBRATION_HEADROOM:g} + "
         f"{WORKER_BYTES // MiB} MiB for the worker",
         *(f"#SBATCH {d}" for d in directives),
         "# The database URL is $SWEEPS_STORAGE of the submitting shell (sbatch exports it); it",
@@ -448,9 +463,12 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
         next_poll = time.monotonic() + poll_s
         st.fail_stale_trials(study)  # the trials of a task killed without a word
         if wk.budget_state(study.get_trials(deepcopy=False), n_trials).done:
-            tasks = array_tasks(job) or []
-            if any(not t.ended for t in tasks):
-                cancel(job)  # tasks still pending: nothing left for them
+            # Nothing is left for tasks that have not started; running ones are ending on
+            # their own (their workers see the study done): cancelled only if they do not.
+            with contextlib.suppress(SweepsError):  # scancel fails when none is pending
+                _slurm("scancel", "--state=PENDING", job)
+            if not _wait_ended(job):
+                cancel(job)
             return
         tasks = array_tasks(job)
         for t in tasks or []:
@@ -468,10 +486,12 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
                               "again submits a new array and resumes")
 
 
-def _wait_ended(job: str) -> None:
+def _wait_ended(job: str) -> bool:
+    """Whether every task of the array ended within ``CANCEL_WAIT_S``."""
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
         tasks = array_tasks(job)
         if tasks is None or all(t.ended for t in tasks):
-            return
+            return True
         time.sleep(0.5)
+    return False

@@ -115,7 +115,7 @@ def _config(root: Path, node: str, node_line: str, ports: tuple[int, int]) -> st
         "JobCompType=jobcomp/none",
         "GresTypes=gpu",
         "MinJobAge=3600",
-        "KillWait=5",
+        "KillWait=30",  # Slurm's default: a worker has time to re-queue its trials
         "SlurmctldTimeout=30",
         "SlurmdTimeout=60",
         f"{node_line} NodeAddr=127.0.0.1 Gres=gpu:2 State=UNKNOWN",

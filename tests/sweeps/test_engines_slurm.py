@@ -6,6 +6,7 @@ Skipped with the reason where Slurm, root or PostgreSQL is missing.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -59,13 +60,15 @@ def test_mem_is_the_largest_fitting_points_reservation(corpus: Path) -> None:
                                     device="cpu")[0] for v in (300, 600) for d in (16, 64))
     assert req.kind == "cpu" and req.predicted_bytes == largest
     assert req.point == {"vocab_size": 600, "d_model": 64}
-    assert req.mem_bytes == local.reservation(largest) + slurm.WORKER_BYTES
+    assert req.mem_bytes == local.reservation(math.ceil(largest * slurm.CALIBRATION_HEADROOM)) \
+        + slurm.WORKER_BYTES
     assert (req.cpus, req.gpus) == (1, 0)
     # Two trials per task: twice the reservation, twice the cores; calibration scales it.
     two = slurm.plan_requests(spec, NODES, slurm.SlurmOptions(trials_per_task=2),
                               calibration=1.5)
     assert two.cpus == 2 and two.predicted_bytes == pytest.approx(1.5 * largest, rel=1e-6)
-    assert two.mem_bytes == 2 * local.reservation(two.predicted_bytes) + slurm.WORKER_BYTES
+    assert two.mem_bytes == 2 * local.reservation(
+        math.ceil(two.predicted_bytes * slurm.CALIBRATION_HEADROOM)) + slurm.WORKER_BYTES
 
 
 def test_a_point_over_the_budget_does_not_size_the_tasks(corpus: Path) -> None:
@@ -97,7 +100,8 @@ def test_the_script_says_what_it_asks_for(corpus: Path, tmp_path: Path) -> None:
         <= set(directives)
     assert not any("qos" in d for d in directives)
     assert text.rstrip().endswith("exec /venv/bin/python -m sweeps worker sl --runs-dir "
-                                  f"{tmp_path}/runs --max-concurrent 1 --heartbeat 5 --grace 30")
+                                  f"{tmp_path}/runs --max-concurrent 1 --launcher subprocess "
+                                  "--heartbeat 5 --grace 30")
     assert "postgresql" not in text and "SWEEPS_STORAGE:?" in text
 
 
@@ -188,7 +192,8 @@ def _write_spec(tmp_path: Path, corpus: Path, name: str, n_trials: int,
     data = spec_dict(name, corpus, fixed={"tokenizer": "word", "max_tokens": max_tokens},
                      space={"vocab_size": {"choices": [300, 600]},
                             "lr": {"low": 1e-3, "high": 1e-2, "log": True}},
-                     study={"n_trials": n_trials}, limits={"max_wall_s": 600})
+                     study={"n_trials": n_trials},
+                     limits={"max_wall_s": 600, "collapse": False})
     path = tmp_path / f"{name}.toml"
     path.write_text(toml_text(data))
     return path
@@ -199,7 +204,9 @@ def _check_exact(url: str, name: str, n_trials: int) -> list:
     state = wk.budget_state(trials, n_trials)
     assert state.done and state.finished == n_trials, [(t.number, t.state) for t in trials]
     complete = [t for t in state.in_budget if t.user_attrs.get("outcome") == "complete"]
-    assert len(complete) == n_trials, [t.user_attrs.get("reason") for t in trials]
+    assert len(complete) == n_trials, [(t.number, t.state.name, t.user_attrs.get("slurm_job"),
+                                        t.user_attrs.get("reason"),
+                                        t.system_attrs.get("retry_history")) for t in trials]
     # None twice: no two counted trials trained the same configuration to completion.
     assert len({tuple(sorted(t.params.items())) for t in complete}) == n_trials
     assert all(re.fullmatch(r"\d+_\d", t.user_attrs.get("slurm_job", "")) for t in complete)
@@ -239,7 +246,7 @@ def test_a_study_through_a_two_task_array(cluster, pg_url: str, tmp_path: Path,
 def test_scancel_of_a_task_and_ctrl_c_then_resume(cluster, pg_url: str, tmp_path: Path,
                                                   corpus: Path) -> None:
     name, n = "slcancel", 5
-    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=60_000)
+    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=300_000)  # ~10 s a trial
     argv = [*SWEEPS, "run", str(spec), "--engine", "slurm", "--jobs", "2", "--heartbeat", "2",
             "--grace", "20", "--runs-dir", str(tmp_path / "runs")]
     env = _env(cluster, pg_url)
