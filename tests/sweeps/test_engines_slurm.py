@@ -208,7 +208,9 @@ def _check_exact(url: str, name: str, n_trials: int) -> list:
                                         t.user_attrs.get("reason"),
                                         t.system_attrs.get("retry_history")) for t in trials]
     # None twice: no two counted trials trained the same configuration to completion.
-    assert len({tuple(sorted(t.params.items())) for t in complete}) == n_trials
+    assert len({tuple(sorted(t.params.items())) for t in complete}) == n_trials, [
+        (t.number, t.state.name, t.user_attrs.get("slurm_job"), t.user_attrs.get("reason"),
+         t.system_attrs.get("retry_history"), t.params) for t in trials]
     assert all(re.fullmatch(r"\d+_\d", t.user_attrs.get("slurm_job", "")) for t in complete)
     return trials
 
