@@ -55,7 +55,7 @@ def check_engine_flags(engine: str, values: dict[str, Any]) -> None:
         raise SweepsError(f"{flag} is an option of the Slurm engine; add --engine slurm")
 
 
-def _requests(spec: StudySpec, values: dict[str, Any], cap: int | None,
+def requests_for(spec: StudySpec, values: dict[str, Any], cap: int | None,
               calibration: float = 1.0) -> tuple[Any, Any]:
     from sweeps.engines import slurm
 
@@ -76,7 +76,7 @@ def run_slurm(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir:
     from sweeps.cli.study import _summary
     from sweeps.engines import slurm
 
-    options, requests = _requests(spec, values, cap, preflight.calibration_factor(study))
+    options, requests = requests_for(spec, values, cap, preflight.calibration_factor(study))
     target = wk.target_trials(spec, study, n_trials)
     board = Board(study, target)
     flags = wk.StopFlags()
@@ -119,6 +119,6 @@ def slurm_script(
     service.check_run_options(max_concurrent, None, heartbeat, grace, "auto")
     spec = load_spec(spec_path, check_paths=False)
     values = cli_values(partition, time, jobs, gpus_per_job, account, qos, sbatch_arg)
-    options, requests = _requests(spec, values, max_concurrent)
+    options, requests = requests_for(spec, values, max_concurrent)
     typer.echo(slurm.script(spec, requests, options, runs_dir=runs_dir,
                             beats=(heartbeat, grace)), nl=False)

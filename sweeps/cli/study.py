@@ -105,6 +105,8 @@ def run(
         return
     if engine == "local":
         service.check_host(spec, cap)
+    if engine == "slurm":  # its options, partition and requests, before a study is created
+        slurm_cli.requests_for(spec, slurm_values, cap)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,

@@ -291,3 +291,24 @@ def test_scancel_of_a_task_and_ctrl_c_then_resume(cluster, pg_url: str, tmp_path
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming study" in second.stderr
     _check_exact(pg_url, name, n)
+
+
+@pytest.mark.slow
+def test_what_slurm_refuses_is_one_line(cluster, pg_url: str, tmp_path: Path,
+                                        corpus: Path) -> None:
+    spec = _write_spec(tmp_path, corpus, "slbad", 2)
+    env = _env(cluster, pg_url)
+    base = [*SWEEPS, "run", str(spec), "--engine", "slurm", "--runs-dir", str(tmp_path / "r")]
+    bad = subprocess.run([*base, "--partition", "nope"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: Slurm lists no node in partition 'nope'; check --partition (sinfo)"]
+    assert "slbad" not in optuna.get_all_study_names(pg_url)  # nothing was created
+    # A task that dies at start (here: sbatch told not to pass the database URL on): the run
+    # ends with one line naming the state, Slurm's reason and the task's last words.
+    dead = subprocess.run([*base, "--sbatch-arg=--export=NONE"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert dead.returncode == 2 and "Traceback" not in dead.stderr, dead.stderr[-2000:]
+    last = dead.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Slurm job ") and "failed (NonZeroExitCode), exit 1:0" in last
+    assert "export SWEEPS_STORAGE=<the study database URL> before sbatch" in last
