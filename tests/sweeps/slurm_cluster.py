@@ -159,8 +159,12 @@ def one_node_cluster(root: Path, *, timeout: float = 120) -> Iterator[Cluster]:
               "the node to be idle", cluster)
         yield cluster
     finally:
+        # Jobs first, and wait for them to end: a job's slurmstepd and its processes outlive
+        # slurmd by design (a daemon restart keeps jobs running).
         with contextlib.suppress(Exception):
-            cluster.run("scancel", "--full", "--user=root", "--signal=KILL", check=False)
+            cluster.run("scancel", "--user=root", check=False)
+            _wait(lambda: not cluster.run("squeue", "-h", check=False).strip(), 90,
+                  "the jobs to end", cluster)
         for proc in reversed(procs):  # slurmd first: it reports its jobs' ends to slurmctld
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
