@@ -105,6 +105,34 @@ def test_the_script_says_what_it_asks_for(corpus: Path, tmp_path: Path) -> None:
     assert "postgresql" not in text and "SWEEPS_STORAGE:?" in text
 
 
+def test_a_gpu_study_asks_for_gpus_and_its_host_memory(corpus: Path) -> None:
+    spec = _spec(corpus, fixed={"device": "cuda"})
+    req = slurm.plan_requests(spec, NODES, slurm.SlurmOptions(trials_per_task=2))
+    points = [{"tokenizer": t, "vocab_size": v} for t in ("word", "bpe") for v in (300, 600)]
+    on_gpu = {str(p): preflight.predict(trial_config(spec, p), device="cuda")[0] for p in points}
+    assert req.predicted_bytes == max(on_gpu.values()) == on_gpu[str(req.point)]
+    on_host = preflight.predict(trial_config(spec, req.point), device="cpu")[0]
+    assert (req.kind, req.gpus, req.cpus) == ("cuda", 1, 2)
+    assert req.mem_bytes == 2 * math.ceil(on_host * slurm.CALIBRATION_HEADROOM) \
+        + slurm.WORKER_BYTES
+    with pytest.raises(SweepsError, match="--gpus-per-job must be >= 1"):
+        slurm.plan_requests(spec, NODES, slurm.SlurmOptions(gpus_per_job=0))
+
+
+def test_a_task_packs_what_slurm_gave_it(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "43")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    monkeypatch.setenv("SLURM_MEM_PER_NODE", "1024")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    pool = slurm.allocation_pool(_spec(corpus), None)
+    (device,) = pool.devices
+    assert device.capacity == 1024 * MiB - slurm.WORKER_BYTES and len(device.cores) == 1
+    assert slurm.in_allocation() and slurm.trial_attrs() == {"slurm_job": "42_1"}
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert slurm.trial_attrs() == {}
+
+
 @pytest.mark.parametrize(("table", "cli", "error"), [
     ({}, {"jobs": 0}, "--jobs"),
     ({"gpus_per_job": -1}, {}, "--gpus-per-job"),
