@@ -90,7 +90,8 @@ def run_slurm(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir:
                           f"{requests.mem_mib}M --cpus-per-task {requests.cpus}{gres}; "
                           f"logs in {logs}", highlight=False, markup=False)
         with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-            slurm.follow(job, study, target, flags.stop, board.say, tick)
+            slurm.follow(job, study, target, flags.stop, board.say, tick,
+                         on_event=board.on_event)
     _summary(board, study_dir, [], flags)
 
 

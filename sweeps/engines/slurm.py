@@ -440,14 +440,34 @@ def _last_line(path: str | None) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
+def _trial_events(study: Any, seen: dict[int, str],
+                  on_event: Callable[[str, dict[str, Any]], None]) -> None:
+    """The board's start and end events, read from the database (the trials run in the tasks):
+    a trial RUNNING in a task starts, a started one that finished ends."""
+    from lm import outcomes
+
+    for t in study.get_trials(deepcopy=False):
+        if t.state.name == "RUNNING" and t.number not in seen and t.user_attrs.get("slurm_job"):
+            seen[t.number] = str(t.user_attrs["slurm_job"])
+            on_event("start", {"number": t.number, "params": dict(t.params),
+                               "worker": f"slurm {seen[t.number]}"})
+        elif t.state.is_finished() and seen.pop(t.number, None) is not None:
+            on_event("end", {"number": t.number, "values": t.values,
+                             "outcome": outcomes.shown(t.user_attrs.get("outcome"), t.state.name),
+                             "reason": t.user_attrs.get("reason")})
+
+
 def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], None],
-           tick: Callable[[], None] | None = None, *, poll_s: float = POLL_S) -> None:
+           tick: Callable[[], None] | None = None, *, poll_s: float = POLL_S,
+           on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
     """Until the study's ``n_trials`` are finished (pending tasks are then cancelled), ``stop``
-    is set (the array is cancelled) or every task has ended (a ``SweepsError`` saying why)."""
+    is set (the array is cancelled) or every task has ended (a ``SweepsError`` saying why);
+    ``on_event`` gets each trial's start and end (the board's events)."""
     from sweeps import storage as st
     from sweeps import workers as wk
 
     shown: dict[str, str] = {}
+    started: dict[int, str] = {}
     next_poll = 0.0
     while True:
         if tick is not None:
@@ -462,6 +482,8 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
             continue
         next_poll = time.monotonic() + poll_s
         st.fail_stale_trials(study)  # the trials of a task killed without a word
+        if on_event is not None:
+            _trial_events(study, started, on_event)
         if wk.budget_state(study.get_trials(deepcopy=False), n_trials).done:
             # Nothing is left for tasks that have not started; running ones are ending on
             # their own (their workers see the study done): cancelled only if they do not.
