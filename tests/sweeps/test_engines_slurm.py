@@ -244,8 +244,9 @@ def _check_exact(url: str, name: str, n_trials: int) -> list:
 
 
 @pytest.mark.slow
-def test_a_study_through_a_two_task_array(cluster, pg_url: str, tmp_path: Path,
-                                          corpus: Path) -> None:
+def test_a_study_through_a_two_task_array(cluster, pg_url: str, tmp_path: Path, corpus: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")  # predicted here as by the CLI (CHILD_ENV)
     spec = _write_spec(tmp_path, corpus, "slarray", 6)
     done = subprocess.run([*SWEEPS, "run", str(spec), "--engine", "slurm", "--jobs", "2",
                            "--gpus-per-job", "1", "--heartbeat", "2", "--grace", "20",
@@ -322,8 +323,9 @@ def test_scancel_of_a_task_and_ctrl_c_then_resume(cluster, pg_url: str, tmp_path
 
 
 @pytest.mark.slow
-def test_what_slurm_refuses_is_one_line(cluster, pg_url: str, tmp_path: Path,
-                                        corpus: Path) -> None:
+def test_what_slurm_refuses_is_one_line(cluster, pg_url: str, tmp_path: Path, corpus: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")  # predicted here as by the CLI (CHILD_ENV)
     spec = _write_spec(tmp_path, corpus, "slbad", 2)
     env = _env(cluster, pg_url)
     base = [*SWEEPS, "run", str(spec), "--engine", "slurm", "--runs-dir", str(tmp_path / "r")]
@@ -332,6 +334,16 @@ def test_what_slurm_refuses_is_one_line(cluster, pg_url: str, tmp_path: Path,
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: Slurm lists no node in partition 'nope'; check --partition (sinfo)"]
     assert "slbad" not in optuna.get_all_study_names(pg_url)  # nothing was created
+    # The script for submitting by hand: the same requests, and no URL in it.
+    shown = subprocess.run([*SWEEPS, "slurm-script", str(spec), "--jobs", "3"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    requests = slurm.plan_requests(load_spec(spec), slurm.partition_nodes(None),
+                                   slurm.SlurmOptions())
+    assert "#SBATCH --array=0-2\n" in shown.stdout
+    assert re.findall(r"#SBATCH --mem=(\d+)M", shown.stdout) == [str(requests.mem_mib)], \
+        shown.stdout
+    assert "postgresql" not in shown.stdout and "\nexec " in shown.stdout
     # A task that dies at start (here: sbatch told not to pass the database URL on): the run
     # ends with one line naming the state, Slurm's reason and the task's last words.
     dead = subprocess.run([*base, "--sbatch-arg=--export=NONE"], cwd=tmp_path, env=env,
