@@ -19,9 +19,10 @@ $(BIN)/sweeps: pyproject.toml
 demo: $(BIN)/sweeps
 	$(BIN)/sweeps demo
 
-# System packages the tests use (headless Chromium for the report's browser test). Best effort:
+# System packages the tests use (headless Chromium for the report's browser test; slurm-wlm and
+# munge for the Slurm engine's). Best effort:
 # installed as root where apt-get is there and the package is missing; waits for another apt's lock
-# instead of failing on it; without it the browser test is skipped with the reason.
+# instead of failing on it; without them those tests are skipped with the reason.
 system-packages:
 	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		export DEBIAN_FRONTEND=noninteractive; \
@@ -29,6 +30,14 @@ system-packages:
 		{ apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null 2>&1 && \
 		  apt-get -o DPkg::Lock::Timeout=300 install -y -q chromium >/dev/null 2>&1; } || \
 		echo "note: could not install chromium; the browser test will be skipped"; \
+	fi
+	@# Slurm and munge for the Slurm engine's tests (a one-node cluster the tests start).
+	@if ! command -v slurmctld >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get -o DPkg::Lock::Timeout=300 install -y -q slurm-wlm munge >/dev/null 2>&1 || \
+		{ apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null 2>&1 && \
+		  apt-get -o DPkg::Lock::Timeout=300 install -y -q slurm-wlm munge >/dev/null 2>&1; } || \
+		echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
 	fi
 
 # `make test`: ruff, then the whole suite in parallel (pytest-xdist, one worker per core; a test

@@ -283,13 +283,29 @@ def _largest_rows(spec: StudySpec, device: str,
 
 
 def largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
-    """The point with the largest predicted memory, over the grid (or the ablation) when it is
-    small, else over every combination of each parameter's bounds and choices."""
+    """The point with the largest predicted memory among ``candidate_points``."""
+    from sweeps import preflight
+    from sweeps.space import trial_config
+
+    best: tuple[int, dict[str, Any], Any] = (-1, {}, None)
+    for point in candidate_points(spec):
+        try:
+            cfg = trial_config(spec, point)
+        except SweepsError:
+            continue
+        total = preflight.estimate(cfg, device).total
+        if total > best[0]:
+            best = (total, point, cfg)
+    return best[1], best[2]
+
+
+def candidate_points(spec: StudySpec) -> list[dict[str, Any]]:
+    """The points a memory bound is taken over: the grid (or the ablation) when it is small,
+    else every combination of each parameter's bounds and choices (``[{}]``: fixed only)."""
     import dataclasses
     import itertools
 
-    from sweeps import preflight
-    from sweeps.space import grid_points, trial_config
+    from sweeps.space import grid_points
     from sweeps.spec import iter_grid
 
     try:
@@ -299,16 +315,7 @@ def largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
                                        low=None, high=None, step=None, log=False)
                    for p in spec.space]
         points = list(itertools.islice(iter_grid(corners, spec.base_values()), 4096))
-    best: tuple[int, dict[str, Any], Any] = (-1, {}, None)
-    for point in points or [{}]:
-        try:
-            cfg = trial_config(spec, point)
-        except SweepsError:
-            continue
-        total = preflight.estimate(cfg, device).total
-        if total > best[0]:
-            best = (total, point, cfg)
-    return best[1], best[2]
+    return points or [{}]
 
 
 # --- budgets and the feasibility table -----------------------------------------------------------

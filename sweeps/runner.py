@@ -491,6 +491,13 @@ def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Ver
         if outcome not in outcomes.ENDINGS:
             return outcomes.CRASHED, f"the child reported an unknown outcome {outcome!r}"
         return outcome, str(result.get("reason") or outcome)
+    if returncode in (-signal.SIGTERM, -signal.SIGINT):
+        # Sent from outside, before the child could write its result (a Slurm scancel or
+        # preemption signals every process of the job): not the configuration's fault, so
+        # interrupted, which is re-queued.
+        return outcomes.INTERRUPTED, (f"stopped by signal {-returncode} from outside its "
+                                      f"worker (scancel, a preemption, a shutdown) before it "
+                                      f"wrote {RESULT_FILE}")
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
         return outcomes.OOM, (f"killed by SIGKILL (exit {returncode}) without writing "
                               f"{RESULT_FILE}: the kernel's out-of-memory killer")
@@ -616,10 +623,12 @@ def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     if lease is None:
         yield None
         return
+    from sweeps.engines.slurm import trial_attrs as slurm_attrs  # the engines import this
+
     try:
         optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial), {
             "placed_on": lease.device.label, "reserved_mem_bytes": int(lease.bytes),
-            "admitted_at": time.time()})
+            "admitted_at": time.time(), **slurm_attrs()})
         yield lease.device, (None if ctx.budget_bytes is None else int(lease.bytes))
     finally:
         ctx.admission.release(lease)

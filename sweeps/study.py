@@ -171,8 +171,12 @@ def join_study(name: str, url: str, *, heartbeat: int,
     plain.engine.dispose()
     st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
                              max_retries=spec.limits.max_retries)
-    # A joining process draws its own random numbers (its pid), not the first worker's.
-    return spec, st, load_study(st, name, url, spec, extra_seed_offset=os.getpid())
+    # A joining process draws its own random numbers, not the first worker's. Not its pid: the
+    # seed is the spec's + trials run + this, and two tasks of a Slurm array start together,
+    # with pids a few apart and counts of trials run a few apart: pid + count collided, and
+    # the two workers drew the same parameters.
+    extra = int.from_bytes(os.urandom(4), "little")
+    return spec, st, load_study(st, name, url, spec, extra_seed_offset=extra)
 
 
 def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
@@ -345,6 +349,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "peak_mem_bytes": a.get("peak_mem_bytes"),
             "wall_s": a.get("wall_s"),
             "flops": a.get("flops"),
+            "slurm_job": a.get("slurm_job"),
             "values": t.values,
         })
     return rows

@@ -24,7 +24,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli import data, effects, lifecycle, memory, report, study, train
+from sweeps.cli import data, effects, lifecycle, memory, report, slurm, study, train
 from sweeps.console import console, err_console, write_line
 
 app = typer.Typer(
@@ -38,7 +38,7 @@ app = typer.Typer(
     # ".[ray]" in a help string, and rich panels print "<bool>" for flags, which take no value.
     rich_markup_mode=None,
 )
-for _group in (data, train, memory, study, lifecycle, report, effects):
+for _group in (data, train, memory, study, slurm, lifecycle, report, effects):
     app.add_typer(_group.app)
 
 _state = {"debug": False}

@@ -169,9 +169,11 @@ MaxConcurrentOption = Annotated[
                                                       "hold].")
 ]
 EngineOption = Annotated[
-    str, typer.Option("--engine", help="local (this machine: trials admitted to its GPUs or "
-                                       "CPU by predicted memory) or ray (a Ray cluster; "
-                                       "pip install -e '.[ray]').")
+    str | None, typer.Option("--engine", help="local (this machine: trials admitted to its "
+                                              "GPUs or CPU by predicted memory), ray (a Ray "
+                                              "cluster; pip install -e '.[ray]') or slurm (a "
+                                              "job array of workers) [default: the spec's "
+                                              "engine name, else local].")
 ]
 AddressOption = Annotated[
     str | None, typer.Option("--address", help="With --engine ray: the cluster to join "

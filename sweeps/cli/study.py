@@ -28,6 +28,15 @@ from sweeps.cli.options import (
     warn,
 )
 from sweeps.cli.progress import Board, live_display
+from sweeps.cli.slurm import (
+    AccountOption,
+    GpusPerJobOption,
+    JobsOption,
+    PartitionOption,
+    QosOption,
+    SbatchArgOption,
+    TimeOption,
+)
 from sweeps.console import (
     console,
     err_console,
@@ -89,7 +98,7 @@ def schema(
 def run(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="A study spec (.toml).")],
     max_concurrent: MaxConcurrentOption = None,
-    engine: EngineOption = "local",
+    engine: EngineOption = None,
     address: AddressOption = None,
     workers: WorkersOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; run "
@@ -106,15 +115,28 @@ def run(
         "--from", metavar="STUDY", help="Start the new study with the finished trials of STUDY "
         "that fit the spec (not counted in n_trials; the plan says which and why) [default: "
         "none: a new study starts empty].")] = None,
+    partition: PartitionOption = None,
+    time_limit: TimeOption = None,
+    jobs: JobsOption = None,
+    gpus_per_job: GpusPerJobOption = None,
+    account: AccountOption = None,
+    qos: QosOption = None,
+    sbatch_arg: SbatchArgOption = None,
 ) -> None:
     """Create the study (or resume it) and run it to n_trials with live progress."""
+    from sweeps.cli import slurm as slurm_cli
     from sweeps.spec import load_spec
     from sweeps.storage import mask_url, normalize_url, resolve_storage_url
 
     cap = service.concurrency_cap(workers, max_concurrent)
     service.check_run_options(cap, n_trials, heartbeat, grace, launcher)
-    service.check_engine(engine, address)
     spec = load_spec(spec_path)
+    # --engine, else the spec's [engine] name, else this machine.
+    engine = engine or str((spec.raw.get("engine") or {}).get("name", "local"))
+    service.check_engine(engine, address)
+    slurm_values = slurm_cli.cli_values(partition, time_limit, jobs, gpus_per_job, account, qos,
+                                        sbatch_arg)
+    slurm_cli.check_engine_flags(engine, slurm_values)
     service.check_n_trials(spec, n_trials)
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
@@ -125,6 +147,8 @@ def run(
     warn(service.budget_warnings(spec))  # said once more for those who skip the dry run
     if engine == "local":
         service.check_host(spec, cap)
+    if engine == "slurm":  # its options, partition and requests, before a study is created
+        slurm_cli.requests_for(spec, slurm_values, cap)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
@@ -133,6 +157,10 @@ def run(
                       f"{mask_url(url)}", highlight=False, markup=False)
     if engine == "ray":
         _run_ray(spec, st, study, url, runs_dir, cap, n_trials, address, (heartbeat, grace))
+        return
+    if engine == "slurm":
+        slurm_cli.run_slurm(spec, st, study, url, runs_dir, cap, n_trials, slurm_values,
+                            (heartbeat, grace))
         return
     _run(spec, st, study, runs_dir, cap, n_trials, launcher)
 
@@ -164,7 +192,11 @@ def worker(
     _ensure_corpus(spec)
     err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False,
                       markup=False)
-    _run(spec, st, study, runs_dir, workers, n_trials, launcher)
+    from sweeps.engines import slurm
+
+    # A task of the Slurm engine's array packs what Slurm gave it, not the whole node.
+    pool = slurm.allocation_pool(spec, workers) if slurm.in_allocation() else None
+    _run(spec, st, study, runs_dir, workers, n_trials, launcher, pool)
 
 
 def _ensure_corpus(spec: StudySpec) -> None:
@@ -182,7 +214,7 @@ def _ensure_corpus(spec: StudySpec) -> None:
 
 
 def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers: int | None,
-         n_trials: int | None, launcher: str) -> None:
+         n_trials: int | None, launcher: str, pool: Any = None) -> None:
     from sweeps import workers as wk
 
     board = Board(study, wk.target_trials(spec, study, n_trials))
@@ -191,7 +223,8 @@ def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers:
                             launcher=launcher, on_event=board.on_event)
     study_dir = runs_dir / spec.name
     with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-        results = wk.run_workers(spec, st, study, study_dir, options, flags, tick=tick)
+        results = wk.run_workers(spec, st, study, study_dir, options, flags, pool=pool,
+                                 tick=tick)
     _summary(board, study_dir, results, flags)
 
 
@@ -317,12 +350,14 @@ def trials(
 
     table = Table(box=None, padding=(0, 2), title=plain(f"study {study_name}"),
                   title_justify="left")
+    slurm = any(r["slurm_job"] for r in rows)  # which Slurm job ran it, for Slurm studies
     # The unigram column beside val_bpb: a value is good or bad only against it.
     for col in ("#", "params", "outcome", "val_bpb", "unigram", "peak mem", "wall", "FLOPs",
-                "reason"):
+                *(("slurm job",) if slurm else ()), "reason"):
         table.add_column(col, overflow="fold")
     for r in rows:
         bpb, baseline = r["val_bpb"], r["unigram_bpb"]
+        where = (plain(r["slurm_job"] or "-"),) if slurm else ()
         table.add_row(str(r["number"]),
                       plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
                       plain(r["outcome"] + (" (retried)" if r["retried"] else "")),
@@ -330,6 +365,6 @@ def trials(
                       "-" if baseline is None else f"{baseline:.4f}",
                       "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
                       "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
-                      "-" if r["flops"] is None else f"{r['flops']:.3g}",
+                      "-" if r["flops"] is None else f"{r['flops']:.3g}", *where,
                       plain(r["reason"] or ""))
     wide_console().print(table)

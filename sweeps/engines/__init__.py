@@ -6,6 +6,12 @@ telling, heartbeats and retries; an engine only places trials.
   peak plus a margin fits what the running trials' predictions leave free.
 - ``ray`` (``pip install -e .[ray]``): every trial is a Ray task whose resource request comes from
   the same prediction, so Ray places and packs trials across the nodes of a cluster.
+- ``slurm``: a job array of ``sweeps worker`` tasks whose ``--mem``, ``--cpus-per-task`` and
+  GPUs come from the same prediction (the largest point that fits).
 """
 
-ENGINES = ("local", "ray")
+ENGINES = ("local", "ray", "slurm")
+#: Keys of a spec's ``[engine]`` table: ``name`` picks the engine when ``--engine`` is not given,
+#: the others are the Slurm engine's options (the flags of the same names).
+ENGINE_KEYS = ("name", "partition", "time", "jobs", "gpus_per_job", "account", "qos",
+               "sbatch_args")

@@ -56,7 +56,8 @@ from sweeps.spec.types import (
     train_defaults,
 )
 
-_TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation", "scaling")
+_TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation", "scaling",
+             "engine")
 _CORPUS_KEYS = ("dir", "source", "format", "synthetic", "out", "val_fraction")
 _PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "when")
 
@@ -131,6 +132,10 @@ class _Parser:
 
     def parse(self) -> StudySpec:
         top = _table(self.data, "", _TOP_KEYS)
+        if "engine" in top:  # its values are checked by the engine that reads them
+            from sweeps.engines import ENGINE_KEYS
+
+            _table(top["engine"], "engine", ENGINE_KEYS)
         if "study" not in top:
             raise FieldError("study", "the [study] table is missing; add [study] with name = ...")
         if "corpus" not in top:

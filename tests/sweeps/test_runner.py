@@ -91,6 +91,7 @@ def test_metrics_follower_returns_complete_lines_only(tmp_path: Path) -> None:
     (0, {"outcome": "complete", "reason": "ok"}, None, "complete"),
     (3, {"outcome": "oom", "reason": "MemoryError"}, None, "oom"),
     (-signal.SIGKILL, None, None, "oom"),
+    (-signal.SIGTERM, None, None, "interrupted"),  # a scancel before the child's handler
     (137, None, None, "oom"),
     (2, None, None, "crashed"),
     (4, None, None, "diverged"),
