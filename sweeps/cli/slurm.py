@@ -21,23 +21,29 @@ app = typer.Typer()
 _PANEL = "Slurm (--engine slurm; also keys of the spec's engine table)"
 
 PartitionOption = Annotated[str | None, typer.Option(
-    "--partition", help="Slurm partition (default: the cluster's default).",
+    "--partition", help="Slurm partition [default: the spec's, else the cluster's default].",
     rich_help_panel=_PANEL)]
 TimeOption = Annotated[str | None, typer.Option(
-    "--time", help="Each task's time limit, as sbatch takes it (04:00:00, 2-00:00:00).",
+    "--time", help="Each task's time limit, as sbatch takes it (04:00:00, 2-00:00:00) "
+    "[default: the spec's, else the partition's limit].",
     rich_help_panel=_PANEL)]
 JobsOption = Annotated[int | None, typer.Option(
-    "--jobs", help="Worker tasks in the job array (default: 1).", rich_help_panel=_PANEL)]
+    "--jobs", help="Worker tasks in the job array [default: the spec's, else 1].",
+    rich_help_panel=_PANEL)]
 GpusPerJobOption = Annotated[int | None, typer.Option(
-    "--gpus-per-job", help="GPUs per task (--gres=gpu:N) (default: 1 for a GPU study, none for "
-    "a CPU one).", rich_help_panel=_PANEL)]
+    "--gpus-per-job", help="GPUs per task (--gres=gpu:N) [default: the spec's, else 1 for a GPU "
+    "study, none for a CPU one].",
+    rich_help_panel=_PANEL)]
 AccountOption = Annotated[str | None, typer.Option(
-    "--account", help="Slurm account to charge.", rich_help_panel=_PANEL)]
+    "--account", help="Slurm account to charge [default: the spec's, else none].",
+    rich_help_panel=_PANEL)]
 QosOption = Annotated[str | None, typer.Option(
-    "--qos", help="Slurm quality of service.", rich_help_panel=_PANEL)]
+    "--qos", help="Slurm quality of service [default: the spec's, else none].",
+    rich_help_panel=_PANEL)]
 SbatchArgOption = Annotated[list[str] | None, typer.Option(
     "--sbatch-arg", help="One more sbatch option, passed as is (repeatable): "
-    "--sbatch-arg=--constraint=a100.", rich_help_panel=_PANEL)]
+    "--sbatch-arg=--constraint=a100 [default: the spec's sbatch_args, else none].",
+    rich_help_panel=_PANEL)]
 
 
 def cli_values(partition: str | None, time: str | None, jobs: int | None,
