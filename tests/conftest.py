@@ -39,6 +39,7 @@ KIND_OF_FIXTURE = {
     "pg_url": "server",
     "chromium": "browser",
     "dashboard": "server",
+    "cluster": "cluster",  # test_engines_slurm: a one-node Slurm
 }
 
 

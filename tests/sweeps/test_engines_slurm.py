@@ -26,23 +26,16 @@ from tests.sweeps import slurm_cluster
 from tests.sweeps.helpers import (
     CHILD_ENV,
     SWEEPS,
-    shared_corpus,
     spec_dict,
     study_trials,
     toml_text,
     wait_for,
 )
-from tests.sweeps.pg import fresh_database
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MiB = 2**20
 GiB = 2**30
 NODES = [slurm.Node("a", 2, 4 * GiB, 0), slurm.Node("b", 8, 64 * GiB, 2)]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shared_corpus(tmp_path_factory)
 
 
 def _spec(corpus: Path, name: str = "sl", **kw) -> StudySpec:
@@ -203,12 +196,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = before
-
-
-@pytest.fixture()
-def pg_url():
-    with fresh_database("sweeps_slurm") as url:
-        yield url.render_as_string(hide_password=False)
 
 
 def _env(cluster: slurm_cluster.Cluster, url: str) -> dict[str, str]:
