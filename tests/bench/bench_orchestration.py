@@ -32,7 +32,6 @@ import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -45,7 +44,7 @@ from sweeps.spec import StudySpec
 
 # Run as a script, the repository root is not on sys.path; the PostgreSQL helper lives in tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.sweeps.pg import PG_ADMIN, create_database
+from tests.sweeps.pg import PG_ADMIN, bench_database
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> StudySpec:
@@ -60,19 +59,6 @@ def spec(name: str, corpus: Path, trials: int, tokens: int) -> StudySpec:
         "space": {"vocab_size": {"choices": [300, 600]}},
         "limits": {"memory_budget": "4GiB", "collapse": False},
     })
-
-
-def postgres_url() -> tuple[str, Any] | None:
-    """A fresh database on the local server and a function that drops it; None if unreachable."""
-    try:
-        import psycopg
-    except ImportError:
-        return None
-    try:
-        url, drop = create_database("sweeps_bench")
-    except psycopg.OperationalError:
-        return None
-    return url.render_as_string(hide_password=False), drop
 
 
 def sweep(url: str, launcher: str, corpus: Path, work: Path, trials: int,
@@ -122,7 +108,7 @@ def main() -> None:
         for vocab in (300, 600):  # token caches built once, outside the timings
             load_tokens(corpus, "word", vocab)
         storages = [("sqlite", f"sqlite:///{work / 'bench.db'}", None)]
-        pg = postgres_url()
+        pg = bench_database()
         if pg is not None:
             storages.append(("postgresql", pg[0], pg[1]))
         else:

@@ -53,7 +53,7 @@ from sweeps import runner
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec
-from tests.sweeps.pg import PG_ADMIN, create_database
+from tests.sweeps.pg import PG_ADMIN, bench_database
 
 WORKERS = (1, 2, 4, 8)
 RETRIES = 3
@@ -201,19 +201,6 @@ def one_run(url: str, n_workers: int, trials: int, evals: int,
     }
 
 
-def postgres_url() -> tuple[str, Any] | None:
-    """A fresh database on the local server and a function that drops it; None if unreachable."""
-    try:
-        import psycopg
-    except ImportError:
-        return None
-    try:
-        url, drop = create_database("sweeps_bench")
-    except psycopg.OperationalError:
-        return None
-    return url.render_as_string(hide_password=False), drop
-
-
 def row(label: str, n: int, r: dict[str, Any]) -> str:
     deadlocks = "-" if r["deadlocks"] is None else str(r["deadlocks"])
     done = f"{r['finished']} in {r['wall']:.1f}s"
@@ -234,7 +221,7 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
         storages = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}", None)]
-        pg = postgres_url()
+        pg = bench_database()
         if pg is not None:
             storages.append(("postgresql", pg[0], pg[1]))
         else:

@@ -40,6 +40,20 @@ def create_database(prefix: str) -> tuple[sa.URL, Callable[[], None]]:
     return admin.set(database=name, drivername="postgresql"), drop
 
 
+def bench_database() -> tuple[str, Callable[[], None]] | None:
+    """For the benchmarks: a fresh database on the local server (its URL, password shown) and a
+    function that drops it; None if the server or psycopg is not there."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    try:
+        url, drop = create_database("sweeps_bench")
+    except psycopg.OperationalError:
+        return None
+    return url.render_as_string(hide_password=False), drop
+
+
 @contextmanager
 def fresh_database(prefix: str = "sweeps_test") -> Iterator[sa.URL]:
     """Create a uniquely named database, yield its URL, drop it after; skip where unreachable."""
