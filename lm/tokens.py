@@ -132,6 +132,31 @@ def corpus_counts(corpus_dir: Path | str, kind: str, vocab_size: int,
         return CorpusCounts()
 
 
+def token_ceiling(corpus_dir: Path | str, kind: str, vocab_size: int,
+                  lowercase: bool = False) -> CorpusCounts:
+    """The most tokens each split can hold with this tokenizer, without building anything: exact
+    from this corpus's token cache when it has been built, else a bound from the split files'
+    sizes (every token, a marker included, stands for at least one byte of the file; lowercasing
+    can grow a character by half, e.g. U+0130 from 2 bytes to 3). None where unknown. A split
+    under ``seq_len + 1`` by this bound can never hold a window (``lm.train.TooLittleData``)."""
+    corpus_dir = Path(corpus_dir)
+    meta = _read_json(cache_dir(corpus_dir, kind, vocab_size, lowercase) / META_NAME)
+    manifest = _read_json(corpus_dir / MANIFEST_NAME)
+    try:
+        if meta["corpus_sha256"] == manifest["sha256"]:
+            return CorpusCounts(int(meta["train_tokens"]), int(meta["val_tokens"]))
+    except (KeyError, TypeError, ValueError, SweepsError):
+        pass  # no cache (or a stale one): bound it from the text
+    grow = 1.5 if lowercase else 1.0
+    counts: list[int | None] = []
+    for name in ("train.txt", "val.txt"):
+        try:
+            counts.append(int((corpus_dir / name).stat().st_size * grow))
+        except OSError:
+            counts.append(None)
+    return CorpusCounts(*counts)
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
