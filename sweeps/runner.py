@@ -28,7 +28,6 @@ noticed by the others after the grace period.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -61,6 +60,7 @@ from lm.run_files import (
     check_metrics_row,
     jsonable,
     keep_metrics_until,
+    loads_child,
     read_progress_tokens,
     read_result_dict,
     read_resume_index,
@@ -211,9 +211,10 @@ class MetricsFollower:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                self.problems.append(f"a {METRICS_FILE} line is not JSON: {line[:60]!r}")
+                value = loads_child(line)
+            except ValueError as exc:  # not JSON, or too deep (UnicodeDecodeError is one)
+                self.problems.append(f"a {METRICS_FILE} line is not JSON ({str(exc)[:80]}): "
+                                     f"{line[:60]!r}")
                 continue
             row, problems = check_metrics_row(value)
             self.problems += problems
