@@ -17,7 +17,10 @@ Trust: a cache is opened only after it is checked, because a trial cannot surviv
 collapse statistics): each file's size and CRC-32 must match meta.json, every id must be below
 the vocabulary size, and the unigram counts must be ``vocab_size`` non-negative integers summing
 to the train tokens. A cache failing any check is *rebuilt* under the lock, not refused: it is
-derived data, fully determined by the corpus (whose sha it records) and the tokenizer settings, so
+derived data, fully determined by the corpus (whose sha it records: that of the text files as
+they are now, ``lm.tokenizers.text_sha256``, so an edited ``train.txt`` is re-tokenized; their
+sizes and modification times are compared first, the files hashed only when those changed) and
+the tokenizer settings, so
 a rebuild restores it with no one's help, while a refusal would fail every trial of a sweep until
 someone deleted a dir by hand. Only a cache that fails its checks right after being built is an
 error (the disk does not keep what is written). The files are checked with plain reads into one
@@ -141,9 +144,8 @@ def token_ceiling(corpus_dir: Path | str, kind: str, vocab_size: int,
     under ``seq_len + 1`` by this bound can never hold a window (``lm.train.TooLittleData``)."""
     corpus_dir = Path(corpus_dir)
     meta = _read_json(cache_dir(corpus_dir, kind, vocab_size, lowercase) / META_NAME)
-    manifest = _read_json(corpus_dir / MANIFEST_NAME)
     try:
-        if meta["corpus_sha256"] == manifest["sha256"]:
+        if meta["corpus_sha256"] == corpus_sha256(corpus_dir):
             return CorpusCounts(int(meta["train_tokens"]), int(meta["val_tokens"]))
     except (KeyError, TypeError, ValueError, SweepsError):
         pass  # no cache (or a stale one): bound it from the text
