@@ -61,3 +61,19 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     newline as ``\\n`` (kept, with tabs, when ``keep_newlines``); plain spaces and every
     printable character unchanged."""
     return text.translate(_ESCAPE_BUT_LAYOUT if keep_newlines else _ESCAPE_ALL)
+
+
+#: The most characters an error line shows: a message may quote what it refuses (a 1 MB
+#: ``when`` literal, a 5 MB choice, a 100 KB study name) and once echoed such lines whole.
+MAX_LINE_CHARS = 2000
+_TAIL_CHARS = 500  # the end of a message says how to fix it: always kept
+
+
+def elide(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and its last
+    ``_TAIL_CHARS`` with how many were left out between them."""
+    if len(text) <= limit:
+        return text
+    head = limit - _TAIL_CHARS - 40
+    return f"{text[:head]} ...[{len(text) - head - _TAIL_CHARS:,} characters]... " \
+        f"{text[-_TAIL_CHARS:]}"

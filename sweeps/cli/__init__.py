@@ -26,6 +26,7 @@ import typer
 from lm.errors import SweepsError
 from sweeps.cli import data, effects, lifecycle, memory, report, study, train
 from sweeps.console import console, err_console, write_line
+from sweeps.text import elide
 
 app = typer.Typer(
     name="sweeps",
@@ -101,7 +102,7 @@ def main() -> None:
             raise
         # Plain write: one line whatever the terminal width (rich would wrap it), control
         # characters escaped (a message may quote text from a shared database).
-        write_line(f"error: {exc}")
+        write_line(elide(f"error: {exc}"))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted by Ctrl-C")
@@ -112,8 +113,8 @@ def main() -> None:
         from sweeps.storage import describe_error
 
         # The driver's one line; SQLAlchemy's text carries the SQL and its parameters.
-        write_line(f"error: database error: {describe_error(exc)} (`sweeps --debug ...` shows "
-                   "the statement and the traceback)")
+        write_line(elide(f"error: database error: {describe_error(exc)} (`sweeps --debug ...` "
+                         "shows the statement and the traceback)"))
         sys.exit(1)
 
 
