@@ -79,6 +79,21 @@ def _exists(conn: sa.Connection, name: str) -> bool:
     return conn.execute(sa.select(t.c.study_id).where(t.c.study_name == name)).first() is not None
 
 
+def _check_case_clash(conn: sa.Connection, new: str, shown: str, itself: str | None = None
+                      ) -> None:
+    """``new`` may not differ from another study's name only in case: run dirs are named after
+    studies (``runs/NAME``), and on a case-insensitive file system (macOS, Windows) ``tiny`` and
+    ``TINY`` would write into one dir. ``itself``: the study being renamed."""
+    t = optuna_compat.STUDIES_TABLE
+    found = conn.execute(sa.select(t.c.study_name).where(
+        sa.func.lower(t.c.study_name) == new.lower(), t.c.study_name != new)).scalars().all()
+    clash = next((n for n in found if n != itself), None)
+    if clash is not None:
+        raise SweepsError(f"study {new!r} differs from study {clash!r} in {shown} only in case; "
+                          "their run dirs would be one dir on a case-insensitive file system: "
+                          "pick another name")
+
+
 def _check_not_running(conn: sa.Connection, study_id: int, name: str, action: str,
                        force: bool) -> int:
     running = optuna_compat.running_trials(conn, study_id)
@@ -174,6 +189,7 @@ def rename_study(url: str, name: str, new: str, *, force: bool = False) -> Outco
             if _exists(conn, new):
                 raise SweepsError(f"study {new!r} already exists in {shown}; pick another name "
                                   f"or delete it first (`sweeps delete {new}`)")
+            _check_case_clash(conn, new, shown, itself=name)
             _check_not_running(conn, study_id, name, "renaming it", force)
             trials = _trial_count(conn, study_id)
             optuna_compat.rename_study(conn, study_id, new)
@@ -213,6 +229,7 @@ def copy_study(url: str, name: str, new: str, *, to_url: str | None = None,
             if _exists(conn, new):
                 raise SweepsError(f"study {new!r} already exists in {target_shown}; pick another "
                                   f"name or delete it first (`sweeps delete {new}`)")
+            _check_case_clash(conn, new, target_shown)
         trials, rows, requeued = _copy(source, name, target, new)
     finally:
         source.engine.dispose()

@@ -35,6 +35,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -105,7 +106,14 @@ def mask_url(url: str) -> str:
     return shown
 
 
+#: ``password=...`` in a libpq key-value string (``host=h password=secret``, quoted or not),
+#: which people paste where a URL goes: hidden, though it is not a URL at all.
+_KEY_VALUE_PASSWORD = re.compile(r"""(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)""", re.I)
+
+
 def _mask_unparsed(url: str) -> str:
+    if "://" not in url and _KEY_VALUE_PASSWORD.search(url):
+        return _KEY_VALUE_PASSWORD.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
     _, at, host = rest.rpartition("@")
     if at:
