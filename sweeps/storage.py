@@ -237,8 +237,7 @@ def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
         return {}  # the URI form: opened as written, nothing to check
     path = Path(database).expanduser()
     if path.is_dir():
-        raise SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
-                          "e.g. sqlite:///sweeps.db")
+        raise _is_a_directory(url, path)
     if not path.parent.is_dir():
         raise SweepsError(f"storage {mask_url(url)}: directory {path.parent} does not exist; "
                           "create it first or point the URL at an existing directory")
@@ -320,11 +319,18 @@ def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
     return engine, url, kwargs, shown
 
 
+def _is_a_directory(url: str, path: Path) -> SweepsError:
+    return SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
+                       "e.g. sqlite:///sweeps.db")
+
+
 def _sqlite_read_only_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
     database = parsed.database or ""
     if database.startswith("file:") or parsed.query.get("uri") == "true":
         return {}  # the URI form: opened as written
     path = Path(database).expanduser()
+    if path.is_dir():  # not "does not exist": it does, as a directory
+        raise _is_a_directory(url, path)
     if not path.is_file():
         raise SweepsError(f"no database at {mask_url(url)} ({path} does not exist); run a study "
                           "first with `sweeps run SPEC`, or pass --storage")

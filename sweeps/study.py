@@ -351,33 +351,55 @@ def ordered_counts(counts: Counter[str]) -> dict[str, int]:
 
 
 def study_rows(st: Any) -> list[dict[str, Any]]:
-    """One summary per study in the database (``sweeps status``)."""
+    """One summary per study in the database (``sweeps status``); a study with a damaged
+    stored value gets a row saying so instead of failing every study's."""
+    import sqlalchemy as sa
+
+    from sweeps.optuna_compat import STUDIES_TABLE
+
+    quiet_optuna()
+    out = []
+    # Names from the table itself, each study read on its own: Optuna's summaries parse every
+    # study's attributes at once, so one damaged value made `status` fail for all studies.
+    with st.engine.connect() as conn:
+        names = conn.execute(sa.select(STUDIES_TABLE.c.study_name)
+                             .order_by(STUDIES_TABLE.c.study_id)).scalars().all()
+    for name in names:
+        try:
+            out.append(_study_row(st, name))
+        except ValueError as exc:  # a stored JSON value that is not JSON
+            out.append({"study": name, "n_trials": 0, "finished": 0, "retried": 0,
+                        "outcomes": {}, "best": f"unreadable: a stored value is damaged "
+                        f"({str(exc)[:80]}); `sweeps delete {name}` removes it",
+                        "best_value": None, "best_unigram_baseline": None,
+                        "calibration_factor": 1.0, "memory_budget_bytes": None})
+    return out
+
+
+def _study_row(st: Any, name: str) -> dict[str, Any]:
+    """One study's ``sweeps status`` summary; ValueError when a stored value is damaged."""
     import optuna
 
     from sweeps import workers as wk
 
-    quiet_optuna()
-    out = []
-    for summary in optuna.get_all_study_summaries(st, include_best_trial=False):
-        study = optuna.load_study(study_name=summary.study_name, storage=st)
-        trials = study.get_trials(deepcopy=False)
-        attrs = study.user_attrs
-        spec_n = (attrs.get("spec") or {}).get("study", {}).get("n_trials")
-        n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
-        state = wk.budget_state(trials, int(n_trials))
-        out.append({
-            "study": summary.study_name,
-            "n_trials": int(n_trials),
-            "finished": state.finished,
-            "retried": len(wk.superseded_numbers(trials)),
-            "outcomes": ordered_counts(outcome_counts(trials)),
-            "best": best_text(study, trials),
-            "best_value": None if (best := best_trial(study, trials)) is None else best.values[0],
-            "best_unigram_baseline": None if best is None else best_baseline(study, best),
-            "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
-            "memory_budget_bytes": attrs.get("memory_budget_bytes"),
-        })
-    return out
+    study = optuna.load_study(study_name=name, storage=st)
+    trials = study.get_trials(deepcopy=False)
+    attrs = study.user_attrs
+    spec_n = (attrs.get("spec") or {}).get("study", {}).get("n_trials")
+    n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
+    state = wk.budget_state(trials, int(n_trials))
+    return {
+        "study": name,
+        "n_trials": int(n_trials),
+        "finished": state.finished,
+        "retried": len(wk.superseded_numbers(trials)),
+        "outcomes": ordered_counts(outcome_counts(trials)),
+        "best": best_text(study, trials),
+        "best_value": None if (best := best_trial(study, trials)) is None else best.values[0],
+        "best_unigram_baseline": None if best is None else best_baseline(study, best),
+        "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
+        "memory_budget_bytes": attrs.get("memory_budget_bytes"),
+    }
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
