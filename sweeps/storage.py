@@ -279,6 +279,30 @@ def read_only_storage(url: str) -> RDBStorage:
         raise _storage_error(shown, exc) from None
 
 
+def check_schema(conn: sa.Connection, shown: str) -> None:
+    """``SweepsError`` unless the database's Optuna schema is the one this Optuna writes: every
+    reader refuses what ``status`` (through Optuna's own check) refuses, rather than ``report``
+    and ``export`` reading tables whose meaning may have changed. Nothing is written."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from optuna.storages import _rdb
+
+    current = MigrationContext.configure(conn).get_current_revision()
+    if current is None:
+        return  # no alembic stamp yet: Optuna's own open decides
+    script = ScriptDirectory(str(Path(_rdb.__file__).parent / "alembic"))
+    head = script.get_current_head()
+    if current == head:
+        return
+    masked = mask_url(shown)
+    if current in {r.revision for r in script.walk_revisions()}:
+        raise SweepsError(f"storage {masked} has an older Optuna schema ({current}, this Optuna "
+                          f"reads {head}); upgrade it with `optuna storage upgrade --storage "
+                          f"{masked}`")
+    raise SweepsError(f"storage {masked} was written by a newer Optuna (schema {current}, this "
+                      f"one reads {head}); upgrade Optuna (`pip install -U optuna`)")
+
+
 def require_sweeps_database(conn: sa.Connection, shown: str) -> None:
     """``SweepsError`` unless the database holds Optuna's tables (those of sweeps' studies)."""
     names = set(sa.inspect(conn).get_table_names())
@@ -310,6 +334,7 @@ def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
     try:
         with engine.connect() as conn:
             require_sweeps_database(conn, shown)
+            check_schema(conn, shown)
     except SweepsError:
         engine.dispose()
         raise

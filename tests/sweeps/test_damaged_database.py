@@ -30,3 +30,17 @@ def test_a_sqlite_url_naming_a_directory_says_so(tmp_path: Path) -> None:
     for command in (["status"], ["trials", "x"]):
         proc = sweeps(*command, "--storage", f"sqlite:///{tmp_path}")
         assert_user_error(proc, "is a directory")
+
+
+def test_every_reader_refuses_a_database_of_a_newer_schema(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    url = f"sqlite:///{db}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(storage=url, study_name="s").optimize(lambda t: 1.0, n_trials=1)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0'")
+    for command in (["status"], ["trials", "s"], ["export", "s"],
+                    ["report", "s", "--out", str(tmp_path / "r.html")]):
+        proc = sweeps(*command, "--storage", url)
+        assert_user_error(proc, "newer Optuna", "v99.0.0", "pip install -U optuna")
+    assert not (tmp_path / "r.html").exists()
