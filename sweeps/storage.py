@@ -173,6 +173,30 @@ def open_storage(
         heartbeat = {"heartbeat_interval": heartbeat_interval, "grace_period": grace_period}
         if failed_trial_callback is not None:
             heartbeat[_CALLBACK_ARG] = failed_trial_callback
+    new_file = _new_sqlite_file(url)
+    try:
+        return _open_rdb(url, shown, engine_kwargs, heartbeat)
+    except SweepsError:
+        if new_file is not None:  # "nothing created": a full disk left a stub, -wal and -shm
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{new_file}{suffix}")
+        raise
+
+
+def _new_sqlite_file(url: str) -> Path | None:
+    """The SQLite file ``url`` names when it does not exist yet (this open would create it)."""
+    parsed = sa.engine.make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" \
+            or database.startswith("file:"):
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
+
+
+def _open_rdb(url: str, shown: str, engine_kwargs: dict[str, Any],
+              heartbeat: dict[str, Any]) -> RDBStorage:
     # Several workers starting at once on a new database race to create the same tables (and
     # Optuna's version row): the loser sees "already exists" and simply tries again.
     for attempt in range(4):
@@ -415,11 +439,29 @@ def _storage_error(url: str, exc: BaseException) -> SweepsError:
     elif "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
         hint = f"upgrade it with `optuna storage upgrade --storage {masked}`"
     elif url.startswith("sqlite"):
-        hint = "check the file is a SQLite database written by sweeps/Optuna"
+        hint = _sqlite_hint(first)
     else:
         hint = ("check host, port, user and database name (create the database first, e.g. "
                 "`createdb sweeps`), or use sqlite:///sweeps.db")
     return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
+
+
+#: SQLite's words for a failure, and what to do about it: a read-only file or a full disk is
+#: not a damaged database, and "check the file is a SQLite database" sent people the wrong way.
+_SQLITE_HINTS = (
+    ("readonly", "the file or its directory is read-only: make both writable (SQLite writes a "
+                 "journal beside the file) or copy the database somewhere writable"),
+    ("disk is full", "the disk is full: free some space"),
+    ("disk i/o error", "the disk failed or is full: check it and free some space"),
+    ("unable to open", "check that the file and its directory exist and are readable and "
+                       "writable"),
+)
+
+
+def _sqlite_hint(first: str) -> str:
+    lowered = first.lower()
+    return next((hint for words, hint in _SQLITE_HINTS if words in lowered),
+                "check the file is a SQLite database written by sweeps/Optuna")
 
 
 def _parsed(url: str) -> sa.URL | None:

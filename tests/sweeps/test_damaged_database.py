@@ -4,11 +4,14 @@ made ``status`` crash for every study; a SQLite URL naming a directory said "doe
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tests.sweeps.cli import assert_user_error, sweeps
+from tests.sweeps.helpers import shared_corpus, spec_dict, toml_text
 
 
 def test_status_shows_every_study_and_names_the_damaged_one(tmp_path: Path) -> None:
@@ -44,3 +47,31 @@ def test_every_reader_refuses_a_database_of_a_newer_schema(tmp_path: Path) -> No
         proc = sweeps(*command, "--storage", url)
         assert_user_error(proc, "newer Optuna", "v99.0.0", "pip install -U optuna")
     assert not (tmp_path / "r.html").exists()
+
+
+def test_sqlite_errors_name_their_cause() -> None:
+    from sweeps.storage import _sqlite_hint
+
+    assert "read-only" in _sqlite_hint("OperationalError: attempt to write a readonly database")
+    assert "free some space" in _sqlite_hint("OperationalError: database or disk is full")
+    assert "SQLite database" in _sqlite_hint("DatabaseError: file is not a database")
+
+
+def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
+    try:
+        (mount / "fill").write_bytes(b"\0" * (36 * 1024))
+        spec = tmp_path / "spec.toml"
+        data = spec_dict("s", shared_corpus(tmp_path_factory))
+        spec.write_text(toml_text(data), encoding="utf-8")
+        proc = sweeps("run", str(spec), "--storage", f"sqlite:///{mount / 'db.sqlite'}")
+        assert_user_error(proc, "disk is full: free some space")
+        assert [p.name for p in mount.iterdir()] == ["fill"]  # no db, -wal or -shm left
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
