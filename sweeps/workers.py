@@ -245,7 +245,12 @@ def spec_from_study(study: optuna.Study) -> StudySpec:
     if not isinstance(data, dict):
         raise SweepsError(f"study {study.study_name!r} has no stored spec (it was not created by "
                           "`sweeps run`); start it with `sweeps run SPEC` first")
-    return StudySpec.from_dict(data, source=f"study {study.study_name!r}", check_paths=False)
+    from sweeps.lifecycle import renamed_spec
+
+    # The database's name is the study's: a spec naming another (a study renamed outside
+    # sweeps) made every later lookup by the spec's name a KeyError 'Record does not exist.'
+    return StudySpec.from_dict(renamed_spec(data, study.study_name),
+                               source=f"study {study.study_name!r}", check_paths=False)
 
 
 def target_trials(spec: StudySpec, study: optuna.Study, override: int | None) -> int:

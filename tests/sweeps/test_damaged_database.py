@@ -75,3 +75,21 @@ def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
         assert [p.name for p in mount.iterdir()] == ["fill"]  # no db, -wal or -shm left
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_worker_joins_a_study_whose_stored_spec_names_another(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A study renamed outside sweeps: its stored spec still says the old name."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(toml_text(spec_dict("old", shared_corpus(tmp_path_factory),
+                                        study={"n_trials": 1})), encoding="utf-8")
+    from tests.sweeps.helpers import sweeps_run
+
+    assert sweeps_run("run", str(spec), "--storage", url, cwd=tmp_path).returncode == 0
+    with sqlite3.connect(tmp_path / "db.sqlite") as conn:
+        conn.execute("UPDATE studies SET study_name = 'new' WHERE study_name = 'old'")
+    proc = sweeps_run("worker", "new", "--storage", url, "--n-trials", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "KeyError" not in proc.stderr
+    assert len(optuna.load_study(study_name="new", storage=url).get_trials()) == 2
