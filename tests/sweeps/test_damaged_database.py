@@ -29,6 +29,22 @@ def test_status_shows_every_study_and_names_the_damaged_one(tmp_path: Path) -> N
     assert "good" in proc.stdout and "unreadable: a stored value is damaged" in proc.stdout
 
 
+def test_report_copy_and_rename_of_a_damaged_study_are_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    url = f"sqlite:///{db}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(storage=url, study_name="bad").set_user_attr("spec", {"x": 1})
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE study_user_attributes SET value_json = '{broken'")
+    for command in (["report", "bad", "--out", str(tmp_path / "r.html")],
+                    ["rename", "bad", "b3"]):
+        proc = sweeps(*command, "--storage", url)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "not valid JSON" in proc.stderr
+        assert "sweeps delete" in proc.stderr
+    assert sweeps("delete", "bad", "--yes", "--storage", url).returncode == 0
+
+
 def test_a_sqlite_url_naming_a_directory_says_so(tmp_path: Path) -> None:
     for command in (["status"], ["trials", "x"]):
         proc = sweeps(*command, "--storage", f"sqlite:///{tmp_path}")
