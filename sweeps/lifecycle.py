@@ -16,6 +16,7 @@ lose their study under them) unless ``force``. A copy that fails half way is rem
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
@@ -250,6 +251,12 @@ def _copy(source: Any, name: str, target: Any, new: str) -> tuple[int, int, int]
     except optuna.exceptions.DuplicatedStudyError:
         raise SweepsError(f"study {new!r} already exists in {st.mask_url(_url(target))} "
                           "(created just now); pick another name") from None
+    except BaseException:
+        # Optuna creates the new study before it copies anything: a copy that fails midway
+        # (a damaged source value) left a half study under the new name.
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=new, storage=target)
+        raise
     try:
         copied = optuna.load_study(study_name=new, storage=target)
         spec = copied.user_attrs.get(SPEC_ATTR)

@@ -42,6 +42,10 @@ def test_report_copy_and_rename_of_a_damaged_study_are_one_line(tmp_path: Path) 
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "not valid JSON" in proc.stderr
         assert "sweeps delete" in proc.stderr
+    proc = sweeps("copy", "bad", "b2", "--storage", url)
+    assert proc.returncode == 1 and "not valid JSON" in proc.stderr, proc.stderr
+    with sqlite3.connect(db) as conn:  # no half copy left
+        assert conn.execute("SELECT study_name FROM studies").fetchall() == [("bad",)]
     assert sweeps("delete", "bad", "--yes", "--storage", url).returncode == 0
 
 
