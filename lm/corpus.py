@@ -183,14 +183,29 @@ def _staging(out: Path, inputs: list[Path], replace: bool) -> Iterator[Path]:
     try:
         yield tmp
         _replace_dir(tmp, out_abs)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         for d in created:  # innermost first
             try:
                 d.rmdir()
             except OSError:
                 break
+        # Reading errors were told per input file already; an OSError here is a write into
+        # the staging dir (a full disk) or its rename: the output's fault, never the input's.
+        failed = exc.error if isinstance(exc, _WriteFailed) else exc
+        if isinstance(failed, OSError):
+            raise SweepsError(f"cannot write the corpus to {out} ({failed.strerror or failed}); "
+                              "free some space or give another --out") from None
         raise
+
+
+class _WriteFailed(Exception):
+    """A write of the corpus failed. Not an OSError, so that the handlers of a failed *read*
+    of an input (which wrap the writes) do not blame the input file for a full disk."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _new_dir(parent: Path, prefix: str) -> Path:
@@ -245,7 +260,10 @@ class _SplitWriter:
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8")
-        self.file.write(data)
+        try:
+            self.file.write(data)
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
         if self.digest is not None:
             self.digest.update(data)
         self.chars += len(text)
@@ -257,7 +275,10 @@ class _SplitWriter:
         self.items += 1
 
     def close(self) -> None:
-        self.file.close()
+        try:
+            self.file.close()  # flushes the buffer: where a full disk often shows
+        except OSError as exc:
+            raise _WriteFailed(exc) from None
 
 
 class _Splits:

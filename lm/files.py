@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable, Iterator
@@ -89,7 +90,8 @@ def _replace_with(path: Path, write: Callable[[IO[bytes]], None], *, mode: int |
     sync it, then rename it over ``path``; on any failure the temporary file is removed.
     ``mode`` None: the process's default (0666 less the umask). ``recheck`` runs just before the
     rename, to narrow the window in which something else may have appeared at ``path``."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    _remove_orphans(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -105,6 +107,34 @@ def _replace_with(path: Path, write: Callable[[IO[bytes]], None], *, mode: int |
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _remove_orphans(path: Path) -> None:
+    """Remove the temporary files of writes to ``path`` whose writer is gone (a ``kill -9`` mid
+    write left a 4.7 MB ``.NAME.html.XXXX.tmp`` that nothing removed). The writer's pid is in
+    the name; one still running, or any pid alive here, keeps its file (never a race with a
+    live writer on this host)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)-[0-9a-f]{{8}}\.tmp")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path.parent / name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a name we cannot judge): keep its file
+    return True
 
 
 def _reason(exc: OSError) -> str:

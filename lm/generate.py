@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lm.config import ModelConfig, TrainConfig
+from lm.checks import require_int
+from lm.config import MAX_SEED, ModelConfig, TrainConfig
 from lm.errors import SweepsError
 from lm.model import GPT
 from lm.run_files import CHECKPOINT_FILE, CONFIG_FILE, TOKENIZER_FILE, read_config
@@ -92,6 +94,11 @@ def load_checkpoint(run_dir: Path, cfg: TrainConfig | None = None) -> tuple[GPT,
     return model, cfg
 
 
+#: The smallest non-zero temperature: logits divided by less overflow float32 to inf, and the
+#: softmax of inf - inf is NaN (1e-300 was a traceback). Below this, sampling is greedy anyway.
+MIN_TEMPERATURE = 1e-6
+
+
 def generate(
     run_dir: Path,
     prompt: str,
@@ -106,8 +113,10 @@ def generate(
 
     if max_new_tokens < 0:
         raise SweepsError(f"max_new_tokens must be >= 0, got max_new_tokens={max_new_tokens}")
-    if temperature < 0:
-        raise SweepsError(f"temperature must be >= 0, got temperature={temperature}")
+    if not math.isfinite(temperature) or temperature < 0 or 0 < temperature < MIN_TEMPERATURE:
+        raise SweepsError(f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE:g}, "
+                          f"got temperature={temperature}")
+    require_int(seed, "seed", 0, MAX_SEED)  # the same range as training's seed
     if top_k is not None and top_k < 1:
         raise SweepsError(f"top_k must be >= 1, got top_k={top_k}")
     run_dir = Path(run_dir)

@@ -29,13 +29,14 @@ class Outcome:
     state: str  # the Optuna state's name
     meaning: str
     exit_code: int | None = None  # the child's exit code when the child itself ends so
-    infeasible: bool = False  # constraint value 1.0: the configuration does not fit in memory
+    infeasible: bool = False  # constraint value 1.0: the configuration cannot run (memory, data)
     color: str = "#17becf"
 
 
 COMPLETE = "complete"
 PRUNED = "pruned"
 PREDICTED_OOM = "predicted_oom"
+TOO_LITTLE_DATA = "too_little_data"
 OOM = "oom"
 UNIGRAM_COLLAPSE = "unigram_collapse"
 STALLED = "stalled"
@@ -55,6 +56,11 @@ VOCABULARY: tuple[Outcome, ...] = (
             "hyperband)", color="#7f7f7f"),
     Outcome(PREDICTED_OOM, "PRUNED", "never launched: its predicted peak exceeds the budget",
             infeasible=True, color="#ff9896"),
+    # The configuration's fault, not the environment's: re-queueing it would replay the same
+    # impossible point on every resume, so it is counted and told to the sampler as infeasible.
+    Outcome(TOO_LITTLE_DATA, "PRUNED", "never trained: a split of the corpus holds fewer tokens "
+            "than seq_len + 1 with this tokenizer, so no window fits", 8, infeasible=True,
+            color="#ffbb78"),
     Outcome(OOM, "PRUNED", "CUDA out of memory, MemoryError, a failed CPU allocation or the "
             "kernel's OOM killer", 3, infeasible=True, color="#d62728"),
     Outcome(UNIGRAM_COLLAPSE, "PRUNED", "after enough optimizer steps, predicts the corpus "
@@ -83,7 +89,8 @@ ENDINGS: tuple[str, ...] = tuple(o.name for o in VOCABULARY if o.state not in
 ORDER: tuple[str, ...] = tuple(o.name for o in VOCABULARY)
 PRUNED_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.state == "PRUNED")
 FAILED_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.state == "FAIL")
-#: Outcomes that mark the configuration infeasible (constraint value 1.0).
+#: Outcomes that mark the configuration infeasible (constraint value 1.0): out of memory, or
+#: too little data for it.
 OOM_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.infeasible)
 COLORS: dict[str, str] = {o.name: o.color for o in VOCABULARY}
 #: Colour of an outcome this vocabulary does not know.
@@ -133,7 +140,7 @@ def shown(recorded: str | None, state_name: str) -> str:
 
 
 def constraint_value(outcome: str) -> float:
-    """Optuna constraint value (> 0 infeasible): 1.0 for an out-of-memory ending."""
+    """Optuna constraint value (> 0 infeasible): 1.0 for an infeasible ending."""
     return 1.0 if outcome in OOM_OUTCOMES else 0.0
 
 

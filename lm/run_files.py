@@ -192,7 +192,7 @@ def read_progress_tokens(run_dir: Path) -> int | None:
     """The tokens ``progress.json`` says the child has trained, or None (not yet written, or
     not a well-formed count: it only feeds a display)."""
     try:
-        value = json.loads((Path(run_dir) / PROGRESS_FILE).read_text(encoding="utf-8"))
+        value = loads_child((Path(run_dir) / PROGRESS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     tokens = value.get("tokens") if isinstance(value, dict) else None
@@ -207,7 +207,7 @@ def record_verdict(run_dir: Path, outcome: str, reason: str) -> bool:
     result, or the same outcome)."""
     path = Path(run_dir) / RESULT_FILE
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = loads_child(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if not isinstance(value, dict) or value.get("outcome") == outcome:
@@ -233,8 +233,8 @@ def read_resume_index(run_dir: Path) -> dict[str, Any] | None:
     that is not ours)."""
     run_dir = Path(run_dir)
     try:
-        value = json.loads((run_dir / RESUME_INDEX_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        value = loads_child((run_dir / RESUME_INDEX_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
     if not (run_dir / RESUME_FILE).is_file() or not isinstance(value, dict) \
             or not isinstance(value.get("resume_fingerprint"), str) \
@@ -256,8 +256,8 @@ def keep_metrics_until(source: Path, tokens: int, into: Path | None = None) -> i
     kept = []
     for line in lines:
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            row = loads_child(line)
+        except ValueError:
             break
         if not isinstance(row, dict) or not _fits(row.get("tokens"), int) \
                 or row.get("tokens") is None or row["tokens"] > tokens:
@@ -272,14 +272,42 @@ def keep_metrics_until(source: Path, tokens: int, into: Path | None = None) -> i
 # --- what the parent accepts from a child --------------------------------------------------------
 
 
+#: A child's integers must fit a BIGINT column (SQLite's INTEGER, PostgreSQL's bigint): a larger
+#: one (``"step": 99999999999999999999``) stopped the orchestrator on both backends.
+_BIGINT = 2**63
+#: How deep a child's JSON may nest. Deeper, the parser (200,000 ``[``: RecursionError) or any
+#: later serializer, called from further down the stack, would fail; a metrics row is flat.
+MAX_CHILD_DEPTH = 32
+
+
+def loads_child(text: str | bytes) -> Any:
+    """A child's JSON as the parent may hold it; ValueError for text that is not JSON (a number
+    over 4,300 digits included), or that nests deeper than ``MAX_CHILD_DEPTH``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+    pending = [(value, 0)]
+    while pending:  # a loop, not recursion: this check must not fail the way the parser did
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= MAX_CHILD_DEPTH:
+                raise ValueError(f"JSON nested deeper than {MAX_CHILD_DEPTH} levels")
+            pending += [(v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                 else item)]
+    return value
+
+
 def _fits(value: Any, kind: type) -> bool:
     if value is None:
         return True
+    if isinstance(value, bool):
+        return kind is bool
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and math.isfinite(value)
+        return (isinstance(value, float) and math.isfinite(value)) or \
+            (isinstance(value, int) and -_BIGINT <= value < _BIGINT)
     if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and -_BIGINT <= value < _BIGINT
     return isinstance(value, kind)
 
 
@@ -359,11 +387,11 @@ def read_result_dict(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
     it is missing, unreadable or has no ``outcome`` (a child killed before writing it; the
     parent then goes by the exit code); and what was wrong with it."""
     try:
-        value = json.loads((Path(run_dir) / RESULT_FILE).read_text(encoding="utf-8"))
+        value = loads_child((Path(run_dir) / RESULT_FILE).read_text(encoding="utf-8"))
     except OSError:
         return None, []
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return None, [f"{RESULT_FILE} is not valid JSON ({exc})"]
+    except ValueError as exc:  # not JSON, or nested too deeply (UnicodeDecodeError is one)
+        return None, [f"{RESULT_FILE} is not valid JSON ({str(exc)[:200]})"]
     return check_result(value)
 
 

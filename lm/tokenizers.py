@@ -21,6 +21,8 @@ just text, whichever tokenizer reads it.
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -391,7 +393,8 @@ def load_tokenizer(path: Path) -> Tokenizer:
 
 
 def corpus_sha256(corpus_dir: Path) -> str:
-    """The corpus identity (``sha256`` of its manifest); SweepsError when it is no corpus dir."""
+    """The corpus identity: the sha256 of its text as it is now (``text_sha256``; the manifest's
+    while the files are as prepared); SweepsError when it is no corpus dir."""
     corpus_dir = Path(corpus_dir)
     fix = f"create it with `sweeps prepare SOURCE --out {corpus_dir}`"
     if not corpus_dir.exists():
@@ -414,6 +417,55 @@ def corpus_sha256(corpus_dir: Path) -> str:
     for split in ("train.txt", "val.txt"):
         if not (corpus_dir / split).is_file():
             raise SweepsError(f"corpus dir {corpus_dir}: {split} is missing; {fix}")
+    return text_sha256(corpus_dir, sha)
+
+
+#: Where the text files' sizes and modification times are kept with the hash they were found to
+#: have: beside the token caches, derived data like them (a re-prepare may keep it; it is then
+#: checked like any other stamp).
+TEXT_STAMP = Path("cache") / "text-stamp.json"
+
+
+def _file_stamps(corpus_dir: Path) -> list[list[int]]:
+    stats = [(corpus_dir / name).stat() for name in ("train.txt", "val.txt")]
+    return [[st.st_size, st.st_mtime_ns] for st in stats]
+
+
+def text_sha256(corpus_dir: Path, manifest_sha: str) -> str:
+    """The sha256 of what ``train.txt`` and ``val.txt`` hold now (the manifest's identity is that
+    of the text as prepared: an edited file would keep it, and stale tokens be trusted). Cheap
+    when nothing changed: the files' sizes and modification times are compared with the stamp
+    of the last hash (``TEXT_STAMP``); only when they differ, or there is none, are the files
+    hashed again, and the stamp rewritten (best effort: a read-only corpus is hashed each time)."""
+    from lm.files import write_json_atomic
+
+    stamp_path = corpus_dir / TEXT_STAMP
+    try:
+        now = _file_stamps(corpus_dir)
+    except OSError as exc:
+        raise SweepsError(f"corpus dir {corpus_dir}: cannot read its text ({exc.strerror}); "
+                          "check its permissions") from None
+    try:
+        stamp = json.loads(stamp_path.read_text(encoding="utf-8"))
+        if isinstance(stamp, dict) and stamp.get("files") == now \
+                and isinstance(stamp.get("sha256"), str):
+            return stamp["sha256"]
+    except (OSError, ValueError):
+        pass  # no stamp yet, or a damaged one: hash
+    digest = hashlib.sha256()
+    try:
+        for name in ("train.txt", "val.txt"):  # the order the corpus identity is defined in
+            with open(corpus_dir / name, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+    except OSError as exc:
+        raise SweepsError(f"corpus dir {corpus_dir}: cannot read its text ({exc.strerror}); "
+                          "check its permissions") from None
+    sha = digest.hexdigest()
+    if _file_stamps(corpus_dir) == now:  # not changed while it was read: the stamp is true
+        with contextlib.suppress(OSError):  # a read-only corpus: hashed again next time
+            write_json_atomic(stamp_path, {"files": now, "sha256": sha,
+                                           "manifest_sha256": manifest_sha})
     return sha
 
 

@@ -17,7 +17,10 @@ Trust: a cache is opened only after it is checked, because a trial cannot surviv
 collapse statistics): each file's size and CRC-32 must match meta.json, every id must be below
 the vocabulary size, and the unigram counts must be ``vocab_size`` non-negative integers summing
 to the train tokens. A cache failing any check is *rebuilt* under the lock, not refused: it is
-derived data, fully determined by the corpus (whose sha it records) and the tokenizer settings, so
+derived data, fully determined by the corpus (whose sha it records: that of the text files as
+they are now, ``lm.tokenizers.text_sha256``, so an edited ``train.txt`` is re-tokenized; their
+sizes and modification times are compared first, the files hashed only when those changed) and
+the tokenizer settings, so
 a rebuild restores it with no one's help, while a refusal would fail every trial of a sweep until
 someone deleted a dir by hand. Only a cache that fails its checks right after being built is an
 error (the disk does not keep what is written). The files are checked with plain reads into one
@@ -130,6 +133,30 @@ def corpus_counts(corpus_dir: Path | str, kind: str, vocab_size: int,
         return CorpusCounts(int(manifest["train_bytes"] / per), int(manifest["val_bytes"] / per))
     except (KeyError, TypeError, ValueError, SweepsError):
         return CorpusCounts()
+
+
+def token_ceiling(corpus_dir: Path | str, kind: str, vocab_size: int,
+                  lowercase: bool = False) -> CorpusCounts:
+    """The most tokens each split can hold with this tokenizer, without building anything: exact
+    from this corpus's token cache when it has been built, else a bound from the split files'
+    sizes (every token, a marker included, stands for at least one byte of the file; lowercasing
+    can grow a character by half, e.g. U+0130 from 2 bytes to 3). None where unknown. A split
+    under ``seq_len + 1`` by this bound can never hold a window (``lm.train.TooLittleData``)."""
+    corpus_dir = Path(corpus_dir)
+    meta = _read_json(cache_dir(corpus_dir, kind, vocab_size, lowercase) / META_NAME)
+    try:
+        if meta["corpus_sha256"] == corpus_sha256(corpus_dir):
+            return CorpusCounts(int(meta["train_tokens"]), int(meta["val_tokens"]))
+    except (KeyError, TypeError, ValueError, SweepsError):
+        pass  # no cache (or a stale one): bound it from the text
+    grow = 1.5 if lowercase else 1.0
+    counts: list[int | None] = []
+    for name in ("train.txt", "val.txt"):
+        try:
+            counts.append(int((corpus_dir / name).stat().st_size * grow))
+        except OSError:
+            counts.append(None)
+    return CorpusCounts(*counts)
 
 
 def _read_json(path: Path) -> Any:

@@ -106,7 +106,7 @@ def eval_windows(
     consecutive windows -> ids (N, T + 1) and the bytes each target stands for (N, T)."""
     available = (len(val) - 1) // seq_len
     if available < 1:
-        raise SweepsError(
+        raise TooLittleData(
             f"the validation split has {len(val)} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
             "use a smaller seq_len or a bigger val_fraction"
         )
@@ -273,7 +273,7 @@ def _setup(cfg: TrainConfig) -> _Setup:
     cache = load_tokens(corpus, cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase)
     windows, window_nbytes = eval_windows(cache.val, cache.val_nbytes, cfg.seq_len, cfg.eval_tokens)
     if len(cache.train) < cfg.seq_len + 1:
-        raise SweepsError(
+        raise TooLittleData(
             f"the training split has {len(cache.train)} tokens, fewer than seq_len + 1 = "
             f"{cfg.seq_len + 1}; use a smaller seq_len or a bigger corpus"
         )
@@ -301,6 +301,8 @@ def run(
         try:
             setup = _setup(cfg)
             resume = load_resume(cfg, run_dir)
+        except TooLittleData as exc:  # the configuration's own ending, counted: not bad input
+            return state.finish(outcomes.TOO_LITTLE_DATA, str(exc))
         except SweepsError:
             raise  # bad input: nothing written
         except BaseException as exc:
@@ -359,6 +361,14 @@ def _save_atomic(path: Path, obj: dict[str, Any]) -> None:
 
 def _cpu(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v.detach().cpu() for k, v in state.items()}
+
+
+class TooLittleData(Exception):
+    """A split of the corpus is shorter than one window of this configuration (``seq_len + 1``
+    tokens with its tokenizer). Not bad input: the config and the corpus are each valid, only
+    their pair is not, which the parent cannot always know before the tokens exist; so the run
+    ends with outcome ``too_little_data`` (counted, infeasible), never an environment failure
+    that would be re-queued and replayed forever."""
 
 
 class EnvironmentFailure(Exception):

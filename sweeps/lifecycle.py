@@ -16,6 +16,7 @@ lose their study under them) unless ``force``. A copy that fails half way is rem
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
@@ -77,6 +78,21 @@ def _study_id(conn: sa.Connection, name: str, shown: str, *, lock: bool = False)
 def _exists(conn: sa.Connection, name: str) -> bool:
     t = optuna_compat.STUDIES_TABLE
     return conn.execute(sa.select(t.c.study_id).where(t.c.study_name == name)).first() is not None
+
+
+def _check_case_clash(conn: sa.Connection, new: str, shown: str, itself: str | None = None
+                      ) -> None:
+    """``new`` may not differ from another study's name only in case: run dirs are named after
+    studies (``runs/NAME``), and on a case-insensitive file system (macOS, Windows) ``tiny`` and
+    ``TINY`` would write into one dir. ``itself``: the study being renamed."""
+    t = optuna_compat.STUDIES_TABLE
+    found = conn.execute(sa.select(t.c.study_name).where(
+        sa.func.lower(t.c.study_name) == new.lower(), t.c.study_name != new)).scalars().all()
+    clash = next((n for n in found if n != itself), None)
+    if clash is not None:
+        raise SweepsError(f"study {new!r} differs from study {clash!r} in {shown} only in case; "
+                          "their run dirs would be one dir on a case-insensitive file system: "
+                          "pick another name")
 
 
 def _check_not_running(conn: sa.Connection, study_id: int, name: str, action: str,
@@ -174,6 +190,7 @@ def rename_study(url: str, name: str, new: str, *, force: bool = False) -> Outco
             if _exists(conn, new):
                 raise SweepsError(f"study {new!r} already exists in {shown}; pick another name "
                                   f"or delete it first (`sweeps delete {new}`)")
+            _check_case_clash(conn, new, shown, itself=name)
             _check_not_running(conn, study_id, name, "renaming it", force)
             trials = _trial_count(conn, study_id)
             optuna_compat.rename_study(conn, study_id, new)
@@ -213,6 +230,7 @@ def copy_study(url: str, name: str, new: str, *, to_url: str | None = None,
             if _exists(conn, new):
                 raise SweepsError(f"study {new!r} already exists in {target_shown}; pick another "
                                   f"name or delete it first (`sweeps delete {new}`)")
+            _check_case_clash(conn, new, target_shown)
         trials, rows, requeued = _copy(source, name, target, new)
     finally:
         source.engine.dispose()
@@ -233,6 +251,12 @@ def _copy(source: Any, name: str, target: Any, new: str) -> tuple[int, int, int]
     except optuna.exceptions.DuplicatedStudyError:
         raise SweepsError(f"study {new!r} already exists in {st.mask_url(_url(target))} "
                           "(created just now); pick another name") from None
+    except BaseException:
+        # Optuna creates the new study before it copies anything: a copy that fails midway
+        # (a damaged source value) left a half study under the new name.
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=new, storage=target)
+        raise
     try:
         copied = optuna.load_study(study_name=new, storage=target)
         spec = copied.user_attrs.get(SPEC_ATTR)

@@ -50,6 +50,8 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
         devices = wk.plan_devices(spec, workers)
         device, worker_text = devices[0].device, ", ".join(d.label for d in devices)
     except SweepsError:
+        if host.visible_gpus():
+            raise  # this host has GPUs, not the one asked for (cuda:7): `run` would refuse it
         device, worker_text = "cuda", f"{workers} on GPUs (none visible on this host)"
     try:
         budget = preflight.resolve_budget(spec.limits, device=device, workers=workers)

@@ -28,7 +28,6 @@ noticed by the others after the grace period.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -61,6 +60,7 @@ from lm.run_files import (
     check_metrics_row,
     jsonable,
     keep_metrics_until,
+    loads_child,
     read_progress_tokens,
     read_result_dict,
     read_resume_index,
@@ -211,9 +211,10 @@ class MetricsFollower:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                self.problems.append(f"a {METRICS_FILE} line is not JSON: {line[:60]!r}")
+                value = loads_child(line)
+            except ValueError as exc:  # not JSON, or too deep (UnicodeDecodeError is one)
+                self.problems.append(f"a {METRICS_FILE} line is not JSON ({str(exc)[:80]}): "
+                                     f"{line[:60]!r}")
                 continue
             row, problems = check_metrics_row(value)
             self.problems += problems
@@ -283,6 +284,9 @@ class Attempt:
     returncode: int | None
     #: What was wrong in the child's files (skipped lines, dropped values), for the record.
     problems: list[str] = field(default_factory=list)
+    #: Why the run dir could not be written when the child left no result (a full disk): the
+    #: environment's failure, whatever the child's exit code (``run_dir_unwritable``).
+    unwritable: str | None = None
 
 
 class _TrialRun:
@@ -388,13 +392,16 @@ class _TrialRun:
             # Optuna prune at that moment is moot: the trial is complete.
             stopped = verdict
         result, problems = read_result_dict(run_dir)
-        outcome, reason = classify(rc, result, stopped, run_dir)
+        # No result and no SIGKILL (the OOM killer's): was there room to write one?
+        unwritable = run_dir_unwritable(run_dir) if result is None and stopped is None and \
+            rc not in (-signal.SIGKILL, 128 + signal.SIGKILL) else None
+        outcome, reason = classify(rc, result, stopped, run_dir, unwritable=unwritable)
         if result is not None and outcome != result.get("outcome"):
             with contextlib.suppress(OSError):  # the database has it; the run dir is a copy
                 record_verdict(run_dir, outcome, reason)
         times.poll()
         return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc,
-                       follower.problems + problems)
+                       follower.problems + problems, unwritable=unwritable)
 
     def on_eval(self, row: dict[str, Any], history: list[dict[str, Any]],
                 attempt_no: int) -> Verdict | None:
@@ -479,8 +486,36 @@ class _TrialRun:
         return None
 
 
+#: Bytes the parent writes to see whether a child without ``result.json`` had room for one: a
+#: result with its traceback and final metrics is a few KiB; a few times that, to be sure.
+PROBE_BYTES = 64 * 1024
+
+
+def run_dir_unwritable(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot take a file of ``PROBE_BYTES`` now (a full disk or quota, a
+    read-only or vanished dir), or None when it can. A child on a nearly full disk dies as it
+    writes (exit 1, and its traceback lost with the log it could not write): without this, that
+    looked like a bug in its configuration, and the trial was counted instead of re-queued."""
+    probe = Path(run_dir) / f".sweeps-probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            left = memoryview(b"\0" * PROBE_BYTES)
+            while left:  # a nearly full disk takes part of a write, then refuses the rest
+                left = left[os.write(fd, left):]
+            os.fsync(fd)  # where space is allocated late, the shortage shows here
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
+
+
 def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Verdict | None,
-             run_dir: Path | None = None) -> tuple[str, str]:
+             run_dir: Path | None = None, *, unwritable: str | None = None) -> tuple[str, str]:
     """A run's outcome and reason: the parent's own decision (prune, timeout, stop) first, then
     the child's ``result.json``, then its exit code (no result: a SIGKILL nobody here sent is
     the kernel's OOM killer)."""
@@ -501,6 +536,10 @@ def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Ver
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
         return outcomes.OOM, (f"killed by SIGKILL (exit {returncode}) without writing "
                               f"{RESULT_FILE}: the kernel's out-of-memory killer")
+    if unwritable is not None:
+        return outcomes.CRASHED, (f"environment: the child exited with code {returncode} "
+                                  f"without {RESULT_FILE}, and its run dir {run_dir} cannot be "
+                                  f"written ({unwritable})")
     if returncode == outcomes.BAD_INPUT_EXIT_CODE:
         return outcomes.CRASHED, "environment: the child rejected its input (exit 2; its " \
             "config was checked here, so its corpus or token cache changed): " + \
@@ -521,6 +560,8 @@ def environment_failed(attempt: Attempt) -> bool:
     or token cache changed under it). Such a trial is re-queued, not counted."""
     if attempt.result is not None:
         return bool(attempt.result.get("environment"))
+    if attempt.unwritable is not None:
+        return True
     return attempt.returncode in (outcomes.BAD_INPUT_EXIT_CODE, outcomes.ENVIRONMENT_EXIT_CODE)
 
 

@@ -125,12 +125,12 @@ def grid_points(spec: StudySpec, limit: int | None = None) -> list[dict[str, Any
 
 def grid_search_space(spec: StudySpec) -> dict[str, list[Any]]:
     """Each parameter's values, the input of ``optuna.samplers.GridSampler``."""
-    space = {p.name: p.values() for p in spec.space}
+    space = {p.name: p.values() for p in spec.space}  # lazy: only their lengths so far
     size = math.prod(len(v) for v in space.values())
     if size > MAX_GRID_POINTS:
         raise SweepsError(f"study {spec.name!r}: the grid has {size} points (more than "
                           f"{MAX_GRID_POINTS}); coarsen it or use another sampler")
-    return space
+    return {name: list(values) for name, values in space.items()}
 
 
 def make_sampler(spec: StudySpec,

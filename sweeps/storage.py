@@ -35,6 +35,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -105,7 +106,14 @@ def mask_url(url: str) -> str:
     return shown
 
 
+#: ``password=...`` in a libpq key-value string (``host=h password=secret``, quoted or not),
+#: which people paste where a URL goes: hidden, though it is not a URL at all.
+_KEY_VALUE_PASSWORD = re.compile(r"""(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)""", re.I)
+
+
 def _mask_unparsed(url: str) -> str:
+    if "://" not in url and _KEY_VALUE_PASSWORD.search(url):
+        return _KEY_VALUE_PASSWORD.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
     _, at, host = rest.rpartition("@")
     if at:
@@ -165,6 +173,30 @@ def open_storage(
         heartbeat = {"heartbeat_interval": heartbeat_interval, "grace_period": grace_period}
         if failed_trial_callback is not None:
             heartbeat[_CALLBACK_ARG] = failed_trial_callback
+    new_file = _new_sqlite_file(url)
+    try:
+        return _open_rdb(url, shown, engine_kwargs, heartbeat)
+    except SweepsError:
+        if new_file is not None:  # "nothing created": a full disk left a stub, -wal and -shm
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{new_file}{suffix}")
+        raise
+
+
+def _new_sqlite_file(url: str) -> Path | None:
+    """The SQLite file ``url`` names when it does not exist yet (this open would create it)."""
+    parsed = sa.engine.make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" \
+            or database.startswith("file:"):
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
+
+
+def _open_rdb(url: str, shown: str, engine_kwargs: dict[str, Any],
+              heartbeat: dict[str, Any]) -> RDBStorage:
     # Several workers starting at once on a new database race to create the same tables (and
     # Optuna's version row): the loser sees "already exists" and simply tries again.
     for attempt in range(4):
@@ -229,8 +261,7 @@ def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
         return {}  # the URI form: opened as written, nothing to check
     path = Path(database).expanduser()
     if path.is_dir():
-        raise SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
-                          "e.g. sqlite:///sweeps.db")
+        raise _is_a_directory(url, path)
     if not path.parent.is_dir():
         raise SweepsError(f"storage {mask_url(url)}: directory {path.parent} does not exist; "
                           "create it first or point the URL at an existing directory")
@@ -272,6 +303,30 @@ def read_only_storage(url: str) -> RDBStorage:
         raise _storage_error(shown, exc) from None
 
 
+def check_schema(conn: sa.Connection, shown: str) -> None:
+    """``SweepsError`` unless the database's Optuna schema is the one this Optuna writes: every
+    reader refuses what ``status`` (through Optuna's own check) refuses, rather than ``report``
+    and ``export`` reading tables whose meaning may have changed. Nothing is written."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from optuna.storages import _rdb
+
+    current = MigrationContext.configure(conn).get_current_revision()
+    if current is None:
+        return  # no alembic stamp yet: Optuna's own open decides
+    script = ScriptDirectory(str(Path(_rdb.__file__).parent / "alembic"))
+    head = script.get_current_head()
+    if current == head:
+        return
+    masked = mask_url(shown)
+    if current in {r.revision for r in script.walk_revisions()}:
+        raise SweepsError(f"storage {masked} has an older Optuna schema ({current}, this Optuna "
+                          f"reads {head}); upgrade it with `optuna storage upgrade --storage "
+                          f"{masked}`")
+    raise SweepsError(f"storage {masked} was written by a newer Optuna (schema {current}, this "
+                      f"one reads {head}); upgrade Optuna (`pip install -U optuna`)")
+
+
 def require_sweeps_database(conn: sa.Connection, shown: str) -> None:
     """``SweepsError`` unless the database holds Optuna's tables (those of sweeps' studies)."""
     names = set(sa.inspect(conn).get_table_names())
@@ -303,6 +358,7 @@ def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
     try:
         with engine.connect() as conn:
             require_sweeps_database(conn, shown)
+            check_schema(conn, shown)
     except SweepsError:
         engine.dispose()
         raise
@@ -312,11 +368,18 @@ def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
     return engine, url, kwargs, shown
 
 
+def _is_a_directory(url: str, path: Path) -> SweepsError:
+    return SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
+                       "e.g. sqlite:///sweeps.db")
+
+
 def _sqlite_read_only_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
     database = parsed.database or ""
     if database.startswith("file:") or parsed.query.get("uri") == "true":
         return {}  # the URI form: opened as written
     path = Path(database).expanduser()
+    if path.is_dir():  # not "does not exist": it does, as a directory
+        raise _is_a_directory(url, path)
     if not path.is_file():
         raise SweepsError(f"no database at {mask_url(url)} ({path} does not exist); run a study "
                           "first with `sweeps run SPEC`, or pass --storage")
@@ -376,11 +439,29 @@ def _storage_error(url: str, exc: BaseException) -> SweepsError:
     elif "no longer compatible" in first or ("schema" in first.lower() and "version" in first):
         hint = f"upgrade it with `optuna storage upgrade --storage {masked}`"
     elif url.startswith("sqlite"):
-        hint = "check the file is a SQLite database written by sweeps/Optuna"
+        hint = _sqlite_hint(first)
     else:
         hint = ("check host, port, user and database name (create the database first, e.g. "
                 "`createdb sweeps`), or use sqlite:///sweeps.db")
     return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
+
+
+#: SQLite's words for a failure, and what to do about it: a read-only file or a full disk is
+#: not a damaged database, and "check the file is a SQLite database" sent people the wrong way.
+_SQLITE_HINTS = (
+    ("readonly", "the file or its directory is read-only: make both writable (SQLite writes a "
+                 "journal beside the file) or copy the database somewhere writable"),
+    ("disk is full", "the disk is full: free some space"),
+    ("disk i/o error", "the disk failed or is full: check it and free some space"),
+    ("unable to open", "check that the file and its directory exist and are readable and "
+                       "writable"),
+)
+
+
+def _sqlite_hint(first: str) -> str:
+    lowered = first.lower()
+    return next((hint for words, hint in _SQLITE_HINTS if words in lowered),
+                "check the file is a SQLite database written by sweeps/Optuna")
 
 
 def _parsed(url: str) -> sa.URL | None:

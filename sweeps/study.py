@@ -9,6 +9,7 @@ message. Optuna, SQLAlchemy and the workers are imported inside the functions, s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from pathlib import Path
@@ -121,6 +122,54 @@ def check_corpus(spec: StudySpec) -> None:
     from lm import corpus
 
     corpus.load_manifest(spec.corpus.dir)
+
+
+#: Combinations of tokenizer settings and ``seq_len`` values checked against the corpus; a space
+#: wider than this is checked on its first ones (each check is two stats and two small reads).
+_FIT_PROBES = 1000
+
+
+def check_corpus_fits(spec: StudySpec) -> None:
+    """Every ``seq_len`` the spec can ask for fits a window in both splits of its corpus with
+    each tokenizer it can ask for (``SweepsError`` naming the value and the fix otherwise). A
+    split is judged by ``lm.tokens.token_ceiling``: exact when the token cache exists, else an
+    upper bound, so nothing that could run is refused; what this cannot see ends as outcome
+    ``too_little_data`` in the child. Nothing is checked while the corpus is still to prepare."""
+    import itertools
+
+    from lm.config import TrainConfig
+    from lm.tokenizers import validate_tokenizer_args
+    from lm.tokens import token_ceiling
+
+    if not (spec.corpus.dir / MANIFEST_NAME).is_file():
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    space = {p.name: p for p in spec.space}
+    design = spec.design
+
+    def values(name: str) -> list[Any]:
+        if design is not None and name in design.param_names:
+            return list(design.choices(name))
+        if name in space:
+            return space[name].probe_values()
+        return [spec.fixed.get(name, defaults[name])]
+
+    names = ("tokenizer", "vocab_size", "lowercase", "seq_len")
+    combos = itertools.product(*(values(n) for n in names))
+    for kind, vocab, lower, seq_len in itertools.islice(combos, _FIT_PROBES):
+        try:
+            validate_tokenizer_args(kind, vocab, lower)
+        except SweepsError:
+            continue  # no such tokenizer: the spec's own checks say so where it matters
+        counts = token_ceiling(spec.corpus.dir, kind, int(vocab), bool(lower))
+        for split, n in (("training", counts.train_tokens), ("validation", counts.val_tokens)):
+            if n is not None and n < int(seq_len) + 1:
+                where = "[space]" if "seq_len" in space else "the spec"
+                raise SweepsError(
+                    f"seq_len={seq_len} from {where} cannot run on corpus {spec.corpus.dir}: "
+                    f"its {split} split holds at most {n:,} tokens with tokenizer {kind!r} "
+                    f"(vocab_size {vocab}), fewer than seq_len + 1 = {int(seq_len) + 1:,}; "
+                    f"use seq_len {max(n - 1, 1):,} or less, or a bigger corpus")
 
 
 # --- studies -------------------------------------------------------------------------------------
@@ -298,33 +347,55 @@ def ordered_counts(counts: Counter[str]) -> dict[str, int]:
 
 
 def study_rows(st: Any) -> list[dict[str, Any]]:
-    """One summary per study in the database (``sweeps status``)."""
+    """One summary per study in the database (``sweeps status``); a study with a damaged
+    stored value gets a row saying so instead of failing every study's."""
+    import sqlalchemy as sa
+
+    from sweeps.optuna_compat import STUDIES_TABLE
+
+    quiet_optuna()
+    out = []
+    # Names from the table itself, each study read on its own: Optuna's summaries parse every
+    # study's attributes at once, so one damaged value made `status` fail for all studies.
+    with st.engine.connect() as conn:
+        names = conn.execute(sa.select(STUDIES_TABLE.c.study_name)
+                             .order_by(STUDIES_TABLE.c.study_id)).scalars().all()
+    for name in names:
+        try:
+            out.append(_study_row(st, name))
+        except ValueError as exc:  # a stored JSON value that is not JSON
+            out.append({"study": name, "n_trials": 0, "finished": 0, "retried": 0,
+                        "outcomes": {}, "best": f"unreadable: a stored value is damaged "
+                        f"({str(exc)[:80]}); `sweeps delete {name}` removes it",
+                        "best_value": None, "best_unigram_baseline": None,
+                        "calibration_factor": 1.0, "memory_budget_bytes": None})
+    return out
+
+
+def _study_row(st: Any, name: str) -> dict[str, Any]:
+    """One study's ``sweeps status`` summary; ValueError when a stored value is damaged."""
     import optuna
 
     from sweeps import workers as wk
 
-    quiet_optuna()
-    out = []
-    for summary in optuna.get_all_study_summaries(st, include_best_trial=False):
-        study = optuna.load_study(study_name=summary.study_name, storage=st)
-        trials = study.get_trials(deepcopy=False)
-        attrs = study.user_attrs
-        spec_n = (attrs.get("spec") or {}).get("study", {}).get("n_trials")
-        n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
-        state = wk.budget_state(trials, int(n_trials))
-        out.append({
-            "study": summary.study_name,
-            "n_trials": int(n_trials),
-            "finished": state.finished,
-            "retried": len(wk.superseded_numbers(trials)),
-            "outcomes": ordered_counts(outcome_counts(trials)),
-            "best": best_text(study, trials),
-            "best_value": None if (best := best_trial(study, trials)) is None else best.values[0],
-            "best_unigram_baseline": None if best is None else best_baseline(study, best),
-            "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
-            "memory_budget_bytes": attrs.get("memory_budget_bytes"),
-        })
-    return out
+    study = optuna.load_study(study_name=name, storage=st)
+    trials = study.get_trials(deepcopy=False)
+    attrs = study.user_attrs
+    spec_n = (attrs.get("spec") or {}).get("study", {}).get("n_trials")
+    n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
+    state = wk.budget_state(trials, int(n_trials))
+    return {
+        "study": name,
+        "n_trials": int(n_trials),
+        "finished": state.finished,
+        "retried": len(wk.superseded_numbers(trials)),
+        "outcomes": ordered_counts(outcome_counts(trials)),
+        "best": best_text(study, trials),
+        "best_value": None if (best := best_trial(study, trials)) is None else best.values[0],
+        "best_unigram_baseline": None if best is None else best_baseline(study, best),
+        "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
+        "memory_budget_bytes": attrs.get("memory_budget_bytes"),
+    }
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:

@@ -15,8 +15,9 @@ The rule is applied the same way to every table and attribute (samples, evaluati
 trial attributes such as reasons and notes), so a text reads the same on SQLite and PostgreSQL.
 
 Shown (``escape_controls``): on a terminal and in the report, each other control character
-(C0, DEL, C1) appears escaped as visible text (ESC as ``\\x1b``), so stored text can neither
-drive a terminal nor hide in a page; newlines and tabs may be kept as layout.
+(C0, DEL, C1) and each bidirectional control (U+202E ...) appears escaped as visible text (ESC as
+``\\x1b``, U+202E as ``\\u202e``), so stored text can neither drive a terminal nor reorder or
+hide in a page; newlines and tabs may be kept as layout.
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ REPLACEMENT = "\ufffd"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 _CONTROLS = (*range(0x20), 0x7F, *range(0x80, 0xA0))  # Unicode category Cc
+#: Bidirectional controls (marks, embeddings, overrides, isolates): U+202E (right-to-left
+#: override) in a study name or a reason reverses what a terminal shows after it.
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
-_ESCAPE_ALL = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROLS}
+_ESCAPE_ALL = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROLS} | {
+    c: f"\\u{c:04x}" for c in _BIDI}
 _ESCAPE_BUT_LAYOUT = {c: e for c, e in _ESCAPE_ALL.items() if c not in (0x09, 0x0A)}
 
 
@@ -56,3 +61,19 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     newline as ``\\n`` (kept, with tabs, when ``keep_newlines``); plain spaces and every
     printable character unchanged."""
     return text.translate(_ESCAPE_BUT_LAYOUT if keep_newlines else _ESCAPE_ALL)
+
+
+#: The most characters an error line shows: a message may quote what it refuses (a 1 MB
+#: ``when`` literal, a 5 MB choice, a 100 KB study name) and once echoed such lines whole.
+MAX_LINE_CHARS = 2000
+_TAIL_CHARS = 500  # the end of a message says how to fix it: always kept
+
+
+def elide(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and its last
+    ``_TAIL_CHARS`` with how many were left out between them."""
+    if len(text) <= limit:
+        return text
+    head = limit - _TAIL_CHARS - 40
+    return f"{text[:head]} ...[{len(text) - head - _TAIL_CHARS:,} characters]... " \
+        f"{text[-_TAIL_CHARS:]}"

@@ -245,7 +245,12 @@ def spec_from_study(study: optuna.Study) -> StudySpec:
     if not isinstance(data, dict):
         raise SweepsError(f"study {study.study_name!r} has no stored spec (it was not created by "
                           "`sweeps run`); start it with `sweeps run SPEC` first")
-    return StudySpec.from_dict(data, source=f"study {study.study_name!r}", check_paths=False)
+    from sweeps.lifecycle import renamed_spec
+
+    # The database's name is the study's: a spec naming another (a study renamed outside
+    # sweeps) made every later lookup by the spec's name a KeyError 'Record does not exist.'
+    return StudySpec.from_dict(renamed_spec(data, study.study_name),
+                               source=f"study {study.study_name!r}", check_paths=False)
 
 
 def target_trials(spec: StudySpec, study: optuna.Study, override: int | None) -> int:
@@ -408,6 +413,11 @@ class RunOptions:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
 
 
+#: Worker threads per trial slot of this host (``sweeps.engines.local.concurrency`` without a
+#: cap) at most: a few per slot keep the devices full as trials start and end; more only wait.
+HOST_THREADS_PER_SLOT = 4
+
+
 def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study_dir: Path,
                 options: RunOptions, flags: StopFlags | None = None, *,
                 launcher: Launcher | None = None,
@@ -432,8 +442,17 @@ def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study
     study.set_user_attr("memory_budget_bytes", budget)
     recover_local(storage, study, spec.limits.max_retries)
     n_threads = local.concurrency(pool, options.n_workers)
-    if budget_state(study.get_trials(deepcopy=False), n_trials).done:
+    state = budget_state(study.get_trials(deepcopy=False), n_trials)
+    if state.done:
         return [WorkerResult() for _ in range(n_threads)]  # nothing to run: no launcher to start
+    # A thread per trial left is the most that can ever run here, and more than
+    # HOST_THREADS_PER_SLOT per slot of this host's devices would only wait for room:
+    # --max-concurrent 100000 on a 2-trial study started (and kept) 100,000 threads.
+    host_cap = HOST_THREADS_PER_SLOT * local.concurrency(pool, None)
+    if options.on_event is not None and n_threads > host_cap < n_trials - state.finished:
+        options.on_event("note", {"text": f"--max-concurrent {n_threads} is more than this "
+                                          f"host can run; {host_cap} workers"})
+    n_threads = max(1, min(n_threads, n_trials - state.finished, host_cap))
     own_launcher = launcher is None
     launcher = launcher or make_launcher(options.launcher)
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=study_dir,

@@ -17,7 +17,10 @@ statement and parameters: kilobytes of a model's text), exit 1.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +29,7 @@ import typer
 from lm.errors import SweepsError
 from sweeps.cli import data, effects, lifecycle, memory, report, slurm, study, train
 from sweeps.console import console, err_console, write_line
+from sweeps.text import elide
 
 app = typer.Typer(
     name="sweeps",
@@ -101,20 +105,41 @@ def main() -> None:
             raise
         # Plain write: one line whatever the terminal width (rich would wrap it), control
         # characters escaped (a message may quote text from a shared database).
-        write_line(f"error: {exc}")
+        write_line(elide(f"error: {exc}"))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted by Ctrl-C")
         sys.exit(130)
+    except json.JSONDecodeError as exc:
+        if _state["debug"] or not _read_from_the_database(exc):
+            raise
+        # A value stored in the database is not JSON (a damaged or hand-edited row): the
+        # study's problem, told in one line, not a traceback from deep inside Optuna.
+        write_line(elide(f"error: a value stored in the database is not valid JSON ({exc}); "
+                         "the study is damaged: restore the database from a copy, or remove "
+                         "the study with `sweeps delete STUDY`"))
+        sys.exit(1)
     except Exception as exc:
         if _state["debug"] or not _from_the_database(exc):
             raise
         from sweeps.storage import describe_error
 
         # The driver's one line; SQLAlchemy's text carries the SQL and its parameters.
-        write_line(f"error: database error: {describe_error(exc)} (`sweeps --debug ...` shows "
-                   "the statement and the traceback)")
+        write_line(elide(f"error: database error: {describe_error(exc)} (`sweeps --debug ...` "
+                         "shows the statement and the traceback)"))
         sys.exit(1)
+
+
+#: Where a JSON value read from the database is parsed: Optuna's storage, and sweeps' readers.
+_DATABASE_READERS = (f"{os.sep}optuna{os.sep}storages{os.sep}",
+                     f"{os.sep}sweeps{os.sep}results.py", f"{os.sep}sweeps{os.sep}storage.py",
+                     f"{os.sep}sweeps{os.sep}lifecycle.py")
+
+
+def _read_from_the_database(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while parsing a value read from the database (by where)."""
+    return any(any(part in frame.filename for part in _DATABASE_READERS)
+               for frame in traceback.extract_tb(exc.__traceback__))
 
 
 def _from_the_database(exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ from lm.errors import SweepsError
 from lm.files import output_target, write_output
 from sweeps.cli.options import StorageOption
 from sweeps.console import human_bytes, print_summary
+from sweeps.text import escape_controls
 
 app = typer.Typer()
 
@@ -100,7 +101,10 @@ def export(
         # ISO dates; NaN/NA as null: strict JSON, one object per trial.
         text = frame.to_json(orient="records", date_format="iso", double_precision=15) + "\n"
     if out is None:
-        sys.stdout.write(text)
+        # To a pipe or a file the data go as stored; to a terminal, a reason's ESC would drive
+        # it (retitle, clear): escaped there, as everything else the CLI shows.
+        sys.stdout.write(escape_controls(text, keep_newlines=True) if sys.stdout.isatty()
+                         else text)
         return
     if format == "parquet":
         write_output(out, lambda f: frame.to_parquet(f, index=False))

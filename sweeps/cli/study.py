@@ -141,6 +141,7 @@ def run(
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
+        service.check_corpus_fits(spec)  # where the corpus is already known
         _print_plan(spec, url, cap or 1, n_trials, from_study)
         warn(service.budget_warnings(spec))
         return
@@ -151,6 +152,7 @@ def run(
         slurm_cli.requests_for(spec, slurm_values, cap)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
+    service.check_corpus_fits(spec)
     st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
                                             grace=grace, from_study=from_study)
     err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
@@ -190,6 +192,7 @@ def worker(
     service.check_host(spec, workers)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
+    service.check_corpus_fits(spec)
     err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False,
                       markup=False)
     from sweeps.engines import slurm

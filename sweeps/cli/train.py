@@ -110,8 +110,6 @@ def generate(
     """Continue a prompt with a trained run's best checkpoint."""
     from lm.generate import generate as generate_text
 
-    if temperature < 0:
-        raise SweepsError(f"--temperature must be >= 0, got {temperature}")
     text = generate_text(run_dir, prompt, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, seed=seed)
     # Written as it is, never wrapped (rich would break it at 80 columns into a file or a

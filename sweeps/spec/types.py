@@ -16,7 +16,7 @@ import importlib.util
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -326,6 +326,24 @@ class CorpusSpec:
 # --- [space] ------------------------------------------------------------------------------------
 
 
+class _FloatSteps(Sequence[float]):
+    """``low + i * step`` for ``i`` in ``range(n)``, computed when asked (see ``values``)."""
+
+    def __init__(self, low: float, step: float, n: int) -> None:
+        self.low, self.step, self.n = low, step, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        # Rounded so 0.1 + 2 * 0.1 prints as 0.3, matching what a user wrote in choices.
+        return round(self.low + (i % self.n) * self.step, 12)
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One searched field: ``[space.<name>]``. ``when`` may be given as text; it is parsed."""
@@ -403,18 +421,20 @@ class ParamSpec:
         """Whether the parameter has a finite set of values (a grid can enumerate it)."""
         return self.type != "float" or self.step is not None
 
-    def values(self) -> list[Any]:
-        """Every value, for a grid; a float range without ``step`` has none (SweepsError)."""
+    def values(self) -> Sequence[Any]:
+        """Every value, for a grid; a float range without ``step`` has none (SweepsError).
+
+        A range is a lazy sequence, never a list: ``seed`` 0 to 4294967295 has 2**32 values
+        (a MemoryError as a list), and a grid or a draw needs only its length and a few items."""
         if self.type == "categorical":
             return list(self.choices or ())
         if self.type == "int":
-            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+            return range(int(self.low), int(self.high) + 1, int(self.step or 1))
         if self.step is None:
             raise SweepsError(
                 f"space.{self.name}: a float range has no grid; give step or use choices")
-        n = round((self.high - self.low) / self.step)
-        # Rounded so 0.1 + 2 * 0.1 prints as 0.3, matching what a user wrote in choices.
-        return [round(self.low + i * self.step, 12) for i in range(n + 1)]
+        return _FloatSteps(float(self.low), float(self.step),
+                           round((self.high - self.low) / self.step) + 1)
 
     def probe_values(self) -> list[Any]:
         """A few values to validate: the bounds (and the choices) of the range."""

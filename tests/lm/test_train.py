@@ -381,7 +381,7 @@ def test_child_entry_rejects_a_missing_corpus_and_writes_nothing(
     assert main([]) == 2
 
 
-def test_a_training_split_shorter_than_a_window_is_bad_input(
+def test_a_training_split_shorter_than_a_window_is_its_own_outcome(
     train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import lm.tokens
@@ -393,9 +393,12 @@ def test_a_training_split_shorter_than_a_window_is_bad_input(
         return dataclasses.replace(cache, train=cache.train[:64])
 
     monkeypatch.setattr(lm.tokens, "load_tokens", short)
-    with pytest.raises(SweepsError, match="the training split has 64 tokens, fewer than seq_len"):
-        run(tiny_config(train_corpus, seq_len=64), tmp_path / "r")
-    assert not (tmp_path / "r").exists()  # checked before anything is written
+    # Not bad input (the config and the corpus are each fine): the configuration's own ending,
+    # counted by the orchestrator rather than re-queued as an environment failure.
+    result = run(tiny_config(train_corpus, seq_len=64), tmp_path / "r")
+    assert result.outcome == outcomes.TOO_LITTLE_DATA
+    assert "the training split has 64 tokens, fewer than seq_len" in result.reason
+    assert json.loads((tmp_path / "r" / "result.json").read_text())["outcome"] == result.outcome
 
 
 def test_fp16_on_a_cpu_only_machine_is_bad_input(train_corpus: Path, tmp_path: Path) -> None:

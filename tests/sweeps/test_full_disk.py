@@ -1,0 +1,69 @@
+"""A nearly full runs dir (issue 24, item 5): with a few KiB free, the baseline trial's child died
+writing (exit 1, its log empty) and the trial was recorded "crashed: exit code 1 without
+result.json", counted and never re-queued. The parent now checks that the run dir has room for a
+result before it blames the configuration: no room is the environment's failure, re-queued."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from sweeps import storage as st
+from sweeps import workers as wk
+from sweeps.runner import classify, run_dir_unwritable
+from sweeps.spec import StudySpec
+from tests.sweeps.helpers import shared_corpus, spec_dict
+
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 300 KiB tmpfs with 8 KiB free (root only: skipped where mount is not allowed)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
+    try:
+        (mount / "runs").mkdir()
+        (mount / "fill").write_bytes(b"\0" * (292 * 1024))
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_child_without_result_on_a_full_disk_is_the_environments_failure(
+        small_disk: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = StudySpec.from_dict(spec_dict(
+        "full", shared_corpus(tmp_path_factory), fixed={"tokenizer": "byte", "vocab_size": 260},
+        space={"lr": {"low": 0.001, "high": 0.01}}, study={"n_trials": 2}))
+    storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
+                              grace_period=5, max_retries=spec.limits.max_retries)
+    wk.create_or_resume(spec, storage)
+    study = wk.load_for_workers(spec, storage)
+    monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
+    options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)
+    [result] = wk.run_workers(spec, storage, study, small_disk / "runs", options)
+    assert result.error is not None and "failed for the environment" in result.error
+    trials = study.get_trials()
+    assert wk.budget_state(trials, 2).finished == 0  # nothing counted against n_trials
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert failed and all(t.user_attrs.get("environment_failure") for t in failed)
+    assert sum(t.state == TrialState.WAITING for t in trials) >= 1  # re-queued
+
+
+def test_the_room_check_blames_only_a_dir_without_room(small_disk: Path, tmp_path: Path) -> None:
+    assert run_dir_unwritable(tmp_path) is None
+    assert list(tmp_path.glob(".sweeps-probe*")) == []  # the probe leaves nothing
+    why = run_dir_unwritable(small_disk / "runs")
+    assert why is not None and "No space left" in why
+    outcome, reason = classify(1, None, None, small_disk / "runs", unwritable=why)
+    assert outcome == "crashed" and reason.startswith("environment:")
+    assert classify(1, None, None, tmp_path)[1].startswith("exit code 1")  # a real crash
