@@ -24,7 +24,8 @@ from sweeps.launchers import PopenChild
 from sweeps.runner import RunnerContext, run_trial
 from sweeps.spec import StudySpec
 from sweeps.workers import create_or_resume, load_for_workers
-from tests.sweeps.helpers import CPU, shared_corpus, spec_dict
+from tests.shared import shared_corpus
+from tests.sweeps.helpers import CPU, spec_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error, sweeps
-from tests.sweeps.helpers import shared_corpus, spec_dict, toml_text
+from tests.sweeps.helpers import spec_dict, toml_text
 
 
 def test_status_shows_every_study_and_names_the_damaged_one(tmp_path: Path) -> None:

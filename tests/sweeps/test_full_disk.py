@@ -16,7 +16,8 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.runner import classify, run_dir_unwritable
 from sweeps.spec import StudySpec
-from tests.sweeps.helpers import shared_corpus, spec_dict
+from tests.shared import shared_corpus
+from tests.sweeps.helpers import spec_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 

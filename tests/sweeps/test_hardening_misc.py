@@ -14,8 +14,9 @@ from lm.errors import SweepsError
 from sweeps import plan
 from sweeps.spec import StudySpec
 from sweeps.storage import mask_url
+from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error, sweeps
-from tests.sweeps.helpers import shared_corpus, spec_dict
+from tests.sweeps.helpers import spec_dict
 
 
 @pytest.mark.parametrize("text", [

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from sweeps.text import MAX_LINE_CHARS, elide
+from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error, sweeps
-from tests.sweeps.helpers import shared_corpus, spec_dict, toml_text
+from tests.sweeps.helpers import spec_dict, toml_text
 
 
 def test_elide_keeps_the_start_and_the_fix() -> None:

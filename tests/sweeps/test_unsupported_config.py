@@ -18,8 +18,9 @@ from lm.tokens import load_tokens, token_ceiling
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec
+from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error
-from tests.sweeps.helpers import shared_corpus, spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 

@@ -20,7 +20,8 @@ from sweeps.plan import _draw
 from sweeps.space import grid_points, grid_search_space
 from sweeps.spec import StudySpec
 from sweeps.spec.types import ParamSpec
-from tests.sweeps.helpers import shared_corpus, spec_dict, toml_text
+from tests.shared import shared_corpus
+from tests.sweeps.helpers import spec_dict, toml_text
 
 WIDE = 2**62
 
