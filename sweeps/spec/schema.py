@@ -84,6 +84,21 @@ def _rule(cls: type) -> dict[str, Any]:
     return {"anyOf": [{"type": "boolean"}, table(cls, skip=("enabled",))]}
 
 
+def engine_schema() -> dict[str, Any]:
+    """The ``[engine]`` table: ``name`` picks the engine, the rest are the Slurm engine's
+    options (``sweeps.engines.slurm``, which checks their values)."""
+    from sweeps.engines import ENGINE_KEYS, ENGINES
+
+    text, count = {"type": "string"}, {"type": "integer", "minimum": 0}
+    props: dict[str, Any] = {
+        "name": {"enum": list(ENGINES), "default": "local"},
+        "partition": text, "time": text, "account": text, "qos": text,
+        "jobs": {"type": "integer", "minimum": 1, "default": 1}, "gpus_per_job": count,
+        "sbatch_args": {"type": "array", "items": {"type": "string", "pattern": "^--"}}}
+    assert set(props) == set(ENGINE_KEYS)
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
 def spec_schema() -> dict[str, Any]:
     """The whole spec: its top-level tables, each from its type."""
     objective = {"anyOf": [{"enum": list(METRICS)}, {**table(Objective), "required": ["metric"]}]}
@@ -128,6 +143,7 @@ def spec_schema() -> dict[str, Any]:
             "budgets": {"type": "array", "items": {"type": "number"}},
             "sizes": {"type": "array", "items": {"type": "object"}},
             "seeds": {"type": "array", "items": {"type": "integer"}}}},
+        "engine": engine_schema(),
     }
     assert set(top) == set(_TOP_KEYS)
     return {"$schema": SCHEMA_URI, "title": "sweeps study spec", "type": "object",
