@@ -156,6 +156,7 @@ def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
                       "bad.json", "not valid JSON")
 
 
+@pytest.mark.study
 def test_train_warns_when_the_budget_is_shorter_than_warmup_and_eval_interval(
         corpus: Path, tmp_path: Path) -> None:
     args = ["train", "--corpus", str(corpus), "--tokenizer", "byte", "--d-model", "16",

@@ -67,6 +67,7 @@ def test_a_study_without_ablation_needs_a_baseline(tmp_path: Path) -> None:
                       "--baseline")
 
 
+@pytest.mark.study
 def test_effects_of_a_real_ablation_run(tmp_path: Path, corpus: Path) -> None:
     """``sweeps run`` of a tiny [ablation] (2 points x 2 seeds), then ``sweeps effects``: the
     baseline is read from the stored spec, every point paired by seed."""

@@ -76,6 +76,7 @@ def completed(url: str, name: str) -> int:
         return 0
 
 
+@pytest.mark.study
 def test_confirm_killed_then_resumed_runs_exactly_k_times_s(tmp_path: Path, corpus: Path,
                                                             url: str) -> None:
     spec = tmp_path / "src.toml"

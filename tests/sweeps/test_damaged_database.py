@@ -98,6 +98,7 @@ def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
+@pytest.mark.study
 def test_a_worker_joins_a_study_whose_stored_spec_names_another(
         tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """A study renamed outside sweeps: its stored spec still says the old name."""
