@@ -252,6 +252,10 @@ def summary(data: StudyResults) -> str:
     if len(carried):
         sources = sorted({str(c).rsplit("#", 1)[0] for c in carried})
         extras.append(f"{len(carried):,} trials carried from {', '.join(sources)} (not run here)")
+    jobs = trials["slurm_job"].dropna() if "slurm_job" in trials else pd.Series()
+    if len(jobs):  # which Slurm job array(s) ran the study's trials (--engine slurm)
+        arrays = sorted({str(j).split("_", 1)[0] for j in jobs})
+        extras.append(f"{len(jobs):,} trials ran as Slurm jobs of {', '.join(arrays)}")
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     best = best_trial(trials)
     best_html = "<p>No trial has completed yet.</p>"
@@ -263,6 +267,8 @@ def summary(data: StudyResults) -> str:
                 ("wall time", _fmt(best["wall_s"], "{:.1f} s")),
                 ("parameters", _fmt(best["params_total"], "{:,.0f}")),
                 ("Pareto-optimal trials (val_bpb, memory)", f"{int(front['on_front'].sum())}")]
+        if isinstance(best.get("slurm_job"), str):
+            rows.insert(1, ("Slurm job", best["slurm_job"]))
         config = json.loads(best["config_json"]) if isinstance(best["config_json"], str) else {}
         config_rows = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>"
                               for k, v in config.items())

@@ -259,7 +259,7 @@ def _columns(param_names: Mapping[str, Any]) -> list[str]:
     return ["number", "state", "outcome", "reason", "under_trained",
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
             "fitted", "fitted_batch_size", "fitted_grad_accum", "retries", "retry_of",
-            "carried_from", "host",
+            "carried_from", "host", "slurm_job",
             "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
 
 
@@ -294,6 +294,7 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     row["retry_of"] = attrs.get("retry_of")
     row["carried_from"] = attrs.get("carried_from")  # "STUDY#N": added by `sweeps run --from`
     row["host"] = attrs.get("host")
+    row["slurm_job"] = attrs.get("slurm_job")  # ARRAYJOB_TASK: set by the Slurm engine's tasks
     row["run_dir"] = attrs.get("run_dir")
     row["datetime_start"] = start
     row["datetime_complete"] = end

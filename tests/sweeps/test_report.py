@@ -409,3 +409,23 @@ def test_a_section_that_cannot_apply_is_left_out() -> None:
     assert report.applies(vocab_chart, two_vocabs)
     assert report.applies(vocab_chart, one_vocab.assign(tokenizer=["bpe", "word"]))
     assert report.applies(Chart("curves", "t", "a"), one_vocab)
+
+
+def test_the_report_says_which_slurm_job_ran_a_trial(tmp_path: Path) -> None:
+    """Trials run by ``--engine slurm`` carry ``slurm_job`` (ARRAYJOB_TASK): the results frame
+    has it, the header names the job array and the best trial's table its task."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="sl", storage=st.open_storage(url))
+    for number, (bpb, job) in enumerate([(2.5, "4242_0"), (2.1, "4242_1"), (2.9, None)]):
+        attrs = {"outcome": "complete", "val_bpb": bpb, **({"slurm_job": job} if job else {})}
+        study.add_trial(optuna.trial.create_trial(value=bpb, user_attrs=attrs))
+        assert study.trials[number].user_attrs.get("slurm_job") == job
+    data = results.load(url, "sl")
+    assert list(data.trials["slurm_job"].fillna("-")) == ["4242_0", "4242_1", "-"]
+    text, _, _ = report.build(url, "sl")
+    assert "2 trials ran as Slurm jobs of 4242" in text
+    assert "<tr><th>Slurm job</th><td>4242_1</td></tr>" in text
+    # a study that never ran on Slurm says nothing of it
+    optuna.create_study(study_name="local", storage=st.open_storage(url)).add_trial(
+        optuna.trial.create_trial(value=2.0, user_attrs={"outcome": "complete", "val_bpb": 2.0}))
+    assert "Slurm" not in report.build(url, "local")[0]
