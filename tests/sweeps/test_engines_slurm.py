@@ -339,3 +339,37 @@ def test_what_slurm_refuses_is_one_line(cluster, pg_url: str, tmp_path: Path, co
     last = dead.stderr.strip().splitlines()[-1]
     assert last.startswith("error: Slurm job ") and "failed (NonZeroExitCode), exit 1:0" in last
     assert "export SWEEPS_STORAGE=<the study database URL> before sbatch" in last
+
+
+@pytest.mark.slow
+def test_a_task_killed_outright_has_its_trial_requeued_after_the_grace(
+        cluster, pg_url: str, tmp_path: Path, corpus: Path) -> None:
+    """Preemption or a lost node, as the study sees it: every process of one task SIGKILLed at
+    once (no SIGTERM, so no worker marks its trial). The trial stays RUNNING until its
+    heartbeat is older than the grace; then it is failed, re-queued and completed by the other
+    task, and the run ends with exactly n_trials."""
+    name, n = "slkill", 4
+    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=300_000)  # ~10 s a trial
+    argv = [*SWEEPS, "run", str(spec), "--engine", "slurm", "--jobs", "2", "--heartbeat", "2",
+            "--grace", "20", "--runs-dir", str(tmp_path / "runs")]
+    run = subprocess.Popen(argv, cwd=tmp_path, env=_env(cluster, pg_url),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        victim = wait_for(lambda: next((t for t in study_trials(pg_url, name)
+                                        if t.state.name == "RUNNING"
+                                        and t.user_attrs.get("slurm_job")), None),
+                          300, "a trial running in a Slurm task")
+        task = victim.user_attrs["slurm_job"]
+        cluster.run("scancel", "--signal=KILL", "--full", task)
+        _, err = run.communicate(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err[-3000:] + cluster.logs()
+    trials = _check_exact(pg_url, name, n)
+    killed = next(t for t in trials if t.number == victim.number)
+    assert killed.state.name == "FAIL", (killed.state, killed.user_attrs.get("reason"))
+    again = [t for t in trials if victim.number in t.system_attrs.get("retry_history", ())]
+    assert len(again) == 1 and again[0].user_attrs["slurm_job"] != task, [
+        (t.number, t.state.name, t.user_attrs.get("slurm_job")) for t in again]
