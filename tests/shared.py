@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,19 @@ def shared_corpus(factory: pytest.TempPathFactory) -> Path:
     return built_once(run_dir(factory) / "sweeps-corpus-300KB",
                       lambda out: prepare_synthetic(out, size_bytes=300_000, seed=0),
                       "manifest.json")
+
+
+@contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``"100k"``) mounted at ``where`` (created), for full-disk tests;
+    root only: the test is skipped where mount is not allowed. Unmounted lazily at the end, so
+    a process still holding a file there does not fail the test's teardown."""
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)

@@ -12,22 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared import small_tmpfs
 from tests.sweeps.cli import assert_user_error
 
 
 @pytest.fixture()
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A 100 KiB tmpfs (root only: skipped where mount is not allowed)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
-    try:
+    with small_tmpfs(tmp_path / "small", "100k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def _prepare(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -4,13 +4,12 @@ made ``status`` crash for every study; a SQLite URL naming a directory said "doe
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tests.shared import shared_corpus
+from tests.shared import shared_corpus, small_tmpfs
 from tests.sweeps.cli import assert_user_error, sweeps
 from tests.sweeps.helpers import spec_dict, toml_text
 
@@ -80,13 +79,7 @@ def test_sqlite_errors_name_their_cause() -> None:
 
 def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
         tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
-    try:
+    with small_tmpfs(tmp_path / "small", "40k") as mount:
         (mount / "fill").write_bytes(b"\0" * (36 * 1024))
         spec = tmp_path / "spec.toml"
         data = spec_dict("s", shared_corpus(tmp_path_factory))
@@ -94,8 +87,6 @@ def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
         proc = sweeps("run", str(spec), "--storage", f"sqlite:///{mount / 'db.sqlite'}")
         assert_user_error(proc, "disk is full: free some space")
         assert [p.name for p in mount.iterdir()] == ["fill"]  # no db, -wal or -shm left
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 @pytest.mark.study

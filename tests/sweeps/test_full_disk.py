@@ -5,7 +5,6 @@ result before it blames the configuration: no room is the environment's failure,
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.runner import classify, run_dir_unwritable
 from sweeps.spec import StudySpec
-from tests.shared import shared_corpus
+from tests.shared import shared_corpus, small_tmpfs
 from tests.sweeps.helpers import spec_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
@@ -25,18 +24,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 300 KiB tmpfs with 8 KiB free (root only: skipped where mount is not allowed)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
-    try:
+    with small_tmpfs(tmp_path / "small", "300k") as mount:
         (mount / "runs").mkdir()
         (mount / "fill").write_bytes(b"\0" * (292 * 1024))
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_a_child_without_result_on_a_full_disk_is_the_environments_failure(
