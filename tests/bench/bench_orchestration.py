@@ -44,7 +44,7 @@ from sweeps.spec import StudySpec
 
 # Run as a script, the repository root is not on sys.path; the PostgreSQL helper lives in tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.sweeps.pg import PG_ADMIN, bench_database
+from tests.sweeps.pg import bench_storages
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> StudySpec:
@@ -107,12 +107,7 @@ def main() -> None:
         prepare_synthetic(corpus, size_bytes=300_000, seed=0)
         for vocab in (300, 600):  # token caches built once, outside the timings
             load_tokens(corpus, "word", vocab)
-        storages = [("sqlite", f"sqlite:///{work / 'bench.db'}", None)]
-        pg = bench_database()
-        if pg is not None:
-            storages.append(("postgresql", pg[0], pg[1]))
-        else:
-            print(f"postgresql: skipped ({st.mask_url(PG_ADMIN)} is unreachable)")
+        storages = bench_storages(f"sqlite:///{work / 'bench.db'}")
         print(f"{args.trials} trials of {args.tokens:,} tokens each (d_model 16, one layer, "
               f"one evaluation), one worker, {os.cpu_count()} cores")
         print(f"{'storage':<11} {'launcher':<11} {'sweep wall':>10} {'launcher start':>14} "

@@ -53,7 +53,7 @@ from sweeps import runner
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec
-from tests.sweeps.pg import PG_ADMIN, bench_database
+from tests.sweeps.pg import bench_storages
 
 WORKERS = (1, 2, 4, 8)
 RETRIES = 3
@@ -220,12 +220,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
-        storages = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.db'}", None)]
-        pg = bench_database()
-        if pg is not None:
-            storages.append(("postgresql", pg[0], pg[1]))
-        else:
-            print(f"postgresql: skipped ({st.mask_url(PG_ADMIN)} is unreachable)")
+        storages = bench_storages(f"sqlite:///{Path(tmp) / 'bench.db'}")
         print(f"{args.trials} trials per run, {args.evals} evaluations each, "
               f"{args.train_s:g} s of simulated training per trial, {os.cpu_count()} cores")
         print(f"{'storage':<11} {'workers':>7} {'trials/min':>11} {'finished':>14} "

@@ -223,3 +223,15 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def worker_study(spec: Any, db: Path) -> tuple[Any, optuna.Study]:
+    """``spec``'s study on a SQLite file at ``db``, created or resumed as ``sweeps run`` does,
+    with a short heartbeat (1 s) and grace (5 s) so a test sees a dead trial failed quickly:
+    (storage, study) ready for ``sweeps.workers.run_workers``."""
+    from sweeps import workers as wk
+
+    storage = st.open_storage(f"sqlite:///{db}", heartbeat_interval=1, grace_period=5,
+                              max_retries=spec.limits.max_retries)
+    wk.create_or_resume(spec, storage)
+    return storage, wk.load_for_workers(spec, storage)

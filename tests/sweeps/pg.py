@@ -40,18 +40,22 @@ def create_database(prefix: str) -> tuple[sa.URL, Callable[[], None]]:
     return admin.set(database=name, drivername="postgresql"), drop
 
 
-def bench_database() -> tuple[str, Callable[[], None]] | None:
-    """For the benchmarks: a fresh database on the local server (its URL, password shown) and a
-    function that drops it; None if the server or psycopg is not there."""
+def bench_storages(sqlite_url: str) -> list[tuple[str, str, Callable[[], None] | None]]:
+    """For the benchmarks: (label, URL, drop) of the SQLite file at ``sqlite_url`` and of a fresh
+    database on the local PostgreSQL server (its password shown; ``drop`` removes it), the
+    latter left out, and said so, where the server or psycopg is not there."""
+    storages: list[tuple[str, str, Callable[[], None] | None]] = [("sqlite", sqlite_url, None)]
     try:
         import psycopg
     except ImportError:
-        return None
+        print("postgresql: skipped (psycopg is not installed)")
+        return storages
     try:
         url, drop = create_database("sweeps_bench")
     except psycopg.OperationalError:
-        return None
-    return url.render_as_string(hide_password=False), drop
+        print(f"postgresql: skipped ({mask_url(PG_ADMIN)} is unreachable)")
+        return storages
+    return [*storages, ("postgresql", url.render_as_string(hide_password=False), drop)]
 
 
 @contextmanager

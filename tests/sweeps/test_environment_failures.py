@@ -17,20 +17,16 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.launchers import PopenChild
 from sweeps.spec import StudySpec
 from tests.shared import shared_corpus
-from tests.sweeps.helpers import CPU, spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import CPU, spec_dict, sweeps_run, toml_text, worker_study
 
 
 def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, Any, Any]:
     spec = StudySpec.from_dict(data)
-    storage = st.open_storage(f"sqlite:///{tmp / 'db.sqlite'}", heartbeat_interval=1,
-                              grace_period=5, max_retries=spec.limits.max_retries)
-    wk.create_or_resume(spec, storage)
-    return spec, storage, wk.load_for_workers(spec, storage)
+    return (spec, *worker_study(spec, tmp / "db.sqlite"))
 
 
 @pytest.mark.study

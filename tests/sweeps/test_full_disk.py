@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.runner import classify, run_dir_unwritable
 from sweeps.spec import StudySpec
 from tests.shared import shared_corpus, small_tmpfs
-from tests.sweeps.helpers import spec_dict
+from tests.sweeps.helpers import spec_dict, worker_study
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
@@ -36,10 +35,7 @@ def test_a_child_without_result_on_a_full_disk_is_the_environments_failure(
     spec = StudySpec.from_dict(spec_dict(
         "full", shared_corpus(tmp_path_factory), fixed={"tokenizer": "byte", "vocab_size": 260},
         space={"lr": {"low": 0.001, "high": 0.01}}, study={"n_trials": 2}))
-    storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
-                              grace_period=5, max_retries=spec.limits.max_retries)
-    wk.create_or_resume(spec, storage)
-    study = wk.load_for_workers(spec, storage)
+    storage, study = worker_study(spec, tmp_path / "db.sqlite")
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
     options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)
     [result] = wk.run_workers(spec, storage, study, small_disk / "runs", options)

@@ -33,12 +33,12 @@ from sweeps.runner import (
     run_trial,
 )
 from sweeps.spec import StudySpec
-from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import (
     CPU,
     TINY,
     lm_processes,
     spec_dict,
+    worker_study,
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -48,10 +48,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorage, optuna.Study]:
     spec = StudySpec.from_dict(data, source=tmp / "spec.toml")
-    storage = st.open_storage(f"sqlite:///{tmp / 'sweeps.db'}", heartbeat_interval=1,
-                              grace_period=5, max_retries=spec.limits.max_retries)
-    create_or_resume(spec, storage)
-    return spec, storage, load_for_workers(spec, storage)
+    return (spec, *worker_study(spec, tmp / "sweeps.db"))
 
 
 def context(spec: StudySpec, storage: Any, study: optuna.Study, tmp: Path, launcher: Any,

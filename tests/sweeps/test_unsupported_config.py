@@ -15,12 +15,11 @@ from optuna.trial import TrialState
 
 from lm import outcomes
 from lm.tokens import load_tokens, token_ceiling
-from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec
 from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error
-from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text, worker_study
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
@@ -70,10 +69,7 @@ def test_a_config_the_corpus_cannot_support_is_counted_as_its_own_outcome(
         "short", corpus, fixed={"tokenizer": "word", "vocab_size": 300},
         study={"n_trials": 2}, space={"seq_len": {"choices": [16, seq_len]}},
         enqueue=[{"seq_len": seq_len}, {"seq_len": 16}]))
-    wk_storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
-                                 grace_period=5, max_retries=spec.limits.max_retries)
-    wk.create_or_resume(spec, wk_storage)
-    study = wk.load_for_workers(spec, wk_storage)
+    wk_storage, study = worker_study(spec, tmp_path / "db.sqlite")
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
     options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)
     [result] = wk.run_workers(spec, wk_storage, study, tmp_path / "runs", options)
