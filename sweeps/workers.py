@@ -50,6 +50,7 @@ from lm import host, outcomes
 from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import storage as st
+from sweeps.claims import claim_lock
 from sweeps.fork import CarryPlan, add_once, is_carried
 from sweeps.launchers import Launcher, make_launcher
 from sweeps.runner import (
@@ -305,8 +306,16 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
     ``done`` when every trial of the budget is finished. Otherwise ``ask`` (a WAITING trial
     first), then check the trial is inside the budget: a worker elsewhere may have asked at the
     same moment, and the one outside hands its trial back (RUNNING -> WAITING, not counted).
-    ``(False, None)``: nothing to start now (the budget is full of running trials).
+    ``(False, None)``: nothing to start now (the budget is full of running trials). Under the
+    study's claim lock (``sweeps.claims``), so on PostgreSQL and SQLite the hand-back is only a
+    fallback.
     """
+    with claim_lock(storage, study.study_name):  # so concurrent workers never ask past n_trials
+        return _claim(study, storage, n_trials)
+
+
+def _claim(study: optuna.Study, storage: RDBStorage,
+           n_trials: int) -> tuple[bool, optuna.Trial | None]:
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.done:
         return True, None
