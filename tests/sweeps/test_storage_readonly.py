@@ -165,3 +165,26 @@ def test_a_foreign_postgres_database_gets_no_tables(pg_url: str, tmp_path: Path)
     with engine.connect() as conn:
         assert sa.inspect(conn).get_table_names() == ["invoices"]
     engine.dispose()
+
+
+def test_write_commands_on_a_read_only_mount_say_read_only(tmp_path: Path) -> None:
+    """#24 item 7, end to end: root ignores file modes, so a read-only bind mount stands in for a
+    read-only file; the error names that, not a damaged database, and changes nothing."""
+    directory = tmp_path / "db"
+    directory.mkdir()
+    if not _read_only_mount_works(directory):
+        pytest.skip("no private read-only bind mount here (needs unshare -m and mount rights)")
+    url = f"sqlite:///{directory / 's.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(storage=url, study_name="s").optimize(lambda t: 1.0, n_trials=1)
+    before = snapshot(directory)
+    for args in (["delete", "s", "--yes"], ["rename", "s", "t"]):
+        command = " ".join(f"'{a}'" for a in [sys.executable, "-m", "sweeps", *args,
+                                              "--storage", url])
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount --bind '{directory}' '{directory}' && "
+             f"mount -o remount,bind,ro '{directory}' && exec {command}"],
+            capture_output=True, text=True, timeout=300)
+        assert_user_error(proc, "read-only", "make both writable")
+        assert "SQLite database" not in proc.stderr
+    assert snapshot(directory) == before
