@@ -263,6 +263,9 @@ class Effects:
     level: float  # the significance level of the verdicts
     baseline: dict[str, Any]
     rows: tuple[Effect, ...]
+    #: Configurations with no complete trial (every one stopped: a verdict, OOM, a pruner...):
+    #: (label, what happened to them), so a level is never dropped from a table silently.
+    not_compared: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.direction not in ("minimize", "maximize"):
@@ -286,7 +289,8 @@ class Effects:
     def as_dict(self) -> dict[str, Any]:
         return {"study": self.study, "metric": self.metric, "direction": self.direction,
                 "level": self.level, "confidence": CONFIDENCE, "baseline": self.baseline,
-                "rows": [_finite(e.as_dict()) for e in self.rows]}
+                "rows": [_finite(e.as_dict()) for e in self.rows],
+                "not_compared": [{"config": c, "trials": what} for c, what in self.not_compared]}
 
 
 def _finite(value: Any) -> Any:
@@ -392,7 +396,26 @@ def effects(trials: pd.DataFrame, *, study: str, baseline: Mapping[str, Any],
                            int(rep["n"]), float(rep["mean"]), float(rep["sd"]),
                            tuple(rep["seeds"]), c, p_holm, verdict, needed,
                            tuple(rep["trials"])))
-    return Effects(study, metric, direction, level, dict(baseline), tuple(rows))
+    return Effects(study, metric, direction, level, dict(baseline), tuple(rows),
+                   not_compared(trials, done))
+
+
+def not_compared(trials: pd.DataFrame, done: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    """The configurations of finished trials none of which is in ``done`` (the scored ones),
+    each with its trials' outcomes and seeds: ``("lr=0.3", "unigram_collapse: seeds 0, 1")``."""
+    names = config_params(trials)
+    compared = {label(params_of(row, names)) for _, row in done.iterrows()}
+    found: dict[str, dict[str, list[str]]] = {}
+    finished = trials[trials["outcome"].notna() & (trials["state"] != "RUNNING")] \
+        if "state" in trials else trials[trials["outcome"].notna()]
+    for (_, row), seed in zip(finished.iterrows(), seeds_of(finished), strict=True):
+        config = label(params_of(row, names))
+        if config not in compared:
+            found.setdefault(config, {}).setdefault(str(row["outcome"]), []).append(
+                "?" if seed is None else str(seed))
+    return tuple((config, "; ".join(f"{o}: seed{'s' if len(v) > 1 else ''} {', '.join(v)}"
+                                    for o, v in by.items()))
+                 for config, by in found.items())
 
 
 def _values_by_seed(done: pd.DataFrame, metric: str) -> dict[str, dict[Any, float]]:
@@ -479,7 +502,16 @@ def markdown(result: Effects) -> str:
                  f"(`scipy.stats.ttest_rel`), Holm-corrected across the {len(rows) - 1} "
                  f"comparisons; verdicts at level {result.level:g} ({result.direction} "
                  f"{result.metric}).")
+    lines += stopped_lines(result)
     return "\n".join(lines) + "\n"
+
+
+def stopped_lines(result: Effects) -> list[str]:
+    """What ``not_compared`` holds, as text: none of these trials has a value to compare."""
+    if not result.not_compared:
+        return []
+    return ["", "Not compared (no complete trial, so no value at the end of its budget):", *(
+        f"- {config}: {what}" for config, what in result.not_compared)]
 
 
 # --- ranking (confirm) -------------------------------------------------------------------------

@@ -67,6 +67,8 @@ def effects(
     else:
         print_table(f"effects on {result.metric} in study {study} ({result.direction})",
                     fx.table_rows(result))
+        for line in fx.stopped_lines(result)[1:]:
+            typer.echo(plain(line))
 
 
 def print_table(title: str, rows: list[dict[str, str]]) -> None:

@@ -205,3 +205,18 @@ def test_rank_says_whether_the_best_beats_the_runner_up() -> None:
     assert (ranking.rows["low"] < ranking.rows["mean"]).all()
     tied = table({1: noisy(2.2, 3, 0.02, rng), 2: noisy(2.2, 3, 0.02, rng)})
     assert fx.rank(tied).distinguishable is False
+
+
+def test_a_configuration_with_no_complete_trial_is_named_not_dropped() -> None:
+    trials = table({256: [2.193, 2.203], 64: [2.214, 2.219]})
+    for number, seed in ((10, 0), (11, 1)):
+        trials.loc[len(trials)] = {"number": number, "outcome": "unigram_collapse",
+                                   "param_d_ff": 1, "param_seed": seed, "seed": seed,
+                                   "val_bpb": 2.77}
+    result = fx.effects(trials, study="s", baseline={"d_ff": 256})
+    assert [e.level for e in result.rows] == ["d_ff=256", "64"]
+    assert result.not_compared == (("d_ff=1", "unigram_collapse: seeds 0, 1"),)
+    text = fx.markdown(result)
+    assert "Not compared" in text and "- d_ff=1: unigram_collapse: seeds 0, 1" in text
+    assert result.as_dict()["not_compared"] == [{"config": "d_ff=1",
+                                                 "trials": "unigram_collapse: seeds 0, 1"}]
