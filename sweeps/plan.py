@@ -167,12 +167,12 @@ def grid_summary(spec: StudySpec, cells: list[GridCell]) -> tuple[str, object]:
 def carry_rows(spec: StudySpec, url: str, from_study: str) -> list[tuple[str, object]]:
     """The plan's lines on ``--from``: how many trials carry over, and why the others do not
     (the database is opened read-only)."""
-    from sweeps import fork
+    from sweeps import warm_start
     from sweeps.storage import read_only_storage
 
     storage = read_only_storage(url)
     try:
-        return fork.read(storage, spec, from_study, url).rows()
+        return warm_start.read(storage, spec, from_study, url).rows()
     finally:
         storage.engine.dispose()
 

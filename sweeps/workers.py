@@ -50,7 +50,6 @@ from lm import host, outcomes
 from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import storage as st
-from sweeps.fork import CarryPlan, add_once, is_carried
 from sweeps.launchers import Launcher, make_launcher
 from sweeps.runner import (
     RunnerContext,
@@ -64,6 +63,7 @@ from sweeps.runner import (
 from sweeps.space import make_pruner, make_sampler
 from sweeps.spec import StudySpec
 from sweeps.spec.types import MAX_SAMPLER_SEED
+from sweeps.warm_start import CarryPlan, add_once, is_carried
 
 #: Default heartbeat: a beat every 10 s; silent for 60 s = dead.
 HEARTBEAT_INTERVAL_S = 10
