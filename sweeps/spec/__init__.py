@@ -72,7 +72,7 @@ Example::
 
 
 from sweeps.conditions import Condition, parse_condition
-from sweeps.spec.checks import iter_grid, validate_tokenizer
+from sweeps.spec.checks import iter_grid
 from sweeps.spec.reader import load_spec
 from sweeps.spec.types import (
     DEFAULT_OBJECTIVES,
@@ -132,5 +132,4 @@ __all__ = [
     "load_spec",
     "parse_bytes",
     "parse_condition",
-    "validate_tokenizer",
 ]

@@ -41,15 +41,6 @@ def build(values: dict[str, Any]) -> TrainConfig:
     return TrainConfig.from_dict({"corpus": _PROBE_CORPUS, **values})
 
 
-def validate_tokenizer(cfg: TrainConfig) -> None:
-    """SweepsError when the tokenizer cannot have this vocab_size (checked by lm.tokenizers).
-
-    ``TrainConfig`` already runs this check when it is built; kept for ``sweeps.space``."""
-    from lm.tokenizers import validate_tokenizer_args
-
-    validate_tokenizer_args(cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
-
-
 def iter_grid(params: Iterable[ParamSpec], base: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """Every point of a finite space, conditions respected: a parameter whose condition does not
     hold (given ``base`` and the parameters before it) is left out of that point, so no point
