@@ -342,6 +342,7 @@ def budget_bytes(text: str | None, limits: Limits | None, device: str,
 def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[str, Any]], str]:
     """The space's grid when it is small and finite, else a seeded sample of it."""
     from sweeps.space import grid_points
+    from sweeps.spec import walk_one
 
     try:
         return grid_points(spec, limit=MAX_TABLE_POINTS), "grid"
@@ -353,11 +354,7 @@ def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[s
     for _ in range(samples * 20):
         if len(seen) >= samples:
             break
-        env, point = dict(base), {}
-        for p in spec.space:
-            if p.when is not None and not p.when.holds(env):
-                continue
-            env[p.name] = point[p.name] = _draw(p, rng)
+        point = walk_one(spec.space, base, lambda p: _draw(p, rng))
         if point not in seen:
             seen.append(point)
     return seen, f"sample of {len(seen)} (seed {seed})"

@@ -14,6 +14,8 @@ The package is split by concern:
 - ``types``: the frozen dataclasses (``StudySpec``, ``Limits``, ``ParamSpec``, ...), each checking
   its own rules in ``__post_init__``, so every way of building one is safe;
 - ``reader``: the TOML layout (``load_spec``, ``StudySpec.from_dict``), driven by the types' fields;
+- ``walk``: the suggestion order of a conditional space and the one walk over it that honours
+  ``when`` conditions (a trial's draw, the grid, a warm start, an enqueued config);
 - ``checks``: the cross-checks that build real ``TrainConfig`` objects (fixed values alone, then
   each bound of each searched field, each enqueued config, each ablation point), so a spec that
   could only produce invalid configs fails now, not after an hour of trials.
@@ -72,7 +74,6 @@ Example::
 
 
 from sweeps.conditions import Condition, parse_condition
-from sweeps.spec.checks import iter_grid
 from sweeps.spec.reader import load_spec
 from sweeps.spec.types import (
     DEFAULT_OBJECTIVES,
@@ -101,6 +102,7 @@ from sweeps.spec.types import (
     budget_tokens,
     parse_bytes,
 )
+from sweeps.spec.walk import iter_grid, walk_one, walk_space
 
 __all__ = [
     "DEFAULT_OBJECTIVES",
@@ -132,4 +134,6 @@ __all__ = [
     "load_spec",
     "parse_bytes",
     "parse_condition",
+    "walk_one",
+    "walk_space",
 ]

@@ -26,9 +26,7 @@ from sweeps.spec.checks import (
     check_enqueue,
     check_fixed,
     check_literals,
-    iter_grid,
     normalise,
-    order,
 )
 from sweeps.spec.types import (
     DEFAULT_OBJECTIVES,
@@ -55,6 +53,7 @@ from sweeps.spec.types import (
     check_search,
     train_defaults,
 )
+from sweeps.spec.walk import iter_grid, order
 
 _TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation", "scaling",
              "engine")
