@@ -219,19 +219,19 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
 def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     """The dry run's lines on successive halving / Hyperband: the rungs, who goes on, and how
     many optimizer steps the first rung comes after (over the space's grid or a sample)."""
-    from sweeps import fidelity
+    from sweeps.spec import halving
 
     p = spec.study.pruner
     if not p.by_tokens:
         return []
-    study_rungs = fidelity.rungs(spec)
+    study_rungs = halving.rungs(spec)
     shown = ", ".join(f"{r:,}" for r in study_rungs)
     rows: list[tuple[str, object]] = [(
         "rungs", f"{shown} tokens: at each, a trial goes on only among the best "
                  f"1/{p.reduction_factor} of the trials that reached it (once "
                  f"{p.min_trials or p.reduction_factor} have)")]
     if p.name == "hyperband":
-        n = fidelity.n_brackets(spec, study_rungs)
+        n = halving.n_brackets(spec, study_rungs)
         rows.append(("brackets", f"{n}, by trial number (number mod {n}): the k-th bracket is "
                                  "judged from the k-th rung on, the last one never"))
     points, how = sample_points(spec, samples, 0)

@@ -43,7 +43,7 @@ def check_run_options(workers: int | None, n_trials: int | None, heartbeat: int,
 
 def check_n_trials(spec: StudySpec, n_trials: int | None) -> None:
     """``--n-trials`` against the spec: an IsoFLOP grid runs at most its cells."""
-    from sweeps.spec.types import too_many_cells
+    from sweeps.spec.rules import too_many_cells
 
     problem = None if n_trials is None else too_many_cells(spec, n_trials)
     if problem is not None:

@@ -41,7 +41,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from lm.errors import SweepsError
 from sweeps import optuna_compat
-from sweeps.spec import ParamSpec, StudySpec, walk_one
+from sweeps.spec import ParamSpec, StudySpec, read_spec, walk_one
 
 #: The user attribute that marks a carried trial: "STUDY#N" (its study and number there).
 CARRIED_FROM = "carried_from"
@@ -127,7 +127,7 @@ def _old_base(stored: Any) -> dict[str, Any] | None:
     if not isinstance(stored, dict):
         return None
     try:
-        return StudySpec.from_dict(stored, check_paths=False).base_values()
+        return read_spec(stored, check_paths=False).base_values()
     except SweepsError:
         return None
 

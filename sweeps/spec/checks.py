@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from lm.config import TrainConfig
 from lm.errors import FieldError, SweepsError
-from sweeps.spec.types import Ablation, ParamSpec, same, train_defaults
+from sweeps.spec.types import Ablation, ParamSpec
+from sweeps.spec.values import same, train_defaults
 from sweeps.spec.walk import walk_one
 
 TRAIN_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TrainConfig)}

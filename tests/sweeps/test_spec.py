@@ -19,6 +19,7 @@ from sweeps.spec import (
     load_spec,
     parse_bytes,
     parse_condition,
+    read_spec,
     walk_one,
     walk_space,
 )
@@ -53,7 +54,7 @@ def base(corpus_dir: Path) -> dict[str, Any]:
 
 
 def parse(data: dict[str, Any], **kwargs: Any) -> StudySpec:
-    return StudySpec.from_dict(data, source="spec.toml", **kwargs)
+    return read_spec(data, source="spec.toml", **kwargs)
 
 
 def write(path: Path, text: str) -> Path:
@@ -147,7 +148,7 @@ def test_to_dict_round_trips(corpus_dir: Path) -> None:
     assert spec.study.storage == "postgresql://u:secret@db/sweeps"
     stored = spec.to_dict()
     assert "secret" not in repr(stored)  # the copy kept in the database holds no password
-    again = StudySpec.from_dict(stored, check_paths=False)
+    again = read_spec(stored, check_paths=False)
     assert again.study == dataclasses.replace(spec.study, storage=None)
     assert again.space == spec.space
     assert again.fixed == spec.fixed

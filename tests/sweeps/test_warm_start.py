@@ -17,7 +17,7 @@ from optuna.trial import TrialState, create_trial
 from sweeps import storage as st
 from sweeps import warm_start
 from sweeps.results import study_frame
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from tests.sweeps.helpers import spec_dict, study_trials, sweeps_run, toml_text
 
 LR = {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}
@@ -71,7 +71,7 @@ def test_the_plan_says_what_carries_over_and_why_not(base_db: tuple[Path, str],
 def test_a_bigger_budget_carries_nothing_and_says_which_field(base_db: tuple[Path, str],
                                                              corpus: Path) -> None:
     _, url = base_db
-    spec = StudySpec.from_dict(warm_spec(corpus, fixed={"max_tokens": 8000}))
+    spec = read_spec(warm_spec(corpus, fixed={"max_tokens": 8000}))
     storage = st.read_only_storage(url)
     carry = warm_start.read(storage, spec, "base", url)
     assert carry.templates == []
@@ -82,9 +82,9 @@ def test_a_bigger_budget_carries_nothing_and_says_which_field(base_db: tuple[Pat
 def test_reasons_for_choices_fitted_values_and_unfinished_trials(corpus: Path) -> None:
     from sweeps.space import distributions
 
-    spec = StudySpec.from_dict(warm_spec(corpus))
+    spec = read_spec(warm_spec(corpus))
     space = distributions(spec)
-    base = StudySpec.from_dict(base_spec(corpus)).base_values()
+    base = read_spec(base_spec(corpus)).base_values()
     old = {"vocab_size": optuna.distributions.CategoricalDistribution([300, 600, 900]),
            "lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True)}
 
@@ -147,7 +147,7 @@ def test_the_sampler_sees_the_carried_trials(base_db: tuple[Path, str], corpus: 
     _, url = base_db
     from sweeps import workers as wk
 
-    spec = StudySpec.from_dict(warm_spec(corpus, name="probe"))
+    spec = read_spec(warm_spec(corpus, name="probe"))
     storage = st.open_storage(url)
     try:
         wk.create_or_resume(spec, storage, carry=warm_start.read(storage, spec, "base", url))
