@@ -110,7 +110,7 @@ def plan(storage: Any, source: str, *, top: int, seeds: int,
 def confirm_spec(stored: dict[str, Any], name: str, configs: list[dict[str, Any]],
                  seeds: tuple[int, ...]) -> Any:
     """The source spec with its search replaced by the enqueued configurations x seeds."""
-    from sweeps.spec import StudySpec
+    from sweeps.spec import read_spec
 
     data = copy.deepcopy(stored)
     old_space = data.pop("space", {}) or {}
@@ -133,8 +133,8 @@ def confirm_spec(stored: dict[str, Any], name: str, configs: list[dict[str, Any]
                   "n_trials": len(configs) * len(seeds)})
     study.pop("timeout", None)  # the source's search budget is no limit on a confirmation
     data["study"] = study
-    return StudySpec.from_dict(data, source=f"confirmation of {name.removesuffix(SUFFIX)!r}",
-                               check_paths=False)
+    return read_spec(data, source=f"confirmation of {name.removesuffix(SUFFIX)!r}",
+                     check_paths=False)
 
 
 def link(storage: Any, study: Any, the_plan: Plan) -> None:

@@ -335,11 +335,11 @@ def _same(a: Any, b: Any) -> bool:
 def spec_baseline(spec: Any) -> dict[str, Any] | None:
     """The baseline of an ``[ablation]`` study's stored spec (every varied field at its
     baseline value), else None."""
-    from sweeps.spec import StudySpec
+    from sweeps.spec import read_spec
 
     if not isinstance(spec, dict) or "ablation" not in spec:
         return None
-    parsed = StudySpec.from_dict(spec, source="stored spec", check_paths=False)
+    parsed = read_spec(spec, source="stored spec", check_paths=False)
     ablation = parsed.ablation
     # choices() lists the baseline value first.
     return {name: plain_value(ablation.choices(name)[0]) for name, _ in ablation.vary}
@@ -578,7 +578,7 @@ _COLUMN = {"peak_mem": "peak_mem_bytes", "params": "params_total"}
 
 def metric_of(data: Any, metric: str | None) -> tuple[str, str]:
     """(trial column, direction): ``metric``, else the study's first objective."""
-    from sweeps.spec.types import METRICS
+    from sweeps.spec.values import METRICS
 
     names = [_COLUMN.get(o, o) for o in data.objectives]
     if metric is None:

@@ -5,8 +5,9 @@ nothing is cheaper than a trial stopped early. Both pruners (``PrunerSpec.by_tok
 asynchronously (ASHA: no trial waits for others), on top of the project's own rules:
 
 - **Rungs** are token counts, the same for every trial: ``min_tokens x reduction_factor**k``
-  below the largest ``max_tokens`` (``rungs``). Tokens, not steps or evaluations: two trials
-  with different ``batch_size x grad_accum x seq_len`` are compared after the same data.
+  below the largest ``max_tokens`` (``sweeps.spec.halving.rungs``, checked when the spec is
+  read). Tokens, not steps or evaluations: two trials with different ``batch_size x grad_accum
+  x seq_len`` are compared after the same data.
 - When a trial's evaluation passes a rung below its own ``max_tokens``, the runner records the
   trial's objective values at that rung (``rung_vector``: the loss interpolated in log-tokens
   between the evaluations either side, so every trial is read at exactly the rung) in its user
@@ -38,9 +39,9 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
-from lm.errors import FieldError
 from sweeps.pruning import Verdict
 from sweeps.spec import Objective, StudySpec
+from sweeps.spec.halving import n_brackets
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.
@@ -50,52 +51,6 @@ NOT_COMPETING = (*outcomes.PREDICTION_VERDICTS, outcomes.DIVERGED, outcomes.OOM)
 #: Trial states that compete at a rung.
 COMPETING_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 Row = Mapping[str, Any]
-
-
-def _largest(spec: StudySpec, name: str) -> int:
-    """The largest value ``name`` takes in the study (searched, designed or fixed)."""
-    if spec.design is not None and name in spec.design.param_names:
-        return int(max(spec.design.choices(name)))
-    if name in spec.param_names:
-        return int(max(spec.param(name).probe_values()))
-    return int(spec.base_values()[name])
-
-
-def rungs(spec: StudySpec) -> tuple[int, ...]:
-    """The study's rungs, in tokens, ascending; a ``FieldError`` when they cannot work."""
-    p = spec.study.pruner
-    key = "study.pruner.min_tokens"
-    top = _largest(spec, "max_tokens")
-    every = None if "eval_every_tokens" in spec.param_names \
-        else int(spec.base_values()["eval_every_tokens"])
-    first = p.min_tokens
-    if first is None:
-        if "max_tokens" in spec.param_names:
-            raise FieldError(key, "is missing, and max_tokens varies between trials: give the "
-                             "first rung in tokens, e.g. min_tokens = 100_000")
-        first = top // p.reduction_factor ** 2
-        if every:
-            first = max(every, round(first / every) * every)
-    if every and first < every:
-        raise FieldError(key, f"is {first:,} tokens, before the first evaluation "
-                         f"(eval_every_tokens = {every:,}): rungs are read from evaluations; "
-                         f"use min_tokens >= {every:,} or evaluate more often")
-    out, rung = [], first
-    while rung < top:
-        out.append(rung)
-        rung *= p.reduction_factor
-    if not out:
-        raise FieldError(key, f"is {first:,} tokens, not below max_tokens = {top:,}: no trial "
-                         "would ever be ranked; lower min_tokens (or evaluate more often)")
-    return tuple(out)
-
-
-def n_brackets(spec: StudySpec, study_rungs: Sequence[int]) -> int:
-    """Hyperband's brackets (one per rung, plus one that stops nothing); 1 otherwise."""
-    p = spec.study.pruner
-    if p.name != "hyperband":
-        return 1
-    return p.n_brackets if p.n_brackets is not None else len(study_rungs) + 1
 
 
 def bracket(spec: StudySpec, study_rungs: Sequence[int], number: int) -> int:

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import storage as st
-from sweeps.spec.types import MAX_NAME_LENGTH, STUDY_NAME
+from sweeps.spec.values import MAX_NAME_LENGTH, STUDY_NAME
 
 #: The study user attribute that holds the spec (``sweeps.workers.SPEC_ATTR``, not imported:
 #: the workers module pulls in the runner).

@@ -167,12 +167,12 @@ def grid_summary(spec: StudySpec, cells: list[GridCell]) -> tuple[str, object]:
 def carry_rows(spec: StudySpec, url: str, from_study: str) -> list[tuple[str, object]]:
     """The plan's lines on ``--from``: how many trials carry over, and why the others do not
     (the database is opened read-only)."""
-    from sweeps import fork
+    from sweeps import warm_start
     from sweeps.storage import read_only_storage
 
     storage = read_only_storage(url)
     try:
-        return fork.read(storage, spec, from_study, url).rows()
+        return warm_start.read(storage, spec, from_study, url).rows()
     finally:
         storage.engine.dispose()
 
@@ -219,19 +219,19 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
 def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     """The dry run's lines on successive halving / Hyperband: the rungs, who goes on, and how
     many optimizer steps the first rung comes after (over the space's grid or a sample)."""
-    from sweeps import fidelity
+    from sweeps.spec import halving
 
     p = spec.study.pruner
     if not p.by_tokens:
         return []
-    study_rungs = fidelity.rungs(spec)
+    study_rungs = halving.rungs(spec)
     shown = ", ".join(f"{r:,}" for r in study_rungs)
     rows: list[tuple[str, object]] = [(
         "rungs", f"{shown} tokens: at each, a trial goes on only among the best "
                  f"1/{p.reduction_factor} of the trials that reached it (once "
                  f"{p.min_trials or p.reduction_factor} have)")]
     if p.name == "hyperband":
-        n = fidelity.n_brackets(spec, study_rungs)
+        n = halving.n_brackets(spec, study_rungs)
         rows.append(("brackets", f"{n}, by trial number (number mod {n}): the k-th bracket is "
                                  "judged from the k-th rung on, the last one never"))
     points, how = sample_points(spec, samples, 0)
@@ -342,6 +342,7 @@ def budget_bytes(text: str | None, limits: Limits | None, device: str,
 def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[str, Any]], str]:
     """The space's grid when it is small and finite, else a seeded sample of it."""
     from sweeps.space import grid_points
+    from sweeps.spec import walk_one
 
     try:
         return grid_points(spec, limit=MAX_TABLE_POINTS), "grid"
@@ -353,11 +354,7 @@ def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[s
     for _ in range(samples * 20):
         if len(seen) >= samples:
             break
-        env, point = dict(base), {}
-        for p in spec.space:
-            if p.when is not None and not p.when.holds(env):
-                continue
-            env[p.name] = point[p.name] = _draw(p, rng)
+        point = walk_one(spec.space, base, lambda p: _draw(p, rng))
         if point not in seen:
             seen.append(point)
     return seen, f"sample of {len(seen)} (seed {seed})"

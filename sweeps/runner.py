@@ -71,7 +71,7 @@ from sweeps import fidelity, optuna_compat, pruning, storage
 from sweeps.launchers import Launcher
 from sweeps.pruning import Verdict
 from sweeps.space import suggest, trial_config
-from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
+from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec, halving
 
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
@@ -305,7 +305,7 @@ class _TrialRun:
                                            and objective in ("val_bpb", "val_loss")) else None
         # Multi-fidelity on tokens (``sweeps.fidelity``): the study's rungs, the ones this trial
         # is judged at (set per attempt, from its config), and its values at those it passed.
-        self.study_rungs = fidelity.rungs(self.spec) if self.spec.study.pruner.by_tokens else ()
+        self.study_rungs = halving.rungs(self.spec) if self.spec.study.pruner.by_tokens else ()
         self.my_rungs: tuple[int, ...] = ()
         self.rung_values: dict[str, list[float]] = {}
         self.judged: set[int] = set()

@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, iter_grid, validate_tokenizer
+from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, iter_grid, walk_one
 
 ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
 
@@ -62,21 +62,17 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     if spec.design is not None:
         return {name: trial.suggest_categorical(name, list(spec.design.choices(name)))
                 for name in spec.design.param_names}
-    env = spec.base_values()
-    params: dict[str, Any] = {}
-    for p in spec.space:
-        if p.when is not None and not p.when.holds(env):
-            continue
-        if p.type == "categorical":
-            value = trial.suggest_categorical(p.name, list(p.choices or ()))
-        elif p.type == "int":
-            value = trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1),
-                                      log=p.log)
-        else:
-            value = trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step,
-                                        log=p.log)
-        env[p.name] = params[p.name] = value
-    return params
+    return walk_one(spec.space, spec.base_values(), lambda p: suggest_one(trial, p))
+
+
+def suggest_one(trial: optuna.Trial, p: ParamSpec) -> Any:
+    """Ask ``trial`` for the value of one ``[space.<field>]``."""
+    if p.type == "categorical":
+        return trial.suggest_categorical(p.name, list(p.choices or ()))
+    if p.type == "int":
+        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1),
+                                 log=p.log)
+    return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
 
 
 def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
@@ -91,8 +87,8 @@ def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
                           "after the study started?")
     values = spec.trial_values(params)
     try:
+        # TrainConfig checks the tokenizer's arguments too (lm.tokenizers).
         cfg = TrainConfig.from_dict(values)
-        validate_tokenizer(cfg)
     except SweepsError as exc:
         shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
         raise SweepsError(f"study {spec.name!r}, params {shown or '(none)'}: {exc}") from None

@@ -43,7 +43,7 @@ def check_run_options(workers: int | None, n_trials: int | None, heartbeat: int,
 
 def check_n_trials(spec: StudySpec, n_trials: int | None) -> None:
     """``--n-trials`` against the spec: an IsoFLOP grid runs at most its cells."""
-    from sweeps.spec.types import too_many_cells
+    from sweeps.spec.rules import too_many_cells
 
     problem = None if n_trials is None else too_many_cells(spec, n_trials)
     if problem is not None:
@@ -192,16 +192,16 @@ def open_existing(url: str) -> Any:
 def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: int,
                grace: int, from_study: str | None = None) -> tuple[Any, optuna.Study, bool]:
     """Create the spec's study (with its enqueued trials, and with ``from_study``'s finished
-    trials carried over: ``sweeps.fork``) or resume it: (storage, the study as workers use it,
+    trials carried over: ``sweeps.warm_start``) or resume it: (storage, the study as workers use it,
     whether it was created)."""
-    from sweeps import fork
     from sweeps import storage as st_mod
+    from sweeps import warm_start
     from sweeps import workers as wk
 
     st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
                              max_retries=spec.limits.max_retries)
     quiet_optuna()
-    carry = None if from_study is None else fork.read(st, spec, from_study, url)
+    carry = None if from_study is None else warm_start.read(st, spec, from_study, url)
     _, created = wk.create_or_resume(spec, st, n_trials=n_trials, carry=carry)
     return st, load_study(st, spec.name, url, spec), created
 

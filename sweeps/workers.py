@@ -51,7 +51,6 @@ from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import storage as st
 from sweeps.claims import claim_lock
-from sweeps.fork import CarryPlan, add_once, is_carried
 from sweeps.launchers import Launcher, make_launcher
 from sweeps.runner import (
     RunnerContext,
@@ -63,8 +62,9 @@ from sweeps.runner import (
     run_trial,
 )
 from sweeps.space import make_pruner, make_sampler
-from sweeps.spec import StudySpec
-from sweeps.spec.types import MAX_SAMPLER_SEED
+from sweeps.spec import StudySpec, read_spec
+from sweeps.spec.values import MAX_SAMPLER_SEED
+from sweeps.warm_start import CarryPlan, add_once, is_carried
 
 #: Default heartbeat: a beat every 10 s; silent for 60 s = dead.
 HEARTBEAT_INTERVAL_S = 10
@@ -250,8 +250,8 @@ def spec_from_study(study: optuna.Study) -> StudySpec:
 
     # The database's name is the study's: a spec naming another (a study renamed outside
     # sweeps) made every later lookup by the spec's name a KeyError 'Record does not exist.'
-    return StudySpec.from_dict(renamed_spec(data, study.study_name),
-                               source=f"study {study.study_name!r}", check_paths=False)
+    return read_spec(renamed_spec(data, study.study_name),
+                     source=f"study {study.study_name!r}", check_paths=False)
 
 
 def target_trials(spec: StudySpec, study: optuna.Study, override: int | None) -> int:

@@ -33,7 +33,7 @@ KINDS = ("study", "server", "browser", "cluster")
 KIND_OF_FIXTURE = {
     "trained": "study",  # lm/test_train: a model trained once for the module
     "memory_corpus": "study",  # lm/test_memory: peaks measured in training children
-    "base_db": "study",  # test_fork: a study run once for the module
+    "base_db": "study",  # test_warm_start: a study run once for the module
     "real_study": "study",  # test_report_browser
     "fork_server": "server",
     "pg_url": "server",

@@ -45,6 +45,10 @@ def where(pattern: str, *dirs: str, flags: int = 0) -> list[str]:
      r'memory\.free', "lm/host.py"),
     # what a measured peak is
     ("peak kinds", r'"(cpu_peak_anon|cuda_max_allocated|host_rss)"', "lm/memory.py"),
+    # the walk over a conditional space: the one place that evaluates a parameter's condition
+    ("the walk over conditions", r"\.when\.holds\(", "sweeps/spec/walk.py"),
+    # TrainConfig's vocab_size default, as a number next to "vocab" or "default"
+    ("the vocab_size default", r"(vocab|default).*\b4096\b", "lm/config.py"),
 ])
 def test_each_fact_has_one_definition(fact: str, pattern: str, home: str) -> None:
     found = [w for w in where(pattern, *PACKAGES) if not w.startswith(home + ":")]
@@ -57,6 +61,29 @@ def test_each_fact_has_one_definition(fact: str, pattern: str, home: str) -> Non
 ALLOWED: dict[str, tuple[str, ...]] = {
     "the auto device rule": ("lm/runtime.py", "lm/memory.py"),
 }
+
+
+def test_the_spec_imports_no_higher_module() -> None:
+    """``sweeps.spec`` is below the modules that use it: none of its modules imports another
+    ``sweeps`` module inside a function (an import there would hide a cycle, such as the types
+    reaching up into ``sweeps.fidelity`` or the reader), nor ``sweeps.fidelity`` at all."""
+    found = []
+    for path in sources("sweeps/spec"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions = [n for n in ast.walk(tree)
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        inner = {id(i) for f in functions for i in ast.walk(f)
+                 if isinstance(i, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names]
+            for name in names:
+                upward = id(node) in inner and (name == "sweeps" or name.startswith("sweeps."))
+                if upward or name == "sweeps.fidelity":
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
+    assert found == []
 
 
 def test_no_function_longer_than_100_lines() -> None:

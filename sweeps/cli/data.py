@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli.options import default_vocab_size
+from sweeps.cli.options import default_vocab_size, vocab_size_default_text
 from sweeps.console import human_bytes, print_summary, progress_bar
 
 app = typer.Typer()
@@ -68,7 +68,8 @@ def tokenize(
     tokenizer: Annotated[str, typer.Option(help="word, bpe or byte.")] = "bpe",
     vocab_size: Annotated[
         int | None,
-        typer.Option(help="Ids the model sees, specials included [default: 4096; byte: 260]."),
+        typer.Option(help="Ids the model sees, specials included [default: "
+                          f"{vocab_size_default_text()}]."),
     ] = None,
     lowercase: Annotated[bool, typer.Option(help="Lowercase words (word tokenizer).")] = False,
 ) -> None:

@@ -89,7 +89,7 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
 def default_text(field: dataclasses.Field) -> str | None:
     """A config field's default as help text shows it (None: the field has none)."""
     if field.name == "vocab_size":
-        return f"{default_vocab_size('bpe')}; byte: {default_vocab_size('byte')}"
+        return vocab_size_default_text()
     if field.default is not dataclasses.MISSING:
         value = field.default
     elif field.default_factory is not dataclasses.MISSING:
@@ -189,10 +189,18 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def default_vocab_size(tokenizer: str) -> int:
-    """The byte tokenizer has exactly one size; the others default to 4096."""
+    """The byte tokenizer has exactly one size; the others default to ``TrainConfig``'s."""
+    from lm.config import TrainConfig
     from lm.tokenizers import min_vocab_size
 
-    return min_vocab_size("byte") if tokenizer == "byte" else 4096
+    if tokenizer == "byte":
+        return min_vocab_size("byte")
+    return TrainConfig.__dataclass_fields__["vocab_size"].default
+
+
+def vocab_size_default_text() -> str:
+    """``vocab_size``'s default as help text shows it (it depends on the tokenizer)."""
+    return f"{default_vocab_size('bpe')}; byte: {default_vocab_size('byte')}"
 
 
 def train_config(config_file: Path | None, overrides: dict[str, Any], *,

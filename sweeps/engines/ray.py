@@ -51,7 +51,7 @@ from sweeps.runner import (
     run_trial,
 )
 from sweeps.space import suggest, trial_config
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 
 #: Ray's resource quantities are kept to this many decimals.
 _RAY_DECIMALS = 4
@@ -196,7 +196,7 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
     from sweeps.launchers import make_launcher
     from sweeps.space import make_pruner
 
-    spec = StudySpec.from_dict(job["spec"], source=f"study {job['study']!r}", check_paths=False)
+    spec = read_spec(job["spec"], source=f"study {job['study']!r}", check_paths=False)
     storage = st.open_storage(job["url"], heartbeat_interval=job["heartbeat"],
                               grace_period=job["grace"], max_retries=spec.limits.max_retries)
     # The trial's parameters are set already: the sampler is never asked.

@@ -11,9 +11,15 @@ value:
 Field names are ``lm.config.TrainConfig``'s, so a spec, a CLI flag and a ``config.json`` agree.
 The package is split by concern:
 
+- ``values``: the vocabulary (metric, sampler and pruner names, ...) and value helpers;
 - ``types``: the frozen dataclasses (``StudySpec``, ``Limits``, ``ParamSpec``, ...), each checking
   its own rules in ``__post_init__``, so every way of building one is safe;
-- ``reader``: the TOML layout (``load_spec``, ``StudySpec.from_dict``), driven by the types' fields;
+- ``rules``: the rules between sections, which ``StudySpec`` checks on itself, and ``halving``:
+  the rungs of successive halving and Hyperband (``sweeps.fidelity`` ranks trials at them);
+- ``reader``: the TOML layout (``load_spec``, ``read_spec``), driven by the types' fields; the
+  only builder of a ``StudySpec`` from data;
+- ``walk``: the suggestion order of a conditional space and the one walk over it that honours
+  ``when`` conditions (a trial's draw, the grid, a warm start, an enqueued config);
 - ``checks``: the cross-checks that build real ``TrainConfig`` objects (fixed values alone, then
   each bound of each searched field, each enqueued config, each ablation point), so a spec that
   could only produce invalid configs fails now, not after an hour of trials.
@@ -72,20 +78,8 @@ Example::
 
 
 from sweeps.conditions import Condition, parse_condition
-from sweeps.spec.checks import iter_grid, validate_tokenizer
-from sweeps.spec.reader import load_spec
+from sweeps.spec.reader import load_spec, read_spec
 from sweeps.spec.types import (
-    DEFAULT_OBJECTIVES,
-    FIDELITY_PRUNERS,
-    FLOPS_BUDGET,
-    GRID_SAMPLERS,
-    MAX_GRID_POINTS,
-    METRICS,
-    OOM_POLICIES,
-    PARAM_TYPES,
-    PRUNERS,
-    SAMPLERS,
-    SIZE_FIELDS,
     Ablation,
     CollapseLimits,
     CorpusSpec,
@@ -99,8 +93,22 @@ from sweeps.spec.types import (
     StudySection,
     StudySpec,
     budget_tokens,
+)
+from sweeps.spec.values import (
+    DEFAULT_OBJECTIVES,
+    FIDELITY_PRUNERS,
+    FLOPS_BUDGET,
+    GRID_SAMPLERS,
+    MAX_GRID_POINTS,
+    METRICS,
+    OOM_POLICIES,
+    PARAM_TYPES,
+    PRUNERS,
+    SAMPLERS,
+    SIZE_FIELDS,
     parse_bytes,
 )
+from sweeps.spec.walk import iter_grid, walk_one, walk_space
 
 __all__ = [
     "DEFAULT_OBJECTIVES",
@@ -132,5 +140,7 @@ __all__ = [
     "load_spec",
     "parse_bytes",
     "parse_condition",
-    "validate_tokenizer",
+    "read_spec",
+    "walk_one",
+    "walk_space",
 ]

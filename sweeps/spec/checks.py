@@ -13,12 +13,14 @@ import dataclasses
 import itertools
 import re
 import typing
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from lm.config import TrainConfig
 from lm.errors import FieldError, SweepsError
-from sweeps.spec.types import Ablation, ParamSpec, same, train_defaults
+from sweeps.spec.types import Ablation, ParamSpec
+from sweeps.spec.values import same, train_defaults
+from sweeps.spec.walk import walk_one
 
 TRAIN_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _TRAIN_HINTS = typing.get_type_hints(TrainConfig)
@@ -39,55 +41,6 @@ def build(values: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from partial values (defaults fill the rest); its ``__post_init__`` also
     checks the tokenizer's arguments (``lm.tokenizers.validate_tokenizer_args``)."""
     return TrainConfig.from_dict({"corpus": _PROBE_CORPUS, **values})
-
-
-def validate_tokenizer(cfg: TrainConfig) -> None:
-    """SweepsError when the tokenizer cannot have this vocab_size (checked by lm.tokenizers).
-
-    ``TrainConfig`` already runs this check when it is built; kept for ``sweeps.space``."""
-    from lm.tokenizers import validate_tokenizer_args
-
-    validate_tokenizer_args(cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
-
-
-def iter_grid(params: Iterable[ParamSpec], base: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every point of a finite space, conditions respected: a parameter whose condition does not
-    hold (given ``base`` and the parameters before it) is left out of that point, so no point
-    repeats. ``params`` must be in suggestion order (``StudySpec.space`` is)."""
-    params = list(params)
-
-    def walk(i: int, env: dict[str, Any], point: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        if i == len(params):
-            yield dict(point)
-            return
-        p = params[i]
-        if p.when is not None and not p.when.holds(env):
-            yield from walk(i + 1, env, point)
-            return
-        for value in p.values():
-            env[p.name] = point[p.name] = value
-            yield from walk(i + 1, env, point)
-        env[p.name] = base.get(p.name)
-        point.pop(p.name, None)
-
-    yield from walk(0, dict(base), {})
-
-
-def order(params: list[ParamSpec]) -> tuple[ParamSpec, ...]:
-    """Suggestion order: a parameter after every searched field its condition reads."""
-    by_name = {p.name: p for p in params}
-    deps = {p.name: (p.when.fields & by_name.keys()) if p.when else set() for p in params}
-    done: list[ParamSpec] = []
-    placed: set[str] = set()
-    while len(done) < len(params):
-        ready = [p for p in params if p.name not in placed and deps[p.name] <= placed]
-        if not ready:
-            stuck = [p.name for p in params if p.name not in placed]
-            raise FieldError(f"space.{stuck[0]}.when", "conditions form a cycle among "
-                             f"{', '.join(stuck)}; make one of them unconditional")
-        done.append(ready[0])
-        placed.add(ready[0].name)
-    return tuple(done)
 
 
 def _literal_choices(name: str) -> tuple[Any, ...] | None:
@@ -186,9 +139,12 @@ def check_enqueue(entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...]
                 raise FieldError(f"{key}.{name}", f"{v!r} is outside space.{name}; use a value "
                                  "the space can produce")
             entry[name] = v
-        env = {**train_defaults(), **fixed, **entry}
+        base = {**train_defaults(), **fixed}
+        given = {**base, **entry}
+        used = walk_one(space, base, lambda p, given=given: given.get(p.name))
         for p in space:
-            if p.name in entry and p.when is not None and not p.when.holds(env):
+            if p.name in entry and p.name not in used:
+                assert p.when is not None  # only a condition leaves a parameter out
                 raise FieldError(f"{key}.{p.name}", f"set, but its condition {p.when.text!r} "
                                  "does not hold; remove it")
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lm.errors import FieldError, SweepsError, closest
+from sweeps.engines import ENGINE_KEYS
 from sweeps.spec.checks import (
     TRAIN_FIELDS,
     check_ablation,
@@ -26,17 +27,15 @@ from sweeps.spec.checks import (
     check_enqueue,
     check_fixed,
     check_literals,
-    iter_grid,
     normalise,
-    order,
+)
+from sweeps.spec.rules import (
+    check_fixed_and_space,
+    check_grid,
+    check_scaling_fixed,
+    check_search,
 )
 from sweeps.spec.types import (
-    DEFAULT_OBJECTIVES,
-    GRID_SAMPLERS,
-    MAX_GRID_POINTS,
-    METRICS,
-    PRUNERS,
-    SAMPLERS,
     Ablation,
     CollapseLimits,
     CorpusSpec,
@@ -49,12 +48,17 @@ from sweeps.spec.types import (
     Scaling,
     StudySection,
     StudySpec,
-    check_fixed_and_space,
-    check_grid,
-    check_scaling_fixed,
-    check_search,
+)
+from sweeps.spec.values import (
+    DEFAULT_OBJECTIVES,
+    GRID_SAMPLERS,
+    MAX_GRID_POINTS,
+    METRICS,
+    PRUNERS,
+    SAMPLERS,
     train_defaults,
 )
+from sweeps.spec.walk import iter_grid, order
 
 _TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation", "scaling",
              "engine")
@@ -75,12 +79,15 @@ def load_spec(path: Path | str, *, check_paths: bool = True) -> StudySpec:
         raise SweepsError(f"{path}: not valid TOML: {_one_line(str(exc))}") from None
     except UnicodeDecodeError:
         raise SweepsError(f"{path}: not UTF-8 text; save the spec as UTF-8 TOML") from None
-    return StudySpec.from_dict(data, source=path, check_paths=check_paths)
+    return read_spec(data, source=path, check_paths=check_paths)
 
 
 def read_spec(data: Mapping[str, Any], *, source: str | Path | None = None,
               base_dir: Path | None = None, check_paths: bool = True) -> StudySpec:
-    """``StudySpec.from_dict``: a parsed spec -> a validated ``StudySpec``."""
+    """A parsed spec (TOML data) -> a validated ``StudySpec``: the one way to build one from
+    data. ``source`` names the file in errors and anchors relative paths (else ``base_dir``, else
+    the working directory); ``check_paths=False`` skips checks that the corpus paths exist (a spec
+    read back from a database on another machine)."""
     parser = _Parser(data, source=source, base_dir=base_dir, check_paths=check_paths)
     try:
         return parser.parse()
@@ -133,8 +140,6 @@ class _Parser:
     def parse(self) -> StudySpec:
         top = _table(self.data, "", _TOP_KEYS)
         if "engine" in top:  # its values are checked by the engine that reads them
-            from sweeps.engines import ENGINE_KEYS
-
             _table(top["engine"], "engine", ENGINE_KEYS)
         if "study" not in top:
             raise FieldError("study", "the [study] table is missing; add [study] with name = ...")

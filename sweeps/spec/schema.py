@@ -13,12 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lm.config import TrainConfig
+from sweeps.engines import ENGINE_KEYS, ENGINES
 from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
 from sweeps.spec.types import (
-    CORPUS_FORMATS,
-    METRICS,
-    PRUNERS,
-    SAMPLERS,
     CollapseLimits,
     DivergenceLimits,
     Limits,
@@ -28,6 +25,7 @@ from sweeps.spec.types import (
     SamplerSpec,
     StudySection,
 )
+from sweeps.spec.values import CORPUS_FORMATS, METRICS, PRUNERS, SAMPLERS
 
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 
@@ -87,8 +85,6 @@ def _rule(cls: type) -> dict[str, Any]:
 def engine_schema() -> dict[str, Any]:
     """The ``[engine]`` table: ``name`` picks the engine, the rest are the Slurm engine's
     options (``sweeps.engines.slurm``, which checks their values)."""
-    from sweeps.engines import ENGINE_KEYS, ENGINES
-
     text, count = {"type": "string"}, {"type": "integer", "minimum": 0}
     props: dict[str, Any] = {
         "name": {"enum": list(ENGINES), "default": "local"},

@@ -4,99 +4,48 @@ Like Optuna's ``IntDistribution``, a type refuses a value however it is built (b
 by a test, by a worker reading a spec back from the database), with a ``FieldError`` naming the
 field and the value: ``max_retries must be >= 0, got max_retries=-1``. The reader puts the key of
 the enclosing table in front (``limits.max_retries``). Rules between sections (a grid sampler
-needs a finite space, an ablation excludes ``[space]``) are ``StudySpec``'s; rules that need
-trial configs built are in ``sweeps.spec.checks``.
+needs a finite space, an ablation excludes ``[space]``) are ``StudySpec``'s, written in
+``sweeps.spec.rules``; rules that need trial configs built are the reader's
+(``sweeps.spec.checks``). Only the reader builds a ``StudySpec`` from TOML data
+(``sweeps.spec.reader.read_spec``).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib.util
-import itertools
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lm import flops
 from lm.checks import check_bool, check_choice, check_int, check_number, check_str, require_int
 from lm.config import TrainConfig
 from lm.errors import FieldError, SweepsError
-from lm.units import size_in_bytes
 from sweeps.conditions import Condition, parse_condition
-
-#: Metrics a study can optimise, with the direction that is "better" unless the spec says so.
-METRICS: dict[str, str] = {
-    "val_bpb": "minimize",
-    "val_loss": "minimize",
-    "peak_mem": "minimize",
-    "wall_s": "minimize",
-    "tokens_per_s": "maximize",
-    "params": "minimize",
-    "flops": "minimize",
-}
-DIRECTIONS = ("minimize", "maximize")
-SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
-QMC_TYPES = ("sobol", "halton")
-PRUNERS = ("median", "successive_halving", "hyperband", "none")
-#: ``[study] objectives`` when the spec gives none.
-DEFAULT_OBJECTIVES = ("val_bpb",)
-#: Pruners whose resource is tokens trained (``sweeps.fidelity``): the project's own, for any
-#: number of objectives.
-FIDELITY_PRUNERS = ("successive_halving", "hyperband")
-PARAM_TYPES = ("int", "float", "categorical")
-OOM_POLICIES = ("prune", "fit")
-CORPUS_FORMATS = ("posts", "text")
-#: Samplers that enumerate a finite grid: every searched field needs a finite set of values.
-GRID_SAMPLERS = ("grid", "bruteforce")
-#: The most points a grid may have (a bigger one is a typo in a step, or a job for a sampler).
-MAX_GRID_POINTS = 100_000
-
-STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-#: A study name is a run directory's name (at most 255 bytes) and a database key (Optuna's column
-#: holds 512): 200 characters leave room for both.
-MAX_NAME_LENGTH = 200
-#: Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1; a resumed or joining
-#: process adds an offset to the spec's seed modulo 2**32 (``sweeps.workers.load_for_workers``).
-MAX_SAMPLER_SEED = 2**32 - 1
-
-
-def parse_bytes(value: Any, *, key: str = "memory_budget") -> int:
-    """``8GiB``, ``512MB``, ``1.5G`` or an integer -> bytes (``lm.units``), or a ``FieldError``
-    naming ``key`` (a spec field, or a CLI flag such as ``--budget``)."""
-    number = size_in_bytes(value)
-    if number is None:
-        raise FieldError(key, "must be a size such as 8GiB, 512MB or a number of bytes, "
-                         f"got {key}={value!r}")
-    return number
-
-
-def train_defaults() -> dict[str, Any]:
-    """``TrainConfig``'s defaults (the required ``corpus`` has none)."""
-    out = {}
-    for f in dataclasses.fields(TrainConfig):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equality that keeps ``True`` apart from ``1`` (TOML booleans are not numbers)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return bool(a == b)
-
-
-def unique(values: Iterable[Any]) -> tuple[Any, ...]:
-    out: list[Any] = []
-    for v in values:
-        if not any(same(v, o) for o in out):
-            out.append(v)
-    return tuple(out)
+from sweeps.spec.rules import check_spec
+from sweeps.spec.values import (
+    CORPUS_FORMATS,
+    DIRECTIONS,
+    FIDELITY_PRUNERS,
+    FLOPS_BUDGET,
+    MAX_NAME_LENGTH,
+    MAX_SAMPLER_SEED,
+    METRICS,
+    OOM_POLICIES,
+    PARAM_TYPES,
+    PRUNERS,
+    QMC_TYPES,
+    SAMPLERS,
+    SIZE_FIELDS,
+    STUDY_NAME,
+    parse_bytes,
+    same,
+    train_defaults,
+    unique,
+)
 
 
 def _optional_int(obj: object, name: str, minimum: int) -> None:
@@ -189,7 +138,7 @@ class PrunerSpec:
     n_startup_trials: int = 5  # median: trials that finish before anything is pruned
     n_warmup_evals: int = 1  # median: evaluations of a trial before it can be pruned
     # Halving: tokens of the first rung. None: max_tokens / reduction_factor**2 (two rungs),
-    # rounded to a whole number of evaluations (``sweeps.fidelity.rungs``).
+    # rounded to a whole number of evaluations (``sweeps.spec.halving.rungs``).
     min_tokens: int | None = None
     reduction_factor: int = 3  # halving: the best 1/reduction_factor go on at each rung
     # Halving: trials that must have reached a rung before one is stopped there (ranking two
@@ -637,21 +586,12 @@ class Ablation:
 
 # --- [scaling] ----------------------------------------------------------------------------------
 
-#: The trial parameter that carries an IsoFLOP cell's compute budget. Not a ``TrainConfig``
-#: field: ``StudySpec.trial_values`` leaves it out of the config, and the runner records it as
-#: the trial's ``flops_budget`` attribute, which ``sweeps.scaling`` groups the fit by.
-FLOPS_BUDGET = "flops_budget"
-#: The ``TrainConfig`` fields one model size of ``[scaling] sizes`` may set.
-SIZE_FIELDS = ("d_model", "n_layers", "n_heads", "d_ff")
-
 
 def budget_tokens(cfg: TrainConfig, budget: float) -> int:
     """The ``max_tokens`` that spends ``budget`` training FLOPs on ``cfg``'s model: the whole
     number of optimizer steps (each ``flops_per_token x tokens_per_step``, ``lm.flops``) nearest
     to the budget, so a cell trains within half a step of it; 0 when not even half a step fits.
     Evaluation is not counted (the compute axis is training compute, as in ``lm.flops``)."""
-    from lm import flops
-
     per_step = flops.estimate(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
     return round(budget / per_step) * cfg.tokens_per_step
 
@@ -761,173 +701,16 @@ class Scaling:
         return [{**point, "seed": seed} for seed in self.seeds for point in points]
 
 
-def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:
-    """What a ``[scaling]`` grid sets (sizes, ``max_tokens``, seeds) is not also ``[fixed]``;
-    ``scaling`` is the ``[scaling]`` table (a ``Scaling`` or its TOML data)."""
-    get = (lambda k: getattr(scaling, k, None)) if isinstance(scaling, Scaling) else \
-        (lambda k: scaling.get(k) if isinstance(scaling, Mapping) else None)
-    if "max_tokens" in fixed:
-        raise FieldError("fixed.max_tokens", "each [scaling] cell's max_tokens is derived from "
-                         "its budget and model size; remove it from [fixed]")
-    sizes = get("sizes")
-    for size in sizes if isinstance(sizes, (list, tuple)) else ():
-        for k in size if isinstance(size, Mapping) else ():
-            if k in fixed and k in SIZE_FIELDS:  # another key is Scaling's to refuse
-                raise FieldError(f"fixed.{k}", f"{k} is set by scaling.sizes; remove it from "
-                                 "[fixed]")
-    if get("seeds") is not None and "seed" in fixed:
-        raise FieldError("fixed.seed", "conflicts with scaling.seeds; remove one")
-
-
 # --- the whole spec -----------------------------------------------------------------------------
-
-#: How many combinations of searched values ``check_compute_limit`` tries before giving up.
-_COMPUTE_PROBES = 512
-
-
-def _compute_points(spec: StudySpec) -> list[dict[str, Any]] | None:
-    """Parameter sets that bound the spec's compute from below: the ablation's points, else
-    the corners of the space (each bound and choice; a conditional field also at its base
-    value), else the enqueued points; None when there are too many corners to try."""
-    if spec.design is not None:
-        return spec.design.expand()
-    if not spec.space:
-        return [dict(e) for e in spec.enqueue]
-    base = spec.base_values()
-    axes = []
-    for p in spec.space:
-        values = p.probe_values()
-        if p.when is not None and p.name in base:
-            values = [*values, base[p.name]]  # the field may keep its base value
-        axes.append([(p.name, v) for v in unique(values)])
-    if math.prod(len(a) for a in axes) > _COMPUTE_PROBES:
-        return None
-    return [dict(point) for point in itertools.product(*axes)]
-
-
-def check_compute_limit(spec: StudySpec) -> None:
-    """Refuse a spec whose every trial would be over ``limits.max_flops``.
-
-    Training FLOPs rise with every model size, ``seq_len`` and ``max_tokens`` and a run trains
-    at least ``max_tokens``, so ``flops_per_token x max_tokens`` at the corners of the space
-    bounds every point from below; a corner that is not a valid config is skipped."""
-    from lm import flops
-
-    points = _compute_points(spec)
-    if not points:
-        return
-    cheapest = None
-    for point in points:
-        try:
-            cfg = TrainConfig.from_dict(spec.trial_values(point))
-        except SweepsError:
-            continue
-        bound = flops.estimate(cfg, cfg.max_tokens, n_evals=0).flops
-        if cheapest is None or bound < cheapest[0]:
-            cheapest = (bound, point)
-    limit = spec.limits.max_flops
-    if cheapest is not None and limit is not None and cheapest[0] > limit:
-        shown = ", ".join(f"{k}={v!r}" for k, v in cheapest[1].items()) or "the fixed config"
-        raise FieldError("limits.max_flops", f"every trial is over the limit of {limit:.3g} "
-                         f"training FLOPs: the cheapest ({shown}) needs {cheapest[0]:.3g}; "
-                         "raise max_flops or lower max_tokens or the model sizes")
-
-
-
-def check_fixed_and_space(fixed: Mapping[str, Any], space: Iterable[ParamSpec]) -> None:
-    """A field is fixed or searched, not both; the corpus is neither (it is ``[corpus]``)."""
-    if "corpus" in fixed:
-        raise FieldError("fixed.corpus", "set the corpus in [corpus] (dir = ...), not in "
-                         "[fixed]")
-    for p in space:
-        if p.name == "corpus":
-            raise FieldError(f"space.{p.name}", "the corpus cannot be searched; run one study "
-                             "per corpus")
-        if p.name in fixed:
-            raise FieldError(f"space.{p.name}", f"{p.name} is also in [fixed]; remove it from "
-                             "one of them")
-
-
-def check_design(spec: StudySpec) -> None:
-    """An ablation's or IsoFLOP grid's trials are all enqueued: no sampler chooses anything, and
-    a grid's cells are compared at their whole budgets, never pruned on the way, nor added to."""
-    design = spec.design
-    if design is None:
-        return
-    what = "an ablation" if spec.ablation is not None else "an IsoFLOP grid"
-    if spec.study.sampler.name != "random":
-        raise FieldError("study.sampler", f"{what} enqueues every trial, so sampler "
-                         f"{spec.study.sampler.name!r} would never be used; remove "
-                         "study.sampler")
-    if spec.scaling is None:
-        return
-    if spec.study.pruner.name != "none":
-        raise FieldError("study.pruner", f"pruner {spec.study.pruner.name!r} would stop IsoFLOP "
-                         "cells before their budget is spent (a stopped cell has no loss at its "
-                         "budget); use pruner = \"none\" or leave it out")
-    problem = too_many_cells(spec, spec.study.n_trials)
-    if problem is not None:
-        raise FieldError("study.n_trials", f"is {spec.study.n_trials}, but {problem}; remove "
-                         "n_trials")
-
-
-def too_many_cells(spec: StudySpec, n_trials: int) -> str | None:
-    """Why ``n_trials`` is too many for the spec's IsoFLOP grid (its spec or ``--n-trials``),
-    or None."""
-    if spec.scaling is None:
-        return None
-    cells = len(spec.scaling.expand())
-    if n_trials <= cells:
-        return None
-    return (f"the [scaling] grid has {cells} cells and more trials would be random mixes of "
-            "budgets and sizes")
-
-
-def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
-    """A grid sampler enumerates every value: each parameter needs a finite set, and ``grid``
-    (unlike ``bruteforce``) cannot leave conditional parameters out of a point."""
-    if sampler not in GRID_SAMPLERS:
-        return
-    space = tuple(space)
-    for p in space:
-        if not p.finite:
-            raise FieldError(f"space.{p.name}", f"sampler {sampler} needs a finite set of "
-                             "values, but this float range has no step; add step or use choices")
-    if sampler == "grid":
-        for p in space:
-            if p.when is not None:
-                raise FieldError(f"space.{p.name}.when", "the grid sampler cannot skip "
-                                 "conditional parameters (points would repeat); use sampler = "
-                                 "\"bruteforce\", which walks conditions")
-
-
-def check_search(*, space: bool, ablation: bool, enqueue: bool, scaling: bool = False) -> None:
-    """What to search comes from ``[space]`` (with ``[[enqueue]]``), from ``[ablation]`` or from
-    ``[scaling]``."""
-    if scaling and (space or ablation):
-        other = "[space]" if space else "[ablation]"
-        raise FieldError("scaling", f"[scaling] and {other} cannot be combined; an IsoFLOP "
-                         f"grid's trials are its cells: remove one of them")
-    if scaling and enqueue:
-        raise FieldError("enqueue", "[[enqueue]] and [scaling] cannot be combined; the grid "
-                         "enqueues its own cells: remove [[enqueue]]")
-    if ablation and space:
-        raise FieldError("ablation", "[ablation] and [space] cannot be combined; an ablation's "
-                         "trial list is its expansion: remove one of them")
-    if ablation and enqueue:
-        raise FieldError("enqueue", "[[enqueue]] and [ablation] cannot be combined; the "
-                         "ablation runs its baseline first: remove [[enqueue]]")
-    if not space and not ablation and not enqueue and not scaling:
-        raise FieldError("space", "nothing to search: add [space.<field>] tables, an "
-                         "[ablation], a [scaling] grid, or [[enqueue]] configs")
 
 
 @dataclass(frozen=True)
 class StudySpec:
     """A validated study spec. ``space`` is in suggestion order (a condition's inputs first).
 
-    Built directly, it checks the rules between its sections; ``from_dict`` (the TOML reader)
-    also builds trial configs from it (``sweeps.spec.checks``) and resolves corpus paths.
+    Built directly, it checks the rules between its sections (``sweeps.spec.rules``); the TOML
+    reader (``read_spec``) also builds trial configs from it (``sweeps.spec.checks``) and
+    resolves corpus paths.
     """
 
     study: StudySection
@@ -944,32 +727,7 @@ class StudySpec:
     def __post_init__(self) -> None:
         _as_tuple(self, "space")
         _as_tuple(self, "enqueue")
-        check_fixed_and_space(self.fixed, self.space)
-        check_search(space=bool(self.space), ablation=self.ablation is not None,
-                     enqueue=bool(self.enqueue), scaling=self.scaling is not None)
-        if self.scaling is not None:
-            check_scaling_fixed(self.scaling, self.fixed)
-        check_design(self)
-        check_grid(self.space, self.study.sampler.name)
-        if self.limits.max_wall_s is not None and "max_wall_s" in self.fixed:
-            raise FieldError("fixed.max_wall_s", "also set as limits.max_wall_s; keep the one "
-                             "in [limits]")
-        if self.limits.max_flops is not None:
-            check_compute_limit(self)
-        if self.study.pruner.by_tokens:
-            from sweeps.fidelity import rungs  # it reads the spec's values
-
-            rungs(self)  # a FieldError when the rungs cannot work
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str | Path | None = None,
-                  base_dir: Path | None = None, check_paths: bool = True) -> StudySpec:
-        """Validate a parsed spec. ``source`` names the file in errors and anchors relative paths
-        (else ``base_dir``, else the working directory); ``check_paths=False`` skips checks that
-        the corpus paths exist (a spec read back from a database on another machine)."""
-        from sweeps.spec.reader import read_spec  # the reader builds this class
-
-        return read_spec(data, source=source, base_dir=base_dir, check_paths=check_paths)
+        check_spec(self)
 
     # --- conveniences for the runner, the CLI and the space module ---
 
@@ -1021,7 +779,7 @@ class StudySpec:
         return [dict(e) for e in self.enqueue]
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as TOML-shaped data (corpus paths absolute): ``from_dict`` reads it back, so
+        """The spec as TOML-shaped data (corpus paths absolute): ``read_spec`` reads it back, so
         a worker on another machine can rebuild the spec from the study's stored copy. Without
         ``study.storage``: a URL may hold a password, and a joining worker has its own URL."""
         out = copy.deepcopy(self.raw)

@@ -40,7 +40,7 @@ from lm.tokens import load_tokens
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.launchers import make_launcher
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 
 # Run as a script, the repository root is not on sys.path; the PostgreSQL helper lives in tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -48,7 +48,7 @@ from tests.sweeps.pg import bench_storages
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> StudySpec:
-    return StudySpec.from_dict({
+    return read_spec({
         "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
                   "n_trials": trials},
         "corpus": {"dir": str(corpus)},

@@ -35,13 +35,13 @@ from lm.corpus import prepare_synthetic
 from lm.tokens import load_tokens
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 
 VOCABS = (300, 400, 500, 600)
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int, device: str) -> StudySpec:
-    return StudySpec.from_dict({
+    return read_spec({
         "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
                   "n_trials": trials},
         "corpus": {"dir": str(corpus)},

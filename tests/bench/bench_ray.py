@@ -96,9 +96,9 @@ def outside(args: argparse.Namespace) -> int:
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> Any:
-    from sweeps.spec import StudySpec
+    from sweeps.spec import read_spec
 
-    return StudySpec.from_dict({
+    return read_spec({
         "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
                   "n_trials": trials},
         "corpus": {"dir": str(corpus)},

@@ -83,7 +83,7 @@ from lm.tokens import load_tokens
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.launchers import make_launcher
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 
 #: Stands for the first rung's tokens in a pruner of ``STRATEGIES`` (set from ``--tokens``).
 FIRST_RUNG = "<first rung>"
@@ -156,7 +156,7 @@ def spec_for(strategy: tuple[str, str, dict[str, Any], int], rep: int, corpus: P
     name, sampler, pruner, factor = strategy
     trials *= factor
     study_name = f"search-{name.replace('+', '-')}-rep{rep}"
-    return StudySpec.from_dict({
+    return read_spec({
         "study": {"name": study_name, "sampler": sampler, "seed": SEED_BASE + rep,
                   "pruner": pruner_table(pruner, budget), "n_trials": trials},
         "corpus": {"dir": str(corpus)},

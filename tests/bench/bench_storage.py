@@ -52,7 +52,7 @@ from lm import outcomes
 from sweeps import runner
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 from tests.sweeps.pg import bench_storages
 
 WORKERS = (1, 2, 4, 8)
@@ -61,7 +61,7 @@ SAMPLE = "<Q>How do I" + " keep a toddler asleep" * 3
 
 
 def spec(name: str, trials: int) -> StudySpec:
-    return StudySpec.from_dict({
+    return read_spec({
         "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
                   "n_trials": trials},
         "corpus": {"dir": "/nonexistent-corpus"},  # never read: no child is launched

@@ -13,7 +13,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from sweeps import storage as st
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 #: studies/README.md's ffn_width table: val_bpb by d_ff, seeds 0 / 1 / 2.
@@ -43,8 +43,8 @@ def store_ablation(url: str, name: str, points: dict[int, list[float]]) -> None:
     trial per point and seed with its parameters and recorded metrics."""
     spec = tomllib.loads((STUDIES / "ffn_width.toml").read_text())
     spec["study"]["name"] = name
-    stored = StudySpec.from_dict(spec, source=STUDIES / "ffn_width.toml",
-                                 check_paths=False).to_dict()
+    stored = read_spec(spec, source=STUDIES / "ffn_width.toml",
+                       check_paths=False).to_dict()
     study = optuna.create_study(study_name=name, storage=st.open_storage(url))
     study.set_user_attr("spec", stored)
     seeds = sorted({s for values in points.values() for s in range(len(values))})

@@ -17,7 +17,7 @@ from sweeps import results, runner
 from sweeps.charts import compute
 from sweeps.charts import scaling as scaling_chart
 from sweeps.runner import Attempt, StartTimes, WorkerDevice
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from tests.sweeps import fake_study
 from tests.sweeps.helpers import spec_dict
 
@@ -82,17 +82,17 @@ def test_mfu_on_a_known_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_flops_is_an_objective() -> None:
-    spec = StudySpec.from_dict(spec_dict("o", Path("/c"), study={"objectives": ["val_bpb",
-                                                                              "flops"]}),
-                               check_paths=False)
+    spec = read_spec(spec_dict("o", Path("/c"), study={"objectives": ["val_bpb",
+                                                                    "flops"]}),
+                     check_paths=False)
     a = attempt({"final_metrics": {"val_bpb": 1.5}})
     assert runner.objective_values(spec, a, {"flops": 3e12}) == ([1.5, 3e12], None)
     assert runner.objective_values(spec, a, {}) == ([], "flops")
 
 
 def test_a_trial_over_the_compute_limit_is_not_launched() -> None:
-    spec = StudySpec.from_dict(spec_dict("o", Path("/c"), limits={"max_flops": 1e13}),
-                               check_paths=False)
+    spec = read_spec(spec_dict("o", Path("/c"), limits={"max_flops": 1e13}),
+                     check_paths=False)
     assert runner.over_compute_limit(9e12, spec.limits) is None
     reason = runner.over_compute_limit(2e13, spec.limits)
     assert reason == ("over the compute limit, not launched: 2e+13 training FLOPs predicted > "
@@ -105,16 +105,16 @@ def test_a_spec_whose_every_trial_is_over_the_limit_is_refused() -> None:
                      limits={"max_flops": 1.0})
     with pytest.raises(SweepsError, match=r"limits\.max_flops.*every trial is over the limit "
                                           r"of 1 training FLOPs: the cheapest \(d_ff=64\)"):
-        StudySpec.from_dict(data, check_paths=False)
-    cheapest = TrainConfig.from_dict({**StudySpec.from_dict(
+        read_spec(data, check_paths=False)
+    cheapest = TrainConfig.from_dict({**read_spec(
         {**data, "limits": {}}, check_paths=False).base_values(), "d_ff": 64})
     bound = flops.estimate(cheapest, cheapest.max_tokens).flops
     # Just above the cheapest corner: accepted (the others are pruned one by one).
-    StudySpec.from_dict({**data, "limits": {"max_flops": bound * 1.01}}, check_paths=False)
+    read_spec({**data, "limits": {"max_flops": bound * 1.01}}, check_paths=False)
     with pytest.raises(SweepsError, match="max_flops"):
-        StudySpec.from_dict({**data, "limits": {"max_flops": bound * 0.99}}, check_paths=False)
+        read_spec({**data, "limits": {"max_flops": bound * 0.99}}, check_paths=False)
     with pytest.raises(SweepsError, match=r"limits\.max_flops: must be > 0"):
-        StudySpec.from_dict({**data, "limits": {"max_flops": -1}}, check_paths=False)
+        read_spec({**data, "limits": {"max_flops": -1}}, check_paths=False)
 
 
 def test_columns_from_the_recorded_attributes(tmp_path: Path) -> None:

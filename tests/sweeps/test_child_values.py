@@ -22,7 +22,7 @@ from lm.run_files import check_metrics_row, check_result, loads_child
 from sweeps import storage as st
 from sweeps.launchers import PopenChild
 from sweeps.runner import RunnerContext, run_trial
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from sweeps.workers import create_or_resume, load_for_workers
 from tests.shared import shared_corpus
 from tests.sweeps.helpers import CPU, spec_dict
@@ -90,7 +90,7 @@ CASES = {
 def test_a_childs_out_of_range_or_deep_values_never_stop_the_orchestrator(
         case: str, url: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     corpus = shared_corpus(tmp_path_factory)
-    spec = StudySpec.from_dict(spec_dict("values", corpus), source=tmp_path / "spec.toml")
+    spec = read_spec(spec_dict("values", corpus), source=tmp_path / "spec.toml")
     storage = st.open_storage(url, heartbeat_interval=1, grace_period=5, max_retries=0)
     create_or_resume(spec, storage)
     study = load_for_workers(spec, storage)

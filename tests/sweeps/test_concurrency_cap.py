@@ -12,7 +12,7 @@ import pytest
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.engines import local
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from tests.shared import shared_corpus
 from tests.sweeps.helpers import spec_dict
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning
 
 def threads_started(tmp_path: Path, corpus: Path, n_trials: int, cap: int,
                     monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
-    spec = StudySpec.from_dict(spec_dict("cap", corpus, study={"n_trials": n_trials}))
+    spec = read_spec(spec_dict("cap", corpus, study={"n_trials": n_trials}))
     storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
                               grace_period=5, max_retries=0)
     wk.create_or_resume(spec, storage)
@@ -49,7 +49,7 @@ def test_no_more_workers_than_trials_left(tmp_path: Path, monkeypatch: pytest.Mo
 def test_no_more_workers_than_the_host_can_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     corpus = shared_corpus(tmp_path_factory)
-    spec = StudySpec.from_dict(spec_dict("cap", corpus))
+    spec = read_spec(spec_dict("cap", corpus))
     slots = local.concurrency(local.host_pool(spec, 100_000), None)  # as run_workers sees it
     n, notes = threads_started(tmp_path, corpus, 100_000, 100_000, monkeypatch)
     assert n == wk.HOST_THREADS_PER_SLOT * slots

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 from tests.sweeps.helpers import spec_dict
 
 PROCESSES = 4
@@ -22,7 +22,7 @@ ENQUEUE = [{"tokenizer": t, "vocab_size": v} for t in ("word", "bpe") for v in (
 
 
 def _spec(name: str, corpus: Path) -> StudySpec:
-    return StudySpec.from_dict(spec_dict(name, corpus, enqueue=ENQUEUE), check_paths=False)
+    return read_spec(spec_dict(name, corpus, enqueue=ENQUEUE), check_paths=False)
 
 
 def _start(url: str, name: str, corpus: Path, barrier: multiprocessing.synchronize.Barrier,

@@ -20,7 +20,7 @@ from sweeps import workers as wk
 from sweeps.engines import local
 from sweeps.runner import RunnerContext, TrialReport, WorkerDevice, finish
 from sweeps.space import suggest, trial_config
-from sweeps.spec import Limits, StudySpec
+from sweeps.spec import Limits, read_spec
 from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -180,8 +180,8 @@ def fake_trial(log: list[tuple[str, int, int]], lock: threading.Lock, sizes: dic
 
 def test_worker_threads_pack_trials_exactly_n_trials_none_twice(tmp_path: Path,
                                                                  corpus: Path) -> None:
-    spec = StudySpec.from_dict(spec_dict("pack", corpus, space={"seed": {"low": 0, "high": 9}},
-                                         study={"n_trials": 40}))
+    spec = read_spec(spec_dict("pack", corpus, space={"seed": {"low": 0, "high": 9}},
+                               study={"n_trials": 40}))
     storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
     wk.create_or_resume(spec, storage)
     study = wk.load_for_workers(spec, storage)
@@ -233,7 +233,7 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
                               {"vocab_size": 600, "batch_size": 8},
                               {"vocab_size": 300, "batch_size": 256},
                               {"vocab_size": 600, "batch_size": 8}])
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     from lm.tokens import load_tokens
 
     for vocab in (300, 600):  # warm: a cold cache read while a child writes it is another bug
@@ -294,7 +294,7 @@ def test_suggest_is_idempotent_for_a_node_that_reruns_a_planned_trial(tmp_path: 
                                                                         corpus: Path) -> None:
     """The Ray engine plans a trial where it asks it and runs it on a node, where the runner
     suggests again: the same values."""
-    spec = StudySpec.from_dict(spec_dict("idem", corpus))
+    spec = read_spec(spec_dict("idem", corpus))
     storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
     wk.create_or_resume(spec, storage)
     study = wk.load_for_workers(spec, storage)
@@ -309,15 +309,15 @@ def test_a_gpus_pool_is_what_is_free_on_it() -> None:
     the 50 GiB left, not of the 80 GiB it has."""
     from lm import host
 
-    spec = StudySpec.from_dict(spec_dict("pool", Path("/c"), fixed={"device": "auto"}),
-                               check_paths=False)
+    spec = read_spec(spec_dict("pool", Path("/c"), fixed={"device": "auto"}),
+                     check_paths=False)
     free = [host.parse_gpu_memory(line).free for line in ("81050, 81920", "51200, 81920")]
     pool = local.host_pool(spec, gpus=["0", "1"], gpu_free=free)
     assert [d.capacity for d in pool.devices] == [int(free[0] * 0.9), int(50 * 2**30 * 0.9)]
     assert [d.env for d in pool.devices] == [{"CUDA_VISIBLE_DEVICES": "0"},
                                              {"CUDA_VISIBLE_DEVICES": "1"}]
-    pinned = StudySpec.from_dict(spec_dict("pool", Path("/c"), fixed={"device": "cuda:1"}),
-                                 check_paths=False)
+    pinned = read_spec(spec_dict("pool", Path("/c"), fixed={"device": "cuda:1"}),
+                       check_paths=False)
     assert local.host_pool(pinned, gpus=["0", "1"], gpu_free=free).largest == int(
         50 * 2**30 * 0.9)
 

@@ -25,7 +25,7 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.engines import local
 from sweeps.engines import ray as ray_engine
-from sweeps.spec import Limits, StudySpec
+from sweeps.spec import Limits, read_spec
 from tests.sweeps.helpers import spec_dict, study_trials
 from tests.sweeps.pg import fresh_database
 
@@ -54,7 +54,7 @@ def test_the_budget_is_the_largest_node() -> None:
     pool = ray_engine.cluster_pool(nodes, "cpu", 1, None)
     budget = local.trial_budget(Limits(memory_budget="auto"), pool)
     assert local.reservation(budget) <= 8 * GiB < local.reservation(budget) + GiB
-    assert ray_engine.device_kind(StudySpec.from_dict(spec_dict("k", Path("."))), nodes) == "cpu"
+    assert ray_engine.device_kind(read_spec(spec_dict("k", Path("."))), nodes) == "cpu"
     gpu_pool = ray_engine.cluster_pool(nodes, "cuda", 1, 80 * GiB)
     assert [d.label for d in gpu_pool.devices] == ["10.0.0.2"]
 
@@ -133,7 +133,7 @@ def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
     from sweeps import preflight
     from sweeps.runner import RunnerContext, TrialReport, WorkerDevice
 
-    spec = StudySpec.from_dict(spec_dict("r", Path("/nonexistent-corpus")), check_paths=False)
+    spec = read_spec(spec_dict("r", Path("/nonexistent-corpus")), check_paths=False)
     study = optuna.create_study()
     monkeypatch.setattr(preflight, "calibration_factor", lambda study: 1.3)
     monkeypatch.setattr(st, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
@@ -212,7 +212,7 @@ def test_inside_the_namespace() -> None:
                      space={"vocab_size": {"choices": [300, 600]}},
                      study={"n_trials": N_TRIALS}, limits={"collapse": False,
                                                            "memory_budget": "auto"})
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     # The head and "big" hold a trial; "small" has more cores but too little memory for any.
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "memory": 3 * GiB})
     small = cluster.add_node(num_cpus=2, memory=64 * 2**20)

@@ -21,7 +21,7 @@ from sweeps import preflight
 from sweeps import workers as wk
 from sweeps.engines import local, slurm
 from sweeps.space import trial_config
-from sweeps.spec import StudySpec, load_spec
+from sweeps.spec import StudySpec, load_spec, read_spec
 from tests.sweeps import slurm_cluster
 from tests.sweeps.helpers import (
     CHILD_ENV,
@@ -39,7 +39,7 @@ NODES = [slurm.Node("a", 2, 4 * GiB, 0), slurm.Node("b", 8, 64 * GiB, 2)]
 
 
 def _spec(corpus: Path, name: str = "sl", **kw) -> StudySpec:
-    return StudySpec.from_dict(spec_dict(name, corpus, **kw))
+    return read_spec(spec_dict(name, corpus, **kw))
 
 
 # --- requests and the script (no cluster) --------------------------------------------------------
@@ -141,7 +141,7 @@ def test_the_spec_engine_table_is_checked(corpus: Path) -> None:
     data = spec_dict("sl", corpus)
     data["engine"] = {"name": "slurm", "partiton": "gpu"}
     with pytest.raises(SweepsError, match="did you mean 'partition'"):
-        StudySpec.from_dict(data)
+        read_spec(data)
 
 
 def test_states_and_reasons_from_scontrol(tmp_path: Path) -> None:

@@ -19,13 +19,13 @@ from optuna.trial import TrialState
 
 from sweeps import workers as wk
 from sweeps.launchers import PopenChild
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 from tests.shared import shared_corpus
 from tests.sweeps.helpers import CPU, spec_dict, sweeps_run, toml_text, worker_study
 
 
 def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, Any, Any]:
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     return (spec, *worker_study(spec, tmp / "db.sqlite"))
 
 

@@ -19,7 +19,7 @@ from sweeps import fidelity
 from sweeps import storage as st
 from sweeps.forkserver import ForkServer
 from sweeps.runner import RunnerContext, run_trial
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, halving, read_spec
 from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import CPU, spec_dict
 
@@ -34,7 +34,7 @@ def make(corpus: Path, pruner: Any, *, fixed: dict | None = None, space: dict | 
     study = {"pruner": pruner, **({"objectives": objectives} if objectives else {})}
     fixed = {"max_tokens": 8000, "eval_every_tokens": 1000, **(fixed or {})}
     space = space if space is not None else {"lr": {"choices": [0.03, 0.01, 1e-6]}}
-    return StudySpec.from_dict(spec_dict("fid", corpus, fixed=fixed, space=space, study=study))
+    return read_spec(spec_dict("fid", corpus, fixed=fixed, space=space, study=study))
 
 
 def frozen(number: int, state: TrialState, rungs: dict[str, list[float]] | None = None,
@@ -51,9 +51,9 @@ def frozen(number: int, state: TrialState, rungs: dict[str, list[float]] | None 
 
 
 def test_rungs_explicit_default_and_refused(corpus: Path) -> None:
-    assert fidelity.rungs(make(corpus, HALVING)) == (2000, 4000)
+    assert halving.rungs(make(corpus, HALVING)) == (2000, 4000)
     # Default: max_tokens / reduction_factor**2 in whole evaluations: 8000 / 9 -> 1000.
-    assert fidelity.rungs(make(corpus, "successive_halving")) == (1000, 3000)
+    assert halving.rungs(make(corpus, "successive_halving")) == (1000, 3000)
     with pytest.raises(SweepsError, match="before the first evaluation"):
         make(corpus, {**HALVING, "min_tokens": 500})
     with pytest.raises(SweepsError, match="not below max_tokens = 8,000"):
@@ -63,15 +63,15 @@ def test_rungs_explicit_default_and_refused(corpus: Path) -> None:
              space={"max_tokens": {"choices": [4000, 8000]}})
     # A searched max_tokens: rungs below the largest; a short trial is judged at fewer.
     spec = make(corpus, HALVING, space={"max_tokens": {"choices": [4000, 8000]}})
-    assert fidelity.rungs(spec) == (2000, 4000)
+    assert halving.rungs(spec) == (2000, 4000)
     assert fidelity.decision_rungs(spec, (2000, 4000), 0, 4000) == (2000,)
 
 
 def test_hyperband_brackets_judge_from_their_own_rung(corpus: Path) -> None:
     spec = make(corpus, {"name": "hyperband", "min_tokens": 1000, "reduction_factor": 2})
-    study_rungs = fidelity.rungs(spec)
+    study_rungs = halving.rungs(spec)
     assert study_rungs == (1000, 2000, 4000)
-    assert fidelity.n_brackets(spec, study_rungs) == 4
+    assert halving.n_brackets(spec, study_rungs) == 4
     assert [fidelity.decision_rungs(spec, study_rungs, n, 8000) for n in range(5)] == [
         (1000, 2000, 4000), (2000, 4000), (4000,), (), (1000, 2000, 4000)]
     # Competitors come from the same bracket only.

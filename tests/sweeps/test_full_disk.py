@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from sweeps import workers as wk
 from sweeps.runner import classify, run_dir_unwritable
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from tests.shared import shared_corpus, small_tmpfs
 from tests.sweeps.helpers import spec_dict, worker_study
 
@@ -32,7 +32,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_child_without_result_on_a_full_disk_is_the_environments_failure(
         small_disk: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = StudySpec.from_dict(spec_dict(
+    spec = read_spec(spec_dict(
         "full", shared_corpus(tmp_path_factory), fixed={"tokenizer": "byte", "vocab_size": 260},
         space={"lr": {"low": 0.001, "high": 0.01}}, study={"n_trials": 2}))
     storage, study = worker_study(spec, tmp_path / "db.sqlite")

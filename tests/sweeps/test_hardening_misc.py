@@ -12,7 +12,7 @@ import pytest
 from lm import host
 from lm.errors import SweepsError
 from sweeps import plan
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from sweeps.storage import mask_url
 from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error, sweeps
@@ -37,8 +37,8 @@ def test_the_cli_never_echoes_a_key_value_password(tmp_path: Path) -> None:
 def test_the_dry_run_refuses_a_gpu_this_host_lacks(monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path_factory: pytest.TempPathFactory
                                                    ) -> None:
-    spec = StudySpec.from_dict(spec_dict("gpu", shared_corpus(tmp_path_factory),
-                                         fixed={"device": "cuda:7"}))
+    spec = read_spec(spec_dict("gpu", shared_corpus(tmp_path_factory),
+                               fixed={"device": "cuda:7"}))
     monkeypatch.setattr(host, "visible_gpus", lambda: ["0"])
     with pytest.raises(SweepsError, match="cuda:7"):
         plan.dry_run(spec, "sqlite://", 1, None)

@@ -15,7 +15,7 @@ from lm import flops
 from lm.errors import SweepsError
 from sweeps import plan
 from sweeps.space import distributions, trial_config
-from sweeps.spec import FLOPS_BUDGET, Scaling, StudySpec, budget_tokens
+from sweeps.spec import FLOPS_BUDGET, Scaling, budget_tokens, read_spec
 from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
 SIZES = [{"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 64},
@@ -39,7 +39,7 @@ def scaling_dict(name: str, corpus: Path, **scaling: Any) -> dict[str, Any]:
 
 
 def test_a_grid_expands_into_cells_that_spend_their_budget(corpus: Path) -> None:
-    spec = StudySpec.from_dict(scaling_dict("iso", corpus, seeds=[0, 1]))
+    spec = read_spec(scaling_dict("iso", corpus, seeds=[0, 1]))
     assert spec.study.n_trials == 18 and spec.study.sampler.name == "random"
     assert spec.study.pruner.name == "none"  # a pruned cell has no loss at its budget
     trials = spec.initial_trials()
@@ -61,7 +61,7 @@ def test_a_grid_expands_into_cells_that_spend_their_budget(corpus: Path) -> None
 
 
 def test_budget_tokens_is_whole_steps_nearest_the_budget(corpus: Path) -> None:
-    spec = StudySpec.from_dict(scaling_dict("iso", corpus))
+    spec = read_spec(scaling_dict("iso", corpus))
     cfg = trial_config(spec, spec.initial_trials()[0])
     per_token = flops.estimate(cfg, 0, n_evals=0).flops_per_token
     step = per_token * cfg.tokens_per_step
@@ -72,8 +72,8 @@ def test_budget_tokens_is_whole_steps_nearest_the_budget(corpus: Path) -> None:
 
 
 def test_the_spec_round_trips_and_types_check_themselves(corpus: Path) -> None:
-    spec = StudySpec.from_dict(scaling_dict("iso", corpus))
-    again = StudySpec.from_dict(spec.to_dict(), check_paths=False)
+    spec = read_spec(scaling_dict("iso", corpus))
+    again = read_spec(spec.to_dict(), check_paths=False)
     assert again.initial_trials() == spec.initial_trials()
     with pytest.raises(SweepsError, match="budgets"):
         Scaling(budgets=(), sizes=({"d_model": 16},))
@@ -118,7 +118,7 @@ def test_malformed_scaling(corpus: Path, change: dict[str, Any], expected: list[
         else:
             data["scaling"][key] = value
     with pytest.raises(SweepsError) as info:
-        StudySpec.from_dict(data, source="iso.toml")
+        read_spec(data, source="iso.toml")
     message = str(info.value)
     assert "\n" not in message and message.startswith("iso.toml: ")
     for needle in expected:
@@ -150,7 +150,7 @@ def test_scaling_clashes_with_other_sections(corpus: Path, change: dict[str, Any
             data[key] = change.pop(key)
     data["scaling"].update(change)
     with pytest.raises(SweepsError) as info:
-        StudySpec.from_dict(data, source="iso.toml")
+        read_spec(data, source="iso.toml")
     message = str(info.value)
     assert "\n" not in message
     for needle in expected:
@@ -160,13 +160,13 @@ def test_scaling_clashes_with_other_sections(corpus: Path, change: dict[str, Any
 def test_fewer_trials_than_cells_is_a_partial_grid(corpus: Path) -> None:
     data = scaling_dict("iso", corpus)
     data["study"]["n_trials"] = 3
-    assert StudySpec.from_dict(data).study.n_trials == 3
+    assert read_spec(data).study.n_trials == 3
 
 
 def test_the_dry_run_shows_the_grid_and_flags_untrainable_cells(corpus: Path) -> None:
     data = scaling_dict("iso", corpus, budgets=[2e8, 2.4e9])
     data["limits"] = {"memory_budget": "300MiB", "collapse": {"min_steps": 40}}
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     cells = plan.scaling_cells(spec, "cpu", 300 * 2**20)
     assert [(c.budget, c.size["d_model"]) for c in cells] == [
         (b, d) for b in (2e8, 2.4e9) for d in (16, 32, 64)]
@@ -261,13 +261,13 @@ def test_a_study_resumed_with_another_grid_is_refused(corpus: Path, tmp_path: Pa
 
     storage = st.open_storage(f"sqlite:///{tmp_path / 'sweeps.db'}")
     try:
-        spec = StudySpec.from_dict(scaling_dict("iso", corpus))
+        spec = read_spec(scaling_dict("iso", corpus))
         study, created = wk.create_or_resume(spec, storage)
         assert created and len(study.get_trials()) == 9
         assert [t.system_attrs["fixed_params"] for t in study.get_trials()] == \
             spec.initial_trials()
         assert wk.create_or_resume(spec, storage)[1] is False
-        other = StudySpec.from_dict(scaling_dict("iso", corpus, budgets=BUDGETS[:2]))
+        other = read_spec(scaling_dict("iso", corpus, budgets=BUDGETS[:2]))
         with pytest.raises(SweepsError, match=r"different \[scaling\]"):
             wk.create_or_resume(other, storage)
     finally:

@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 from sweeps import storage as st
-from sweeps.spec.types import MAX_NAME_LENGTH
+from sweeps.spec.values import MAX_NAME_LENGTH
 from tests.sweeps import fake_study
 from tests.sweeps.cli import assert_user_error, sweeps_here
 from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from lm.errors import SweepsError
 from lm.run_files import METRIC_KEYS, METRIC_TYPES
-from sweeps.spec import StudySpec, load_spec
+from sweeps.spec import StudySpec, load_spec, read_spec
 from tests.sweeps.helpers import toml_text
 
 #: A loaded machine must not fail a property test on time.
@@ -79,7 +79,7 @@ def test_any_mutation_of_a_valid_spec(mutations: list[tuple[str, str, Any]]) -> 
     for section, key, value in mutations:
         data[section][key] = value
     try:
-        spec = StudySpec.from_dict(data, source=Path("spec.toml"), check_paths=False)
+        spec = read_spec(data, source=Path("spec.toml"), check_paths=False)
     except SweepsError as exc:
         assert_one_line(exc)
         return

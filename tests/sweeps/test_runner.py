@@ -32,7 +32,7 @@ from sweeps.runner import (
     classify,
     run_trial,
 )
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 from tests.sweeps.helpers import (
     CPU,
     TINY,
@@ -47,7 +47,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorage, optuna.Study]:
-    spec = StudySpec.from_dict(data, source=tmp / "spec.toml")
+    spec = read_spec(data, source=tmp / "spec.toml")
     return (spec, *worker_study(spec, tmp / "sweeps.db"))
 
 

@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps import space
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -41,7 +41,7 @@ def make_spec(corpus_dir: Path, **study: Any) -> StudySpec:
             "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
         },
     }
-    return StudySpec.from_dict(data, source="spec.toml")
+    return read_spec(data, source="spec.toml")
 
 
 def finite_spec(corpus_dir: Path, sampler: str, **extra: Any) -> StudySpec:
@@ -57,7 +57,7 @@ def finite_spec(corpus_dir: Path, sampler: str, **extra: Any) -> StudySpec:
         "corpus": {"dir": str(corpus_dir)},
         "space": space_table,
     }
-    return StudySpec.from_dict(data, source="grid.toml")
+    return read_spec(data, source="grid.toml")
 
 
 def test_distributions(corpus_dir: Path) -> None:
@@ -116,7 +116,7 @@ def test_trial_config_merges_and_validates(corpus_dir: Path) -> None:
 def test_max_wall_s_limit_reaches_the_config(corpus_dir: Path) -> None:
     data = make_spec(corpus_dir).to_dict()
     data["limits"] = {"max_wall_s": 90}
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     assert space.trial_config(spec, {}).max_wall_s == 90.0
 
 
@@ -168,7 +168,7 @@ def test_ablation_space(corpus_dir: Path) -> None:
         "fixed": {"d_model": 64},
         "ablation": {"baseline": {"d_ff": 256}, "vary": {"d_ff": [1, 64]}, "seeds": [0, 1]},
     }
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     assert space.distributions(spec) == {
         "d_ff": CategoricalDistribution([256, 1, 64]),
         "seed": CategoricalDistribution([0, 1]),
@@ -263,7 +263,7 @@ def test_tpe_learns_to_avoid_infeasible_trials(corpus_dir: Path) -> None:
     proposing the feasible region; without it, it chases the (infeasible) large values."""
     data = make_spec(corpus_dir, sampler={"name": "tpe", "n_startup_trials": 10}).to_dict()
     data["space"] = {"vocab_size": {"type": "int", "low": 512, "high": 8192}}
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
 
     def constraints(trial: FrozenTrial) -> Sequence[float]:
         return [float(trial.user_attrs.get("constraint", 0.0))]
@@ -283,7 +283,7 @@ def test_make_pruner(corpus_dir: Path) -> None:
     data = make_spec(corpus_dir).to_dict()
     data["study"]["pruner"] = {"name": "successive_halving", "min_tokens": 1000}
     data["fixed"]["eval_every_tokens"] = 1000
-    assert isinstance(space.make_pruner(StudySpec.from_dict(data)), optuna.pruners.NopPruner)
+    assert isinstance(space.make_pruner(read_spec(data)), optuna.pruners.NopPruner)
     assert isinstance(space.make_pruner(make_spec(corpus_dir, pruner="none")),
                       optuna.pruners.NopPruner)
     multi = make_spec(corpus_dir, objectives=["val_bpb", "wall_s"])

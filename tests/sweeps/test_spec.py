@@ -13,11 +13,15 @@ import pytest
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps.spec import (
+    ParamSpec,
     StudySpec,
     iter_grid,
     load_spec,
     parse_bytes,
     parse_condition,
+    read_spec,
+    walk_one,
+    walk_space,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +54,7 @@ def base(corpus_dir: Path) -> dict[str, Any]:
 
 
 def parse(data: dict[str, Any], **kwargs: Any) -> StudySpec:
-    return StudySpec.from_dict(data, source="spec.toml", **kwargs)
+    return read_spec(data, source="spec.toml", **kwargs)
 
 
 def write(path: Path, text: str) -> Path:
@@ -144,7 +148,7 @@ def test_to_dict_round_trips(corpus_dir: Path) -> None:
     assert spec.study.storage == "postgresql://u:secret@db/sweeps"
     stored = spec.to_dict()
     assert "secret" not in repr(stored)  # the copy kept in the database holds no password
-    again = StudySpec.from_dict(stored, check_paths=False)
+    again = read_spec(stored, check_paths=False)
     assert again.study == dataclasses.replace(spec.study, storage=None)
     assert again.space == spec.space
     assert again.fixed == spec.fixed
@@ -240,6 +244,15 @@ def test_enqueue_values_must_be_in_the_space(corpus_dir: Path) -> None:
     assert parse(data).study.n_trials == 2
 
 
+def test_an_enqueued_value_needs_its_condition_to_hold(corpus_dir: Path) -> None:
+    data = base(corpus_dir)
+    data["enqueue"] = [{"tokenizer": "word", "lowercase": True}, {"tokenizer": "bpe",
+                                                                 "lowercase": True}]
+    with pytest.raises(SweepsError, match=r"^spec.toml: enqueue\[1\].lowercase: set, but its "
+                       r"condition \"tokenizer == 'word'\" does not hold; remove it$"):
+        parse(data)
+
+
 def test_grid_n_trials_defaults_to_the_conditional_grid_size(corpus_dir: Path) -> None:
     data = base(corpus_dir)
     data["study"].pop("n_trials")
@@ -256,6 +269,29 @@ def test_grid_n_trials_defaults_to_the_conditional_grid_size(corpus_dir: Path) -
     assert len(points) == 12
     assert len({tuple(sorted(p.items())) for p in points}) == 12
     assert all(("lowercase" in p) == (p["tokenizer"] == "word") for p in points)
+
+
+def test_one_walk_asks_only_for_the_parameters_whose_conditions_hold(corpus_dir: Path) -> None:
+    data = base(corpus_dir)
+    data["space"] = {
+        "tokenizer": {"choices": ["word", "bpe"]},
+        "lowercase": {"choices": [False, True], "when": "tokenizer == 'word'"},
+    }
+    spec = parse(data)
+    asked: list[str] = []
+
+    def pick(tokenizer: str) -> Callable[[ParamSpec], Any]:
+        def value(p: ParamSpec) -> Any:
+            asked.append(p.name)
+            return tokenizer if p.name == "tokenizer" else True
+        return value
+
+    assert walk_one(spec.space, spec.base_values(), pick("bpe")) == {"tokenizer": "bpe"}
+    assert asked == ["tokenizer"]
+    point = walk_one(spec.space, spec.base_values(), pick("word"))
+    assert point == {"tokenizer": "word", "lowercase": True}
+    # A walk that stops on a parameter (no values) yields no point.
+    assert list(walk_space(spec.space, spec.base_values(), lambda p: ())) == []
 
 
 # --- conditions ----------------------------------------------------------------------------------

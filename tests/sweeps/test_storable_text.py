@@ -31,7 +31,7 @@ from sweeps import workers as wk
 from sweeps.charts import samples as samples_chart
 from sweeps.launchers import PopenChild
 from sweeps.runner import STORAGE_PROBLEMS, RunnerContext, run_trial
-from sweeps.spec import StudySpec
+from sweeps.spec import StudySpec, read_spec
 from sweeps.text import REPLACEMENT, escape_controls, storable
 from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import CPU, spec_dict
@@ -163,7 +163,7 @@ def sqlite(tmp: Path) -> str:
 
 def one_trial(url: str, tmp: Path, name: str, corpus: Path
               ) -> tuple[StudySpec, st.RDBStorage, optuna.Study, RunnerContext]:
-    spec = StudySpec.from_dict(spec_dict(name, corpus), source=tmp / "spec.toml")
+    spec = read_spec(spec_dict(name, corpus), source=tmp / "spec.toml")
     storage = st.open_storage(url, heartbeat_interval=1, grace_period=5)
     create_or_resume(spec, storage)
     study = load_for_workers(spec, storage)

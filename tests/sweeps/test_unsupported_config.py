@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from lm import outcomes
 from lm.tokens import load_tokens, token_ceiling
 from sweeps import workers as wk
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from tests.shared import shared_corpus
 from tests.sweeps.cli import assert_user_error
 from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text, worker_study
@@ -65,7 +65,7 @@ def test_a_config_the_corpus_cannot_support_is_counted_as_its_own_outcome(
     val_bytes = (corpus / "val.txt").stat().st_size
     # Fewer word tokens than that in the split, but not fewer bytes: passes planning.
     seq_len = val_bytes // 2
-    spec = StudySpec.from_dict(spec_dict(
+    spec = read_spec(spec_dict(
         "short", corpus, fixed={"tokenizer": "word", "vocab_size": 300},
         study={"n_trials": 2}, space={"seq_len": {"choices": [16, seq_len]}},
         enqueue=[{"seq_len": seq_len}, {"seq_len": 16}]))

@@ -18,7 +18,7 @@ from hypothesis import strategies as hs
 from lm.errors import SweepsError
 from sweeps.plan import _draw
 from sweeps.space import grid_points, grid_search_space
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from sweeps.spec.types import ParamSpec
 from tests.shared import shared_corpus
 from tests.sweeps.helpers import spec_dict, toml_text
@@ -58,7 +58,7 @@ def test_a_float_grid_of_any_width_is_a_lazy_sequence(n: int, step: float, seed:
 
 def test_a_grid_over_a_wide_range_is_a_one_line_error(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    spec = StudySpec.from_dict(spec_dict("wide", shared_corpus(tmp_path_factory), space={
+    spec = read_spec(spec_dict("wide", shared_corpus(tmp_path_factory), space={
         "seed": {"type": "int", "low": 0, "high": 4294967295}}))
     with pytest.raises(SweepsError, match="more than"):
         grid_search_space(spec)

@@ -21,7 +21,7 @@ from sweeps import preflight
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.space import trial_config
-from sweeps.spec import StudySpec
+from sweeps.spec import read_spec
 from tests.sweeps.helpers import (
     alive,
     descendants,
@@ -107,14 +107,14 @@ def test_cores_are_split_between_workers() -> None:
 
 
 def test_devices_one_gpu_each_or_a_share_of_the_cores(corpus: Path) -> None:
-    gpu_spec = StudySpec.from_dict(spec_dict("d", corpus, fixed={"device": "auto"}))
+    gpu_spec = read_spec(spec_dict("d", corpus, fixed={"device": "auto"}))
     devices = wk.plan_devices(gpu_spec, 3, gpus=["0", "1"])
     assert [d.env["CUDA_VISIBLE_DEVICES"] for d in devices] == ["0", "1", "0"]
     assert {d.device for d in devices} == {"cuda"}
     cpu_devices = wk.plan_devices(gpu_spec, 2, gpus=[])
     assert all(d.device == "cpu" and d.cpus for d in cpu_devices)
     assert sum(int(d.env["SWEEPS_NUM_THREADS"]) for d in cpu_devices) >= 2
-    cpu_spec = StudySpec.from_dict(spec_dict("d", corpus))  # device = "cpu" in the spec
+    cpu_spec = read_spec(spec_dict("d", corpus))  # device = "cpu" in the spec
     assert {d.device for d in wk.plan_devices(cpu_spec, 2, gpus=["0"])} == {"cpu"}
 
 
@@ -144,13 +144,13 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
                      enqueue=[{"vocab_size": 6, "batch_size": 8},
                               {"vocab_size": 300, "batch_size": 4096},
                               {"vocab_size": 600, "batch_size": 8}])
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     tiny = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8}),
                              device="cpu")[0]
     big = preflight.predict(trial_config(spec, {"vocab_size": 6, "batch_size": 4096}),
                             device="cpu")[0]
     data["limits"]["memory_budget"] = (tiny + big) // 2
-    spec = StudySpec.from_dict(data)
+    spec = read_spec(data)
     storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
                               grace_period=5)
     wk.create_or_resume(spec, storage)

@@ -41,7 +41,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from lm.errors import SweepsError
 from sweeps import optuna_compat
-from sweeps.spec import StudySpec
+from sweeps.spec import ParamSpec, StudySpec, read_spec, walk_one
 
 #: The user attribute that marks a carried trial: "STUDY#N" (its study and number there).
 CARRIED_FROM = "carried_from"
@@ -127,9 +127,13 @@ def _old_base(stored: Any) -> dict[str, Any] | None:
     if not isinstance(stored, dict):
         return None
     try:
-        return StudySpec.from_dict(stored, check_paths=False).base_values()
+        return read_spec(stored, check_paths=False).base_values()
     except SweepsError:
         return None
+
+
+class _NotCarried(Exception):
+    """Why an old trial does not carry: ends the walk over the new space."""
 
 
 def carried_params(spec: StudySpec, dists: dict[str, BaseDistribution],
@@ -141,23 +145,26 @@ def carried_params(spec: StudySpec, dists: dict[str, BaseDistribution],
     config = t.user_attrs.get("config")
     if not isinstance(config, dict):
         return None, "no trained config recorded"
-    env = spec.base_values()
-    params: dict[str, Any] = {}
-    for p in spec.space:
-        if p.when is not None and not p.when.holds(env):
-            continue
+
+    def value(p: ParamSpec) -> Any:
         if p.name in t.params:
-            value = t.params[p.name]
+            found = t.params[p.name]
         elif p.name in config:
-            value = config[p.name]
-            if old_base is not None and old_base.get(p.name) != value:
-                return None, f"{p.name} was not searched and trained other than its fixed value"
+            found = config[p.name]
+            if old_base is not None and old_base.get(p.name) != found:
+                raise _NotCarried(f"{p.name} was not searched and trained other than its fixed "
+                                  "value")
         else:
-            return None, f"{p.name} unknown for the old trial"
-        why = outside(p.name, value, dists[p.name])
+            raise _NotCarried(f"{p.name} unknown for the old trial")
+        why = outside(p.name, found, dists[p.name])
         if why:
-            return None, why
-        env[p.name] = params[p.name] = value
+            raise _NotCarried(why)
+        return found
+
+    try:
+        params = walk_one(spec.space, spec.base_values(), value)
+    except _NotCarried as exc:
+        return None, str(exc)
     why = _config_difference(spec, params, config, fitted=bool(t.user_attrs.get("fitted")))
     return (None, why) if why else (params, "")
 

@@ -1,0 +1,92 @@
+"""The spec's vocabulary (metrics, samplers, pruners, IsoFLOP grid parameters, study names) and
+the value helpers the types (``sweeps.spec.types``) share with the rules between sections
+(``sweeps.spec.rules``): a module below both, since the types check those rules on themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from lm.config import TrainConfig
+from lm.errors import FieldError
+from lm.units import size_in_bytes
+
+#: Metrics a study can optimise, with the direction that is "better" unless the spec says so.
+METRICS: dict[str, str] = {
+    "val_bpb": "minimize",
+    "val_loss": "minimize",
+    "peak_mem": "minimize",
+    "wall_s": "minimize",
+    "tokens_per_s": "maximize",
+    "params": "minimize",
+    "flops": "minimize",
+}
+DIRECTIONS = ("minimize", "maximize")
+SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
+QMC_TYPES = ("sobol", "halton")
+PRUNERS = ("median", "successive_halving", "hyperband", "none")
+#: ``[study] objectives`` when the spec gives none.
+DEFAULT_OBJECTIVES = ("val_bpb",)
+#: Pruners whose resource is tokens trained (``sweeps.fidelity``): the project's own, for any
+#: number of objectives.
+FIDELITY_PRUNERS = ("successive_halving", "hyperband")
+PARAM_TYPES = ("int", "float", "categorical")
+OOM_POLICIES = ("prune", "fit")
+CORPUS_FORMATS = ("posts", "text")
+#: Samplers that enumerate a finite grid: every searched field needs a finite set of values.
+GRID_SAMPLERS = ("grid", "bruteforce")
+#: The most points a grid may have (a bigger one is a typo in a step, or a job for a sampler).
+MAX_GRID_POINTS = 100_000
+#: The trial parameter that carries an IsoFLOP cell's compute budget. Not a ``TrainConfig``
+#: field: ``StudySpec.trial_values`` leaves it out of the config, and the runner records it as
+#: the trial's ``flops_budget`` attribute, which ``sweeps.scaling`` groups the fit by.
+FLOPS_BUDGET = "flops_budget"
+#: The ``TrainConfig`` fields one model size of ``[scaling] sizes`` may set.
+SIZE_FIELDS = ("d_model", "n_layers", "n_heads", "d_ff")
+
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: A study name is a run directory's name (at most 255 bytes) and a database key (Optuna's column
+#: holds 512): 200 characters leave room for both.
+MAX_NAME_LENGTH = 200
+#: Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1; a resumed or joining
+#: process adds an offset to the spec's seed modulo 2**32 (``sweeps.workers.load_for_workers``).
+MAX_SAMPLER_SEED = 2**32 - 1
+
+
+def parse_bytes(value: Any, *, key: str = "memory_budget") -> int:
+    """``8GiB``, ``512MB``, ``1.5G`` or an integer -> bytes (``lm.units``), or a ``FieldError``
+    naming ``key`` (a spec field, or a CLI flag such as ``--budget``)."""
+    number = size_in_bytes(value)
+    if number is None:
+        raise FieldError(key, "must be a size such as 8GiB, 512MB or a number of bytes, "
+                         f"got {key}={value!r}")
+    return number
+
+
+def train_defaults() -> dict[str, Any]:
+    """``TrainConfig``'s defaults (the required ``corpus`` has none)."""
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality that keeps ``True`` apart from ``1`` (TOML booleans are not numbers)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def unique(values: Iterable[Any]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for v in values:
+        if not any(same(v, o) for o in out):
+            out.append(v)
+    return tuple(out)
