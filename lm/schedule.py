@@ -54,6 +54,21 @@ def cooldown_tokens(cfg: TrainConfig, tokens: int) -> int:
     return round(cfg.read_cooldown_fraction * tokens)
 
 
+def read_points(cfg: TrainConfig) -> tuple[int, ...]:
+    """The tokens at which the run takes its cooldown reads: the first step boundary at or past
+    each point of ``cooldown_reads`` (one read however many points one step passes), before the
+    end of the run (whose own decay is its cooldown)."""
+    step = cfg.tokens_per_step
+    ends = (math.ceil(point / step) * step for point in cfg.cooldown_reads)
+    return tuple(sorted({p for p in ends if p < cfg.max_tokens}))
+
+
+def branch_tokens(cfg: TrainConfig, tokens: int) -> int:
+    """The tokens a cooldown read after ``tokens`` trains: whole steps over its decay."""
+    step = cfg.tokens_per_step
+    return math.ceil(cooldown_tokens(cfg, tokens) / step) * step
+
+
 def decay_factor(tokens: int, start: int, span: int, shape: str) -> float:
     """1 before ``start``, then falling to 0 at ``start + span``: ``1 - x`` (linear) or
     ``1 - sqrt(x)`` (1-sqrt), ``x`` the share of the decay done."""
