@@ -48,8 +48,9 @@ class Branchable(Protocol):
     def put(self, state: dict[str, Any]) -> None:
         """Back to a state from ``take``."""
 
-    def optimizer_step(self, lr: float, where: str) -> float:
-        """One optimizer step at ``lr``; its mean training loss."""
+    def optimizer_step(self, lr: float, read_step: int | None = None) -> float:
+        """One optimizer step at ``lr`` (step ``read_step`` of a read's branch); its mean
+        training loss."""
 
     def measure(self, lr: float, train_loss: float) -> dict[str, Any]:
         """An evaluation's ``metrics.jsonl`` row of the weights as they are (nothing recorded)."""
@@ -68,8 +69,7 @@ def read(run: Branchable) -> dict[str, Any]:
     # the run, whose state is then not trained on again.
     while tokens < start + span:
         lr = schedule.cooldown_lr(tokens, start, span, cfg)
-        loss_sum += run.optimizer_step(
-            lr, f"step {steps + 1} of the cooldown read at {start:,} tokens")
+        loss_sum += run.optimizer_step(lr, steps + 1)
         steps += 1
         tokens += cfg.tokens_per_step
     row = run.measure(lr, loss_sum / steps if steps else math.nan)

@@ -4,6 +4,7 @@ the same with or without reads, resumed or not."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,14 @@ def test_a_resumed_run_keeps_its_schedule_and_its_reads(
     assert [computed(r) for r in rows(run_dir)] == [computed(r) for r in rows(reference_dir)]
     assert result.cooldown_tokens_total == reference.cooldown_tokens_total
     assert computed(result.final_metrics or {}) == computed(reference.final_metrics or {})
+
+
+@pytest.mark.study
+def test_a_read_that_diverges_ends_the_run_as_diverged_and_says_where(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lm.schedule.cooldown_lr", lambda *_: math.nan)
+    cfg = config(corpus, max_tokens=1_280, cooldown_reads=[640], eval_every_tokens=1_280)
+    result = run(cfg, tmp_path / "run")
+    assert result.outcome == "diverged"
+    assert result.reason == "training loss is nan at step 2 of the cooldown read at 640 tokens"
+    assert result.n_reads == 0
