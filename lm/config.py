@@ -168,7 +168,7 @@ class TrainConfig:
     decay_fraction: float = field(
         default=0.2, metadata=_help("wsd: the share of max_tokens the final decay takes.")
     )
-    # 1-sqrt: in the same paper it beats linear at every cooldown length they tried.
+    # 1-sqrt: in the same paper it gives a lower final loss than a linear decay.
     decay_shape: Literal["linear", "1-sqrt"] = field(
         default="1-sqrt", metadata=_help("wsd: the decay's shape, linear or 1-sqrt.")
     )
