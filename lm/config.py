@@ -19,12 +19,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lm.checks import check_bool, check_choice, check_int, check_number
+from lm.checks import check_bool, check_choice, check_int, check_number, require_int
 from lm.errors import SweepsError, closest
 
 TOKENIZERS = ("word", "bpe", "byte")
 ATTENTIONS = ("sdpa", "naive")
 PRECISIONS = ("fp32", "bf16", "fp16")
+LR_SCHEDULES = ("cosine", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 #: The largest seed torch's generators take (an unsigned 64-bit integer).
 MAX_SEED = 2**64 - 1
@@ -116,6 +118,18 @@ _IDENTITY_FIELDS = ("corpus", "tokenizer", "lowercase", *_MODEL_FIELDS)
 _PLACEMENT_FIELDS = ("device", "cpu_memory_limit_bytes", "cuda_memory_limit_bytes", "max_wall_s",
                      "checkpoint_every_tokens")
 
+#: The learning-rate schedule and its cooldown reads (``lm.schedule``, ``lm.cooldown``), recorded
+#: in resume checkpoints. Added after resume checkpoints were first written: at their defaults
+#: they compute what a run computed before they existed, so ``computation()`` leaves them out
+#: there and such a checkpoint (or a re-queued trial's) still continues.
+SCHEDULE_FIELDS = ("lr_schedule", "decay_fraction", "decay_shape", "cooldown_reads",
+                   "cooldown_fraction")
+
+
+def _jsonish(value: Any) -> Any:
+    """A default as ``to_dict`` writes it (a tuple as a list)."""
+    return list(value) if isinstance(value, tuple) else value
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -144,6 +158,33 @@ class TrainConfig:
     weight_decay: float = field(default=0.1, metadata=_help("AdamW decay of matrix weights."))
     warmup_tokens: int = field(default=50_000, metadata=_help("Linear warm-up length in tokens."))
     max_tokens: int = field(default=1_000_000, metadata=_help("Training budget in tokens."))
+    lr_schedule: Literal["cosine", "wsd"] = field(
+        default="cosine",
+        metadata=_help("After the warm-up: cosine to lr/10, or wsd (warm-up, stable, decay to 0 "
+                       "over the last decay_fraction of max_tokens)."),
+    )
+    # 0.2: Hägele et al. (2024) find a cooldown over about 20% of the steps matches a cosine
+    # run of the same length.
+    decay_fraction: float = field(
+        default=0.2, metadata=_help("wsd: the share of max_tokens the final decay takes.")
+    )
+    # 1-sqrt: in the same paper it gives a lower final loss than a linear decay.
+    decay_shape: Literal["linear", "1-sqrt"] = field(
+        default="1-sqrt", metadata=_help("wsd: the decay's shape, linear or 1-sqrt.")
+    )
+    cooldown_reads: tuple[int, ...] = field(
+        default=(),
+        metadata=_help("wsd: training tokens at which to read the loss a cooldown from there "
+                       "would reach (a branch, discarded after its evaluation)."),
+    )
+    # None follows decay_fraction, d / (1 - d) (0.25 at 0.2): a read at p is then a WSD run of
+    # p + c tokens whose decay takes the same share as the full runs', so reads and finished
+    # trials compare like with like.
+    cooldown_fraction: float | None = field(
+        default=None,
+        metadata=_help("A cooldown read's decay length as a fraction of the tokens trained "
+                       "before it (none: decay_fraction / (1 - decay_fraction))."),
+    )
     max_wall_s: float | None = field(
         default=None, metadata=_help("Optional wall-clock limit in seconds (outcome timeout).")
     )
@@ -198,6 +239,7 @@ class TrainConfig:
         check_number(self, "weight_decay", minimum=0.0)
         check_int(self, "warmup_tokens", 0)
         check_int(self, "max_tokens", 1)
+        self._validate_schedule()
         if self.max_wall_s is not None:
             check_number(self, "max_wall_s", positive=True)
         check_choice(self, "precision", PRECISIONS)
@@ -230,6 +272,40 @@ class TrainConfig:
         if self.checkpoint_every_tokens is not None:
             check_int(self, "checkpoint_every_tokens", 1)
 
+    def _validate_schedule(self) -> None:
+        check_choice(self, "lr_schedule", LR_SCHEDULES)
+        check_number(self, "decay_fraction", positive=True, below=1.0)
+        check_choice(self, "decay_shape", DECAY_SHAPES)
+        if self.cooldown_fraction is not None:
+            check_number(self, "cooldown_fraction", positive=True)
+        reads = self.cooldown_reads
+        if isinstance(reads, list):
+            reads = tuple(reads)
+            object.__setattr__(self, "cooldown_reads", reads)
+        if not isinstance(reads, tuple):
+            raise SweepsError(f"cooldown_reads must be a list of token counts, got "
+                              f"cooldown_reads={reads!r}")
+        for i, tokens in enumerate(reads):
+            require_int(tokens, "cooldown_reads", 1)
+            if tokens >= self.max_tokens:  # the run's own end is cooled down already
+                raise SweepsError(f"cooldown_reads must be below max_tokens={self.max_tokens:,}"
+                                  f", got cooldown_reads={list(reads)!r}")
+            if i and tokens <= reads[i - 1]:
+                raise SweepsError(f"cooldown_reads must be increasing, got "
+                                  f"cooldown_reads={list(reads)!r}")
+        if reads and self.lr_schedule != "wsd":
+            # A cosine run's rate at a read point is still high and falls by its own budget:
+            # no decay from there is a run of any length the schedule knows.
+            raise SweepsError(f"cooldown_reads needs lr_schedule='wsd', got lr_schedule="
+                              f"{self.lr_schedule!r} with cooldown_reads={list(reads)!r}")
+
+    @property
+    def read_cooldown_fraction(self) -> float:
+        """``cooldown_fraction``, or the one that follows ``decay_fraction`` when it is None."""
+        if self.cooldown_fraction is not None:
+            return self.cooldown_fraction
+        return self.decay_fraction / (1.0 - self.decay_fraction)
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """A config from JSON/TOML/CLI values; an unknown key is named (a typo is not ignored)."""
@@ -252,6 +328,7 @@ class TrainConfig:
         """Every field, JSON-ready (``from_dict(to_dict())`` gives the same config)."""
         out = dataclasses.asdict(self)
         out["sample_prompts"] = list(self.sample_prompts)
+        out["cooldown_reads"] = list(self.cooldown_reads)
         return out
 
     def model_config(self, vocab_size: int | None = None) -> ModelConfig:
@@ -270,7 +347,9 @@ class TrainConfig:
     def computation(self) -> dict[str, Any]:
         """The fields that decide what training computes, JSON-ready: a run resumes only from a
         checkpoint of a config with the same ones (``resume_fingerprint``)."""
-        return {k: v for k, v in self.to_dict().items() if k not in _PLACEMENT_FIELDS}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {k: v for k, v in self.to_dict().items() if k not in _PLACEMENT_FIELDS
+                and not (k in SCHEDULE_FIELDS and v == _jsonish(defaults[k]))}
 
     def resume_fingerprint(self) -> str:
         """Hash of ``computation()``: continuing a checkpoint of this hash is the same run."""

@@ -29,6 +29,9 @@ Notation as in ``lm.memory``: T ``seq_len``, C ``d_model``, F ``d_ff``, V ``voca
   once backward has the tensors it saved (early stopping, torch's default), so the FFN's down
   projection, whose output nothing saves, is not run again: ``recompute_per_token = 2 (N_blocks
   - L (F C + C)) + attention`` (measured with ``FlopCounterMode`` in the tests).
+- **Cooldown reads** (``lm.cooldown``) train branches that are discarded: their tokens are
+  training compute all the same, counted in ``flops`` beside D (``cooldown_tokens``), and
+  their evaluations in ``n_evals``. ``trained`` counts what a finished run spent.
 - **Evaluation** is forward only, ``dense + attention`` per evaluated token, over
   ``n_evals x windows x T`` tokens: the fixed validation windows (``lm.train.eval_windows``:
   ``eval_tokens // seq_len`` of them, fewer when the validation split is shorter), once per
@@ -46,7 +49,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from lm import schedule
 from lm.config import TrainConfig, param_breakdown
 from lm.errors import SweepsError
 
@@ -75,6 +80,7 @@ class Flops:
     """The FLOPs of one run (``flops``: training only), every term named."""
 
     tokens: int  # D: training tokens (targets) the count is for
+    cooldown_tokens: int  # trained by cooldown reads' branches, beside D (``lm.cooldown``)
     params_non_embedding: int  # N
     params_embedding: int  # token + position embeddings (+ an untied head)
     head_params: int  # V x C: the head's matmul, compute whether tied or not
@@ -82,8 +88,8 @@ class Flops:
     attention_forward_per_token: int  # CAUSAL_FRACTION x 4 L T C
     recompute_per_token: int  # checkpointing: most of the blocks' forward again (else 0)
     flops_per_token: int  # 3 x forward + recompute
-    flops: int  # flops_per_token x D
-    n_evals: int
+    flops: int  # flops_per_token x (D + cooldown_tokens)
+    n_evals: int  # the run's own and its cooldown reads'
     eval_tokens: int  # evaluated targets over the run
     eval_flops: int  # forward only
 
@@ -135,16 +141,38 @@ def eval_windows(cfg: TrainConfig, val_tokens: int | None = None) -> int:
     return min(wanted, max(1, (val_tokens - 1) // cfg.seq_len))
 
 
-def estimate(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None = None,
-             val_tokens: int | None = None, vocab_size: int | None = None) -> Flops:
-    """The FLOPs of training ``cfg`` on ``tokens`` targets (default: ``planned_tokens``).
+def planned_reads(cfg: TrainConfig) -> tuple[int, int]:
+    """(cooldown reads, tokens their branches train) of a run that completes."""
+    points = schedule.read_points(cfg)
+    return len(points), sum(schedule.branch_tokens(cfg, p) for p in points)
 
-    ``n_evals`` is the evaluations the run made (default: as scheduled for ``tokens``);
-    ``val_tokens`` the validation split's length when known; ``vocab_size`` the model's real
-    vocabulary when the tokenizer's differs from ``cfg.vocab_size``.
+
+def trained(cfg: TrainConfig, result: dict[str, Any]) -> Flops:
+    """The FLOPs a run spent, from its ``result.json`` (``RunResult.to_dict()``): the tokens it
+    trained, its cooldown reads' included, its evaluations, its model's real vocabulary."""
+    vocab = result.get("vocab_size")
+    return estimate(cfg, result.get("tokens_seen", 0),
+                    n_evals=result.get("n_evals", 0) + result.get("n_reads", 0),
+                    cooldown_tokens=result.get("cooldown_tokens_total", 0),
+                    vocab_size=vocab if isinstance(vocab, int) else None)
+
+
+def estimate(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None = None,
+             val_tokens: int | None = None, vocab_size: int | None = None,
+             cooldown_tokens: int | None = None) -> Flops:
+    """The FLOPs of training ``cfg`` on ``tokens`` targets (default: ``planned_tokens``) and
+    ``cooldown_tokens`` more in cooldown reads (default: as planned with ``tokens``, else 0).
+
+    ``n_evals`` is the evaluations the run made, its reads' included (default: as scheduled for
+    ``tokens``); ``val_tokens`` the validation split's length when known; ``vocab_size`` the
+    model's real vocabulary when the tokenizer's differs from ``cfg.vocab_size``.
     """
+    planned = tokens is None
     if tokens is None:
         tokens = planned_tokens(cfg)
+    n_reads, read_tokens = planned_reads(cfg) if planned else (0, 0)
+    if cooldown_tokens is None:
+        cooldown_tokens = read_tokens
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise SweepsError(f"tokens must be an integer >= 0, got tokens={tokens!r}")
     model = cfg.model_config(vocab_size)
@@ -163,12 +191,14 @@ def estimate(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None
         recompute = 2 * (blocks - down) + attention
     per_token = TRAIN_MULTIPLIER * forward + recompute
     if n_evals is None:
-        n_evals = planned_evals(cfg, tokens)
+        n_evals = planned_evals(cfg, tokens) + n_reads
     evaluated = n_evals * eval_windows(cfg, val_tokens) * T
-    return Flops(tokens=tokens, params_non_embedding=non_embedding, params_embedding=embedding,
+    return Flops(tokens=tokens, cooldown_tokens=cooldown_tokens,
+                 params_non_embedding=non_embedding, params_embedding=embedding,
                  head_params=head, dense_forward_per_token=dense,
                  attention_forward_per_token=attention, recompute_per_token=recompute,
-                 flops_per_token=per_token, flops=per_token * tokens, n_evals=n_evals,
+                 flops_per_token=per_token, flops=per_token * (tokens + cooldown_tokens),
+                 n_evals=n_evals,
                  eval_tokens=evaluated, eval_flops=forward * evaluated)
 
 

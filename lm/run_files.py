@@ -8,14 +8,18 @@ orchestrator must not).
 - ``tokenizer.json`` (``TOKENIZER_FILE``): the run's tokenizer, so generation needs nothing but
   the run dir.
 - ``metrics.jsonl`` (``METRICS_FILE``): one JSON object per evaluation (keys: ``METRIC_KEYS``),
-  flushed as written (``append_metrics``).
+  flushed as written (``append_metrics``). A cooldown read's evaluation (``lm.cooldown``) is one
+  too, with the keys of ``READ_TYPES`` added (``"read": "cooldown"``): it measures a branch,
+  not the run, whose own evaluations are the lines without ``read``.
 - ``best.pt`` (``CHECKPOINT_FILE``): weights only (``torch.load(..., weights_only=True)``) of the
   best evaluation: ``{"state_dict", "fingerprint", "model_config", "tokens", "val_bpb"}``.
 - ``resume.pt`` (``RESUME_FILE``): what continuing the run needs, taken at an evaluation every
   ``checkpoint_every_tokens`` (``lm.train``), weights-only loadable: ``{"resume_fingerprint",
   "config", "tokens", "step", "model", "optimizer", "scaler", "sampler", "torch_rng",
   "cuda_rng", "next_eval", "train_wall_s", "train_s", "n_evals", "best_val_bpb", "best_tokens",
-  "last_metrics"}``. Removed when the run completes or diverges (nothing is left to resume).
+  "last_metrics", "cooldown_tokens_total", "n_reads", "schedule"}`` (``schedule``: the rate's
+  fields, ``lm.config.SCHEDULE_FIELDS``, which the resume fingerprint covers too). Removed
+  when the run completes or diverges (nothing is left to resume).
 - ``resume.json`` (``RESUME_INDEX_FILE``): ``{"resume_fingerprint", "tokens"}`` of the
   checkpoint being written, for the orchestrator, which reads no torch files. Written before
   ``resume.pt``, so its tokens are never behind the checkpoint's.
@@ -86,6 +90,10 @@ METRIC_TYPES: dict[str, type] = {
     "elapsed_s": float,
 }
 METRIC_KEYS = tuple(METRIC_TYPES)
+#: What a cooldown read's line (``lm.cooldown``) adds to those keys: ``read`` is
+#: ``READ_COOLDOWN``, ``cooldown_tokens`` the tokens its branch trained (after ``tokens``).
+READ_TYPES: dict[str, type] = {"read": str, "cooldown_tokens": int}
+READ_COOLDOWN = "cooldown"
 
 
 def jsonable(value: Any) -> Any:
@@ -109,6 +117,11 @@ class RunResult:
     exit_code: int
     tokens_seen: int = 0
     steps: int = 0
+    #: Tokens the branches of cooldown reads trained (``lm.cooldown``), beside ``tokens_seen``:
+    #: the trial's compute is both (``lm.flops.trained``).
+    cooldown_tokens_total: int = 0
+    #: Cooldown reads taken (their evaluations are not in ``n_evals``).
+    n_reads: int = 0
     wall_s: float = 0.0
     tokens_per_s: float = 0.0
     peak_mem_bytes: int = 0
@@ -324,7 +337,7 @@ def check_metrics_row(value: Any) -> tuple[dict[str, Any] | None, list[str]]:
         return None, [f"a {METRICS_FILE} line is {type(value).__name__}, not an object"]
     row, problems = {}, []
     for key, v in value.items():
-        kind = METRIC_TYPES.get(key)
+        kind = METRIC_TYPES.get(key) or READ_TYPES.get(key)
         if kind is None or _fits(v, kind):
             row[key] = _samples(v) if key == "samples" and v is not None else v
         else:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
-import os
 import sys
 import time
 import traceback
@@ -34,8 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lm import host, metrics, outcomes
-from lm.config import ModelConfig, TrainConfig, param_breakdown
+from lm import cooldown, host, metrics, outcomes
+from lm.config import SCHEDULE_FIELDS, ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
 from lm.generate import prompt_ids, sample_tokens
 from lm.memory import peak_kind
@@ -68,12 +67,12 @@ from lm.runtime import (
     resolve_device,
     signals_interrupt,
 )
+from lm.schedule import lr_at, read_points
+from lm.snapshot import Trainables, load_resume, on_host, save_atomic
 
 Progress = Callable[[int, int], None]
 OnEval = Callable[[dict[str, Any]], None]
 
-#: The cosine schedule decays to this fraction of ``lr`` at ``max_tokens``.
-MIN_LR_FRACTION = 0.1
 #: Sampling of the evaluation samples (seeded with ``cfg.seed``, so runs are comparable).
 EVAL_SAMPLE_TEMPERATURE = 0.8
 EVAL_SAMPLE_TOP_K = 50
@@ -148,16 +147,6 @@ def accumulate_gradients(
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
         total += loss.detach()
     return total / n
-
-
-def lr_at(tokens: int, cfg: TrainConfig) -> float:
-    """Linear warm-up over ``warmup_tokens``, then cosine to ``MIN_LR_FRACTION * lr``."""
-    if tokens < cfg.warmup_tokens:
-        return cfg.lr * (tokens + cfg.tokens_per_step) / (cfg.warmup_tokens + cfg.tokens_per_step)
-    span = max(cfg.max_tokens - cfg.warmup_tokens, 1)
-    progress = min((tokens - cfg.warmup_tokens) / span, 1.0)
-    low = cfg.lr * MIN_LR_FRACTION
-    return low + 0.5 * (cfg.lr - low) * (1.0 + math.cos(math.pi * progress))
 
 
 def make_optimizer(
@@ -324,45 +313,6 @@ def run(
         return _ending(state, failure)
 
 
-def load_resume(cfg: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
-    """``run_dir``'s resume checkpoint when it continues ``cfg``, None when there is none;
-    another configuration's, or an unreadable one, is a one-line ``SweepsError``."""
-    path = run_dir / RESUME_FILE
-    if not path.is_file():
-        return None
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a foreign or truncated file: torch's errors vary
-        raise SweepsError(f"{path} cannot be read as a resume checkpoint "
-                          f"({type(exc).__name__}); delete it to train from the start") from None
-    if not isinstance(ckpt, dict) or ckpt.get("resume_fingerprint") != cfg.resume_fingerprint():
-        theirs = ckpt.get("config", {}) if isinstance(ckpt, dict) else {}
-        ours = cfg.computation()
-        differs = next((f"{k}={theirs.get(k)!r} there, {v!r} here" for k, v in ours.items()
-                        if theirs.get(k) != v), "another fingerprint")
-        raise SweepsError(f"{path} is a checkpoint of another configuration ({differs}); "
-                          "delete it to train this one from the start")
-    return ckpt
-
-
-def _save_atomic(path: Path, obj: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary name, then rename: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        # Through a file object: a failed write then keeps its OSError (as the context of
-        # torch's RuntimeError), so a full disk is told from a bug.
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half checkpoint behind
-        raise
-
-
-def _cpu(state: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.detach().cpu() for k, v in state.items()}
-
-
 class TooLittleData(Exception):
     """A split of the corpus is shorter than one window of this configuration (``seq_len + 1``
     tokens with its tokenizer). Not bad input: the config and the corpus are each valid, only
@@ -464,6 +414,9 @@ class _RunState:
         self.setup: _Setup | None = None
         self.model: GPT | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        self.parts: Trainables | None = None
+        self.sampler: BatchSampler
+        self.autocast: Callable[[], AbstractContextManager] = nullcontext
         self.memory_limit: int | None = None
         self.step = 0
         self.tokens = 0
@@ -478,6 +431,8 @@ class _RunState:
         #: The tokens of the checkpoint this run continued, and of its latest one.
         self.resumed_from_tokens = 0
         self.checkpoint_tokens = 0
+        self.cooldown_tokens_total = 0
+        self.n_reads = 0
 
     def where(self) -> str:
         return f"step {self.step} ({self.tokens:,} tokens)"
@@ -528,6 +483,9 @@ class _RunState:
         self.train_s, self.n_evals = resume["train_s"], resume["n_evals"]
         self.best_val_bpb, self.best_tokens = resume["best_val_bpb"], resume["best_tokens"]
         self.last_metrics = resume["last_metrics"]
+        # Absent from the checkpoints of runs that took no reads (written before they existed).
+        self.cooldown_tokens_total = resume.get("cooldown_tokens_total", 0)
+        self.n_reads = resume.get("n_reads", 0)
         self.resumed_from_tokens = self.checkpoint_tokens = self.tokens
         keep_metrics_until(self.run_dir, self.tokens)
 
@@ -539,63 +497,44 @@ class _RunState:
         device = setup.device
         self.model = model = GPT(setup.model_cfg).to(device)
         model.train()
-        self.optimizer = optimizer = make_optimizer(model, cfg, device)
-        autocast = autocast_for(device, cfg.precision)
+        self.optimizer = make_optimizer(model, cfg, device)
+        self.autocast = autocast_for(device, cfg.precision)
         # Disabled (bf16, fp32) it passes everything through: scale() returns the loss, step()
         # is optimizer.step(), unscale_() and update() do nothing.
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-        sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
+        self.sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
+        self.parts = Trainables(model, self.optimizer, scaler, self.sampler.rng, device)
         next_eval, wall_before = cfg.eval_every_tokens, 0.0
         if self.resume is not None:
-            next_eval, wall_before = self._restore(sampler, scaler)
-        loss_sum, loss_n = 0.0, 0
+            next_eval, wall_before = self._restore()
+        loss_sum, loss_n, reads = 0.0, 0, read_points(cfg)
         # A resumed run's wall-clock limit counts the time its earlier processes trained.
         train_started = time.monotonic() - wall_before
         t0 = time.monotonic()
         while self.tokens < cfg.max_tokens:
-            lr = lr_at(self.tokens, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            micro = [sampler.next().to(device, non_blocking=True) for _ in range(cfg.grad_accum)]
-            loss = accumulate_gradients(model, micro, autocast=autocast, scaler=scaler)
-            scaler.unscale_(optimizer)  # clip the true gradients
-            norm = (
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                if cfg.grad_clip > 0
-                else None
-            )
-            loss_value = float(loss)  # one host sync per optimizer step
-            if not math.isfinite(loss_value):
-                raise _Diverged(
-                    f"training loss is {loss_value} at step {self.step + 1} "
-                    f"({self.tokens:,} tokens)"
-                )
-            # fp16 overflows are the scaler's to skip; any other non-finite norm is divergence.
-            if not scaler.is_enabled() and norm is not None and not math.isfinite(float(norm)):
-                raise _Diverged(
-                    f"gradient norm is {float(norm)} at step {self.step + 1} "
-                    f"({self.tokens:,} tokens)"
-                )
-            scaler.step(optimizer)  # skips steps whose fp16 gradients overflowed
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            loss_sum += self.optimizer_step(lr := lr_at(self.tokens, cfg))
             self.step += 1
             self.tokens += cfg.tokens_per_step
-            loss_sum += loss_value
             loss_n += 1
             if progress is not None:
                 progress(min(self.tokens, cfg.max_tokens), cfg.max_tokens)
-            over_time = (
-                cfg.max_wall_s is not None and time.monotonic() - train_started > cfg.max_wall_s
-            )
-            if self.tokens >= next_eval or self.tokens >= cfg.max_tokens or over_time:
+            over_time = cfg.max_wall_s is not None \
+                and time.monotonic() - train_started > cfg.max_wall_s
+            evaluated = self.tokens >= next_eval or self.tokens >= cfg.max_tokens or over_time
+            if evaluated:
                 self.train_s += time.monotonic() - t0
-                self._evaluate(lr, loss_sum / loss_n, on_eval)
+                self._record(self.measure(lr, loss_sum / loss_n), on_eval)
                 loss_sum, loss_n = 0.0, 0
                 while next_eval <= self.tokens:
                     next_eval += cfg.eval_every_tokens
+            # Before the checkpoint, which then holds it: a resumed run does not take it again.
+            if self.tokens in reads and not over_time:
+                read_started = time.monotonic()
+                self._record(cooldown.read(self), on_eval, read=True)
+                t0 += time.monotonic() - read_started  # the run's tokens/s is its own
+            if evaluated:
                 if self._checkpoint_due():
-                    self._save_resume(sampler, scaler, next_eval, time.monotonic() - train_started)
+                    self._save_resume(next_eval, time.monotonic() - train_started)
                 t0 = time.monotonic()
             if over_time:
                 return outcomes.TIMEOUT, (
@@ -604,20 +543,51 @@ class _RunState:
                 )
         return outcomes.COMPLETE, f"trained {self.tokens:,} tokens in {self.step} steps"
 
-    def _restore(self, sampler: BatchSampler, scaler: torch.amp.GradScaler) -> tuple[int, float]:
+    def optimizer_step(self, lr: float, read_step: int | None = None) -> float:
+        """One optimizer step at ``lr`` (of the main run, or step ``read_step`` of a cooldown
+        read's branch, ``lm.cooldown``); its mean training loss. Raises ``_Diverged``."""
+        cfg, model, optimizer, parts = self.cfg, self.model, self.optimizer, self.parts
+        assert model is not None and optimizer is not None and parts is not None
+        scaler = parts.scaler
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        device = parts.device
+        micro = [self.sampler.next().to(device, non_blocking=True) for _ in range(cfg.grad_accum)]
+        loss = accumulate_gradients(model, micro, autocast=self.autocast, scaler=scaler)
+        scaler.unscale_(optimizer)  # clip the true gradients
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) \
+            if cfg.grad_clip > 0 else None
+        loss_value = float(loss)  # one host sync per optimizer step
+        where = (f"step {self.step + 1} ({self.tokens:,} tokens)" if read_step is None else
+                 f"step {read_step} of the cooldown read at {self.tokens:,} tokens")
+        if not math.isfinite(loss_value):
+            raise _Diverged(f"training loss is {loss_value} at {where}")
+        # fp16 overflows are the scaler's to skip; any other non-finite norm is divergence.
+        if not scaler.is_enabled() and norm is not None and not math.isfinite(float(norm)):
+            raise _Diverged(f"gradient norm is {float(norm)} at {where}")
+        scaler.step(optimizer)  # skips steps whose fp16 gradients overflowed
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss_value
+
+    # -- what a cooldown read needs (lm.cooldown.Branchable) --
+
+    def take(self) -> dict[str, Any]:
+        assert self.parts is not None
+        return self.parts.take(copy=True)
+
+    def put(self, state: dict[str, Any]) -> None:
+        assert self.parts is not None
+        self.parts.put(state)
+
+    # -- resume checkpoints --
+
+    def _restore(self) -> tuple[int, float]:
         """Load the resume checkpoint into the fresh model, optimizer, scaler, sampler and RNG
         (after the model's initialisation has drawn from it); (next evaluation, wall seconds)."""
         ckpt = self.resume
-        assert ckpt is not None and self.model is not None and self.optimizer is not None
-        assert self.setup is not None
-        device = self.setup.device
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
-        sampler.rng.bit_generator.state = ckpt["sampler"]
-        torch.set_rng_state(ckpt["torch_rng"])
-        if ckpt.get("cuda_rng") is not None and device.type == "cuda":
-            torch.cuda.set_rng_state(ckpt["cuda_rng"], device)
+        assert ckpt is not None and self.parts is not None
+        self.parts.put(ckpt)
         self.resume = None  # its tensors are copied: free them
         return ckpt["next_eval"], ckpt["train_wall_s"]
 
@@ -628,23 +598,18 @@ class _RunState:
         return every is not None and self.tokens < self.cfg.max_tokens \
             and self.tokens // every > self.checkpoint_tokens // every
 
-    def _save_resume(self, sampler: BatchSampler, scaler: torch.amp.GradScaler, next_eval: int,
-                     train_wall_s: float) -> None:
-        cfg, model, optimizer = self.cfg, self.model, self.optimizer
-        assert model is not None and optimizer is not None and self.setup is not None
-        device = self.setup.device
+    def _save_resume(self, next_eval: int, train_wall_s: float) -> None:
+        cfg, parts = self.cfg, self.parts
+        assert parts is not None
         write_resume_index(self.run_dir, cfg.resume_fingerprint(), self.tokens)
-        _save_atomic(self.run_dir / RESUME_FILE, {
+        save_atomic(self.run_dir / RESUME_FILE, {
             "resume_fingerprint": cfg.resume_fingerprint(),
             "config": cfg.computation(),
+            # Covered by the fingerprint; said outright so a reader sees which rate continues.
+            "schedule": {name: cfg.to_dict()[name] for name in SCHEDULE_FIELDS},
             "tokens": self.tokens,
             "step": self.step,
-            "model": _cpu(model.state_dict()),
-            "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict(),
-            "sampler": sampler.rng.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            **parts.take(copy=False),
             "next_eval": next_eval,
             "train_wall_s": train_wall_s,
             "train_s": self.train_s,
@@ -652,44 +617,34 @@ class _RunState:
             "best_val_bpb": self.best_val_bpb,
             "best_tokens": self.best_tokens,
             "last_metrics": self.last_metrics,
+            "cooldown_tokens_total": self.cooldown_tokens_total,
+            "n_reads": self.n_reads,
         })
         self.checkpoint_tokens = self.tokens
 
-    def _evaluate(self, lr: float, train_loss: float, on_eval: OnEval | None) -> None:
+    # -- evaluations --
+
+    def measure(self, lr: float, train_loss: float) -> dict[str, Any]:
+        """The ``metrics.jsonl`` row of an evaluation of the weights as they are."""
         cfg, setup, model = self.cfg, self.setup, self.model
         assert setup is not None and model is not None
-        autocast = autocast_for(setup.device, cfg.precision)
-        vals = evaluate(
-            model,
-            setup.windows,
-            setup.window_nbytes,
-            batch_size=cfg.batch_size,
-            device=setup.device,
-            autocast=autocast,
-            unk_id=self.unk_id,
-            unigram=self.unigram,
-            token_strings=self.token_strings,
-        )
+        autocast = self.autocast
+        vals = evaluate(model, setup.windows, setup.window_nbytes, batch_size=cfg.batch_size,
+                        device=setup.device, autocast=autocast, unk_id=self.unk_id,
+                        unigram=self.unigram, token_strings=self.token_strings)
         samples, generated, unk = [], 0, 0
         tokenizer = setup.cache.tokenizer
         for prompt in cfg.sample_prompts:
             gen = torch.Generator().manual_seed(cfg.seed)
             with autocast():
-                new = sample_tokens(
-                    model,
-                    prompt_ids(tokenizer, prompt),
-                    cfg.sample_tokens,
-                    temperature=EVAL_SAMPLE_TEMPERATURE,
-                    top_k=EVAL_SAMPLE_TOP_K,
-                    generator=gen,
-                    device=setup.device,
-                )
+                new = sample_tokens(model, prompt_ids(tokenizer, prompt), cfg.sample_tokens,
+                                    temperature=EVAL_SAMPLE_TEMPERATURE, top_k=EVAL_SAMPLE_TOP_K,
+                                    generator=gen, device=setup.device)
             samples.append({"prompt": prompt, "text": tokenizer.decode(new)})
             generated += len(new)
             if self.unk_id is not None:
                 unk += sum(1 for i in new if i == self.unk_id)
-        self.n_evals += 1
-        row = {
+        return {
             "step": self.step,
             "tokens": self.tokens,
             "lr": lr,
@@ -712,18 +667,28 @@ class _RunState:
             "tokens_per_s": self.tokens / self.train_s if self.train_s > 0 else 0.0,
             "elapsed_s": time.monotonic() - self.started,
         }
-        self.last_metrics = row = append_metrics(self.run_dir, row)
-        bpb = row["val_bpb"]
-        if bpb is not None and (self.best_val_bpb is None or bpb < self.best_val_bpb):
-            self.best_val_bpb, self.best_tokens = bpb, self.tokens
-            self._save_checkpoint(bpb)
+
+    def _record(self, row: dict[str, Any], on_eval: OnEval | None, *, read: bool = False) -> None:
+        """Write an evaluation's row; the run's own (not a cooldown read's) is also its latest
+        metrics and, when best, its ``best.pt``."""
+        row = append_metrics(self.run_dir, row)
+        if read:
+            self.n_reads += 1
+            self.cooldown_tokens_total += row["cooldown_tokens"]
+        else:
+            self.n_evals += 1
+            self.last_metrics = row
+            bpb = row["val_bpb"]
+            if bpb is not None and (self.best_val_bpb is None or bpb < self.best_val_bpb):
+                self.best_val_bpb, self.best_tokens = bpb, self.tokens
+                self._save_checkpoint(bpb)
         if on_eval is not None:
             on_eval(row)
 
     def _save_checkpoint(self, val_bpb: float) -> None:
         assert self.model is not None and self.setup is not None
-        _save_atomic(self.run_dir / CHECKPOINT_FILE, {
-            "state_dict": _cpu(self.model.state_dict()),
+        save_atomic(self.run_dir / CHECKPOINT_FILE, {
+            "state_dict": on_host(self.model.state_dict()),
             "fingerprint": self.cfg.fingerprint(),
             "model_config": dataclasses.asdict(self.setup.model_cfg),
             "tokens": self.tokens,
@@ -736,6 +701,7 @@ class _RunState:
         """Drop the model and optimizer so writing the result cannot fail for lack of memory."""
         self.model = None
         self.optimizer = None
+        self.parts = None
         gc.collect()  # autograd graphs and modules hold reference cycles
         if self.setup is not None and self.setup.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -775,6 +741,8 @@ class _RunState:
             traceback=tb,
             environment=environment,
             resumed_from_tokens=self.resumed_from_tokens,
+            cooldown_tokens_total=self.cooldown_tokens_total,
+            n_reads=self.n_reads,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if outcome in (outcomes.COMPLETE, outcomes.DIVERGED):  # nothing left to resume

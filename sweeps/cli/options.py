@@ -32,7 +32,8 @@ def _cli_type(hint: Any) -> Any:
     if origin is typing.Literal:
         return str
     if origin in (tuple, list):
-        return list[str]
+        item = typing.get_args(hint)[:1]
+        return list[item[0] if item and item[0] in (int, float) else str]
     return hint
 
 
@@ -101,7 +102,7 @@ def default_text(field: dataclasses.Field) -> str | None:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):
-        return ", ".join(map(str, value))
+        return ", ".join(map(str, value)) or "none"
     return f"{value:_}" if isinstance(value, int) else str(value)
 
 

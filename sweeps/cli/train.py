@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from lm import flops
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps.cli.options import ConfigFileOption, train_config, warn, with_config_options
@@ -36,6 +37,8 @@ def train(
     warn(cfg.budget_warnings())
     result = _train_with_progress(cfg, run_dir, quiet=as_json)
     summary = result.to_dict()
+    # The number a study records for a trial (the tokens it trained, its reads' included).
+    summary["flops"] = flops.trained(cfg, summary).flops
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
@@ -48,8 +51,9 @@ def _train_with_progress(cfg: TrainConfig, run_dir: Path, *, quiet: bool) -> Any
 
     def on_eval(metrics: dict[str, Any]) -> None:
         if not quiet:
+            what = "cooldown read" if metrics.get("read") else "eval"
             err_console.print(
-                f"eval @ {metrics['tokens']:>11,} tokens  val_loss {metrics['val_loss']:.4f}  "
+                f"{what} @ {metrics['tokens']:>11,} tokens  val_loss {metrics['val_loss']:.4f}  "
                 f"val_bpb {metrics['val_bpb']:.4f}  unigram_gap {metrics['unigram_gap']:+.4f}  "
                 f"{metrics['tokens_per_s']:,.0f} tok/s")
 
@@ -84,6 +88,12 @@ def _print_run_summary(summary: dict[str, Any], run_dir: Path) -> None:
         rows.append(("parameters", ", ".join(f"{k} {v:,}" for k, v in params.items())))
     rows += [
         ("tokens seen", summary.get("tokens_seen", 0)),
+        ("training FLOPs", f"{summary['flops']:.3g}"),
+    ]
+    if summary.get("n_reads"):
+        rows.append(("cooldown reads", f"{summary['n_reads']} "
+                     f"({summary.get('cooldown_tokens_total', 0):,} tokens)"))
+    rows += [
         ("tokens/s", summary.get("tokens_per_s", 0.0)),
         ("peak memory", human_bytes(summary.get("peak_mem_bytes") or 0)),
         ("wall time", f"{summary.get('wall_s', 0.0):.1f} s"),

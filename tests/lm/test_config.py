@@ -37,6 +37,19 @@ def make(**overrides: object) -> TrainConfig:
         ({"tokenizer": "char"}, ["tokenizer", "'char'"]),
         ({"max_wall_s": 0}, ["max_wall_s", "max_wall_s=0"]),
         ({"sample_prompts": "<Q>hi"}, ["sample_prompts"]),
+        ({"lr_schedule": "step"}, ["lr_schedule", "'step'"]),
+        ({"decay_fraction": 1.0}, ["decay_fraction must be < 1", "decay_fraction=1.0"]),
+        ({"decay_fraction": 0}, ["decay_fraction must be > 0"]),
+        ({"decay_shape": "sqrt"}, ["decay_shape", "'sqrt'"]),
+        ({"cooldown_fraction": 0.0}, ["cooldown_fraction must be > 0"]),
+        ({"lr_schedule": "wsd", "cooldown_reads": [0]}, ["cooldown_reads must be >= 1"]),
+        ({"lr_schedule": "wsd", "cooldown_reads": [2_000_000]},
+         ["cooldown_reads must be below max_tokens=1,000,000", "[2000000]"]),
+        ({"lr_schedule": "wsd", "cooldown_reads": [300, 200]},
+         ["cooldown_reads must be increasing", "[300, 200]"]),
+        ({"lr_schedule": "wsd", "cooldown_reads": 100}, ["cooldown_reads must be a list"]),
+        ({"cooldown_reads": [1000]},
+         ["cooldown_reads needs lr_schedule='wsd'", "lr_schedule='cosine'", "[1000]"]),
     ],
 )
 def test_bad_values_name_field_and_value(overrides: dict, expected: list[str]) -> None:
@@ -106,3 +119,25 @@ def test_ffn_breakdown_by_arithmetic() -> None:
 def test_config_module_imports_no_torch() -> None:
     code = "import sys, lm.config; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_cooldown_reads_round_trip_and_the_read_follows_the_decay_by_default() -> None:
+    cfg = make(lr_schedule="wsd", cooldown_reads=[1_000, 5_000], decay_fraction=0.2)
+    assert cfg.cooldown_reads == (1_000, 5_000)
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cfg.read_cooldown_fraction == pytest.approx(0.25)  # 0.2 / (1 - 0.2)
+    assert make(lr_schedule="wsd", cooldown_fraction=0.1).read_cooldown_fraction == 0.1
+
+
+def test_the_schedule_at_its_defaults_keeps_the_resume_fingerprint() -> None:
+    """A resume checkpoint written before the schedule fields existed still continues: at their
+    defaults they are not part of the computation; set, they are."""
+    cfg = make()
+    assert not {"lr_schedule", "decay_fraction", "cooldown_reads"} & set(cfg.computation())
+    wsd = make(lr_schedule="wsd")
+    assert wsd.computation()["lr_schedule"] == "wsd"
+    assert wsd.resume_fingerprint() != cfg.resume_fingerprint()
+    assert make(lr_schedule="wsd", decay_shape="linear").resume_fingerprint() \
+        != wsd.resume_fingerprint()
+    assert make(lr_schedule="wsd", cooldown_reads=[10]).resume_fingerprint() \
+        != wsd.resume_fingerprint()

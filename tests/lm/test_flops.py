@@ -176,3 +176,23 @@ def test_matmul_flops_match_torch_flop_counter(shape: dict[str, object]) -> None
     full_square = got.flops + masked_half
     assert math.isclose(measured, full_square, rel_tol=0.02), (measured, full_square)
     assert measured < full_square  # what torch leaves out is the biases and LayerNorms
+
+
+def test_cooldown_reads_are_training_compute() -> None:
+    """A read's branch trains whole steps over its decay; they count beside the run's tokens,
+    and a finished run's result.json gives the same count (``trained``)."""
+    # 100 tokens a step; reads at 1,000 and 2,050 (-> 2,100); 0.5 of the tokens before each.
+    cfg = cfg_of(tokenizer="byte", vocab_size=260, seq_len=100, batch_size=1, max_tokens=10_000,
+                 eval_every_tokens=5_000, lr_schedule="wsd", cooldown_reads=[1_000, 2_050],
+                 cooldown_fraction=0.5)
+    assert flops.planned_reads(cfg) == (2, 500 + 1_100)  # 1,050 rounded up to whole steps
+    plain = flops.estimate(cfg, 10_000, n_evals=2)
+    got = flops.estimate(cfg)
+    assert got.cooldown_tokens == 1_600 and got.tokens == 10_000
+    assert got.flops == got.flops_per_token * 11_600 == plain.flops * 11_600 // 10_000
+    assert got.n_evals == 4  # two of its own, one per read
+    result = {"tokens_seen": 10_000, "n_evals": 2, "n_reads": 2, "cooldown_tokens_total": 1_600,
+              "vocab_size": 260}
+    assert flops.trained(cfg, result) == got
+    assert flops.trained(cfg_of(), {"tokens_seen": 1_000, "n_evals": 1}) \
+        == flops.estimate(cfg_of(), 1_000, n_evals=1)

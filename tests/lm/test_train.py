@@ -27,8 +27,9 @@ from lm.errors import SweepsError
 from lm.generate import generate
 from lm.model import GPT
 from lm.run_files import METRIC_KEYS, RunResult, read_result
+from lm.schedule import lr_at
 from lm.tokens import load_tokens
-from lm.train import accumulate_gradients, lm_loss, lr_at, main, run
+from lm.train import accumulate_gradients, lm_loss, main, run
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {f for f in RunResult.__dataclass_fields__}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,27 @@ def test_train_warns_when_the_budget_is_shorter_than_warmup_and_eval_interval(
     proc = sweeps(*args, "--warmup-tokens", "128", "--eval-every-tokens", "512",
                   "--out", str(tmp_path / "fine"))
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.study
+def test_train_prints_the_training_flops_and_takes_the_wsd_flags(
+        corpus: Path, tmp_path: Path) -> None:
+    """The summary's FLOPs are what a study records for the run (``lm.flops.trained``), its
+    cooldown read's branch included."""
+    from lm import flops
+    from lm.run_files import read_config, read_result
+
+    out = tmp_path / "run"
+    proc = sweeps("train", "--corpus", str(corpus), "--tokenizer", "byte", "--d-model", "16",
+                  "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16",
+                  "--batch-size", "8", "--eval-tokens", "256", "--max-tokens", "2048",
+                  "--warmup-tokens", "256", "--eval-every-tokens", "1024", "--lr-schedule", "wsd",
+                  "--cooldown-reads", "512", "--cooldown-fraction", "0.5", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = read_result(out)
+    assert result.n_reads == 1 and result.cooldown_tokens_total == 256
+    counted = flops.trained(read_config(out), result.to_dict())
+    assert counted.flops == counted.flops_per_token * (2048 + 256)
+    assert re.search(rf"training FLOPs +{re.escape(f'{counted.flops:.3g}')}\s", proc.stdout)
+    assert re.search(r"cooldown reads +1 \(256 tokens\)", proc.stdout)
+    assert "cooldown read @" in proc.stderr
