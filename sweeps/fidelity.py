@@ -39,8 +39,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
 from lm.errors import FieldError
-from sweeps.pruning import Verdict
 from sweeps.spec import Objective, StudySpec
+from sweeps.verdicts import Verdict
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.

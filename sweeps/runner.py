@@ -12,7 +12,7 @@
    the same isolation, a faster start), with its worker's environment and CPU affinity;
 4. follow ``metrics.jsonl`` by polling (the child's log is never parsed): store each evaluation
    and its samples in the project's tables, report the objective to Optuna (one objective) and
-   apply Optuna's pruner and the project's rules (``sweeps.pruning``, any number of
+   apply Optuna's pruner and the project's rules (``sweeps.verdicts``, any number of
    objectives); a prune, the wall-clock limit or a stop request stops the child's group (SIGTERM,
    then SIGKILL after a grace period);
 5. read ``result.json`` and classify the ending; with ``oom_policy = "fit"`` a run that still
@@ -67,11 +67,11 @@ from lm.run_files import (
     record_verdict,
     write_config,
 )
-from sweeps import fidelity, optuna_compat, pruning, storage
+from sweeps import fidelity, optuna_compat, storage, verdicts
 from sweeps.launchers import Launcher
-from sweeps.pruning import Verdict
 from sweeps.space import suggest, trial_config
 from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
+from sweeps.verdicts import Verdict
 
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
@@ -432,11 +432,11 @@ class _TrialRun:
             self.reported.add(index)
             trial.report(float(value), step=index)
             reported = True
-        verdict = pruning.project_rules(history, ctx.spec.limits, final=final)
+        verdict = verdicts.project_rules(history, ctx.spec.limits, final=final)
         if verdict is not None:
             return verdict
         if reported and trial.should_prune():
-            return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
+            return Verdict(outcomes.PRUNED, verdicts.optuna_prune_reason(
                 ctx.spec.study.pruner.name, metric, value, index, row))
         return self.halving(row, history)
 
@@ -630,8 +630,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
     cfg = plan.cfg
-    attrs["planned_steps"] = pruning.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
-    note = pruning.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
+    attrs["planned_steps"] = verdicts.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    note = verdicts.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
     if note is not None:
         attrs["under_trained"] = note
     attrs["predicted_flops"] = predicted_flops = flops.estimate(cfg).flops

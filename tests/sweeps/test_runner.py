@@ -25,7 +25,6 @@ from sweeps import storage as st
 from sweeps.forkserver import ForkChild, ForkServer, read_reply
 from sweeps.launchers import PopenChild, SubprocessLauncher
 from sweeps.preflight import TrialPlan
-from sweeps.pruning import Verdict
 from sweeps.runner import (
     MetricsFollower,
     RunnerContext,
@@ -33,6 +32,7 @@ from sweeps.runner import (
     run_trial,
 )
 from sweeps.spec import StudySpec
+from sweeps.verdicts import Verdict
 from tests.sweeps.helpers import (
     CPU,
     TINY,
