@@ -65,9 +65,6 @@ from sweeps.space import make_pruner, make_sampler
 from sweeps.spec import StudySpec
 from sweeps.spec.types import MAX_SAMPLER_SEED
 
-#: Default heartbeat: a beat every 10 s; silent for 60 s = dead.
-HEARTBEAT_INTERVAL_S = 10
-GRACE_PERIOD_S = 60
 #: How often a worker with nothing to launch looks again.
 IDLE_S = 1.0
 
