@@ -52,9 +52,9 @@ from sweeps import optuna_compat
 from sweeps import storage as st
 from sweeps.fork import CarryPlan, add_once, is_carried
 from sweeps.launchers import Launcher, make_launcher
+from sweeps.monitor import POLL_S, TERM_GRACE_S, StopFlags
 from sweeps.runner import (
     RunnerContext,
-    StopFlags,
     TrialReport,
     WorkerDevice,
     constraints_from_attrs,
@@ -405,8 +405,8 @@ class RunOptions:
     n_trials: int | None = None
     timeout: float | None = None
     launcher: str = "auto"  # auto | fork | subprocess
-    poll_s: float = 0.2
-    term_grace_s: float = 10.0
+    poll_s: float = POLL_S
+    term_grace_s: float = TERM_GRACE_S
     on_event: Callable[[str, dict[str, Any]], None] | None = None
 
 

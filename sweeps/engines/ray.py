@@ -43,9 +43,9 @@ from sweeps import preflight
 from sweeps import storage as st
 from sweeps.engines import local
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+from sweeps.monitor import StopFlags
 from sweeps.runner import (
     RunnerContext,
-    StopFlags,
     TrialReport,
     WorkerDevice,
     finish,

@@ -167,7 +167,7 @@ def test_any_metrics_lines_give_checked_rows_and_verdicts(texts: list[str]) -> N
     """Any ``metrics.jsonl`` content: the follower returns objects whose known values have their
     types, and the project's rules judge them without raising."""
     from sweeps import verdicts
-    from sweeps.runner import MetricsFollower
+    from sweeps.monitor import MetricsFollower
     from sweeps.spec import Limits
 
     with tempfile.TemporaryDirectory() as tmp:

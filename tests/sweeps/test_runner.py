@@ -24,13 +24,9 @@ from sweeps import preflight
 from sweeps import storage as st
 from sweeps.forkserver import ForkChild, ForkServer, read_reply
 from sweeps.launchers import PopenChild, SubprocessLauncher
+from sweeps.monitor import MetricsFollower, classify
 from sweeps.preflight import TrialPlan
-from sweeps.runner import (
-    MetricsFollower,
-    RunnerContext,
-    classify,
-    run_trial,
-)
+from sweeps.runner import RunnerContext, run_trial
 from sweeps.spec import StudySpec
 from sweeps.verdicts import Verdict
 from tests.sweeps.helpers import (
@@ -357,9 +353,9 @@ def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> No
 @pytest.mark.study
 def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpus: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps import runner
+    from sweeps import monitor
 
-    monkeypatch.setattr(runner, "hard_wall_s", lambda limits: 0.5)
+    monkeypatch.setattr(monitor, "hard_wall_s", lambda limits: 0.5)
     report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: None)
     assert report.outcome == "timeout" and t.state == TrialState.PRUNED
     assert "still running" in t.user_attrs["reason"] and took < 30
