@@ -32,12 +32,13 @@ import math
 import os
 import shutil
 import socket
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -72,6 +73,9 @@ from sweeps.monitor import (
 from sweeps.space import suggest, trial_config
 from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
 from sweeps.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from sweeps.preflight import Preflight
 
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
@@ -114,6 +118,36 @@ def child_env(device: WorkerDevice) -> dict[str, str]:
     return {**host.CHILD_ENV, **device.env}
 
 
+def load_preflight() -> Preflight:
+    """``sweeps.preflight`` (memory planning), imported when first needed."""
+    from sweeps import preflight
+
+    return preflight
+
+
+class Lease(Protocol):
+    """What an admitted trial holds until it ends (``sweeps.engines.local.Lease``): the device
+    its child runs on and the bytes reserved there."""
+
+    @property
+    def bytes(self) -> int: ...
+
+    @property
+    def device(self) -> WorkerDevice: ...
+
+
+LeaseT = TypeVar("LeaseT", bound=Lease)
+
+
+class Admission(Protocol[LeaseT]):
+    """Where a planned trial waits for room on a device (``sweeps.engines.local.Admission``):
+    ``acquire`` blocks until its predicted bytes fit, or returns None once ``stop`` is set."""
+
+    def acquire(self, predicted_bytes: int, stop: threading.Event) -> LeaseT | None: ...
+
+    def release(self, lease: LeaseT) -> None: ...
+
+
 @dataclass
 class RunnerContext:
     """What every trial of one study in one process shares."""
@@ -127,16 +161,13 @@ class RunnerContext:
     stop: StopFlags = field(default_factory=StopFlags)
     poll_s: float = POLL_S
     term_grace_s: float = TERM_GRACE_S
-    preflight: Any = None
+    #: Memory planning: ``sweeps.preflight`` unless a test gives another.
+    preflight: Preflight = field(default_factory=load_preflight)
     on_event: Event | None = None
-    #: ``sweeps.engines.local.Admission``: trials wait for room on a device before launching
-    #: (None: each worker's device is its own, one trial at a time).
-    admission: Any = None
+    #: Trials wait for room on a device before launching (None: each worker's device is its
+    #: own, one trial at a time).
+    admission: Admission[Any] | None = None
     host: str = field(default_factory=socket.gethostname)
-
-    def __post_init__(self) -> None:
-        if self.preflight is None:
-            self.preflight = load_preflight()
 
     def event(self, kind: str, **data: Any) -> None:
         if self.on_event is not None:
@@ -155,13 +186,6 @@ class TrialReport:
     told: bool = True
     #: The environment failed the trial (``environment_failed``): the worker re-queues it.
     environment: bool = False
-
-
-def load_preflight() -> Any:
-    """``sweeps.preflight`` (memory planning)."""
-    from sweeps import preflight
-
-    return preflight
 
 
 class _TrialRun:
@@ -276,8 +300,9 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     pre = ctx.preflight
     if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
         calibration = float(pre.calibration_factor(ctx.study))
+    # Planned for the launcher that starts the child: a forked child's baseline is its own.
     plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,
-                          calibration=calibration)
+                          calibration=calibration, launcher=ctx.launcher.kind)
     attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
                  predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
                  predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
@@ -307,7 +332,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
 
 @contextlib.contextmanager
 def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
-              predicted: int) -> Any:
+              predicted: int) -> Iterator[tuple[WorkerDevice, int | None] | None]:
     """(the device, the budget of its child) once the trial may launch; None when a stop came
     first. Without admission: the worker's own device and the study's budget. With it: the
     device the trial was admitted to and its reservation, held (and heartbeats recorded: a
