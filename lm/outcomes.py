@@ -95,7 +95,7 @@ OOM_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.infeasible)
 COLORS: dict[str, str] = {o.name: o.color for o in VOCABULARY}
 #: Colour of an outcome this vocabulary does not know.
 UNKNOWN_COLOR = "#dbdb8d"
-#: The project's verdicts on a trained model's predictions (``sweeps.pruning``): the collapse chart
+#: The project's verdicts on a trained model's predictions (``sweeps.verdicts``): the collapse chart
 #: shows each such trial's mean prediction against the corpus frequencies.
 PREDICTION_VERDICTS = (UNIGRAM_COLLAPSE, STALLED, UNK_DOMINATED)
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 import resource
 import sys
 
-STATUS_FILE = "/proc/self/status"
+#: A process's status file: ``self`` (this process) or a process id.
+STATUS_FILE = "/proc/{pid}/status"
 
 
-def status_bytes(*keys: str) -> dict[str, int]:
-    """Fields of ``/proc/self/status`` (kB lines) in bytes; the ones not there are left out
-    (not Linux, or a kernel without them)."""
+def status_bytes(*keys: str, pid: int | str = "self") -> dict[str, int]:
+    """Fields of ``/proc/<pid>/status`` (kB lines) in bytes, of this process by default; the
+    ones not there are left out (not Linux, a kernel without them, or a process gone)."""
     out: dict[str, int] = {}
     try:
-        with open(STATUS_FILE, encoding="ascii") as fh:
+        with open(STATUS_FILE.format(pid=pid), encoding="ascii") as fh:
             for line in fh:
                 name, _, value = line.partition(":")
                 if name in keys:
@@ -46,6 +47,13 @@ def peak_rss_bytes() -> int:
         return hwm
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+
+
+def child_peak_rss_bytes(pid: int) -> int | None:
+    """Another process's peak resident set (VmHWM) while it is alive, for a parent that samples
+    its child (``sweeps.monitor``); None when it cannot be read (not Linux, or it has exited).
+    No ``ru_maxrss`` fallback: that would be this process's own peak, not the child's."""
+    return status_bytes("VmHWM", pid=int(pid)).get("VmHWM")
 
 
 def peak_anon_bytes() -> int:

@@ -39,9 +39,9 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
-from sweeps.pruning import Verdict
 from sweeps.spec import Objective, StudySpec
 from sweeps.spec.halving import n_brackets
+from sweeps.verdicts import Verdict
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.

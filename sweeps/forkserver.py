@@ -118,6 +118,8 @@ class ForkServer:
     possible: the parent-death signal follows the thread that started the server.
     """
 
+    kind = "fork"  # the memory plan's name for a child forked from here
+
     def __init__(self) -> None:
         self._name: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None

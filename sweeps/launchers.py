@@ -66,6 +66,10 @@ class Child(Protocol):
 
 
 class Launcher(Protocol):
+    #: How its CPU children start, as the memory plan counts it (``lm.memory.LAUNCHERS``: a
+    #: forked child's baseline can differ from a fresh interpreter's).
+    kind: str
+
     def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
                cpus: list[int] | None = None) -> Child: ...
 
@@ -96,6 +100,8 @@ class PopenChild:
 class SubprocessLauncher:
     """One fresh interpreter per trial (portable; pays the imports every time)."""
 
+    kind = "subprocess"
+
     def __init__(self) -> None:
         load_prctl()
 
@@ -119,7 +125,7 @@ class SubprocessLauncher:
         pass
 
 
-def make_launcher(kind: str) -> Any:
+def make_launcher(kind: str) -> Launcher:
     """A started launcher: ``fork`` (the fork server), ``subprocess``, or ``auto`` (the fork
     server where it works: Linux)."""
     from sweeps import forkserver

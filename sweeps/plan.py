@@ -124,8 +124,8 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
     which changes its FLOPs per token, so it misses its budget)."""
     from lm import flops
     from sweeps import preflight
-    from sweeps.pruning import planned_steps
     from sweeps.space import trial_config
+    from sweeps.verdicts import planned_steps
 
     assert spec.scaling is not None
     collapse, out = spec.limits.collapse, []
@@ -183,8 +183,8 @@ def carry_rows(spec: StudySpec, url: str, from_study: str) -> list[tuple[str, ob
 def point_steps(spec: StudySpec, point: dict[str, Any]) -> int | None:
     """The optimizer steps one point of the space gets from its ``max_tokens``, or None when the
     point makes no valid config."""
-    from sweeps.pruning import planned_steps
     from sweeps.space import trial_config
+    from sweeps.verdicts import planned_steps
 
     try:
         cfg = trial_config(spec, point)

@@ -44,13 +44,16 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lm import host, memory, outcomes
 from lm.config import TrainConfig
 from lm.tokens import corpus_counts
 from sweeps.console import human_bytes as _hb
 from sweeps.spec import Limits
+
+if TYPE_CHECKING:
+    import optuna
 
 AUTO_GPU_FRACTION = 0.90
 AUTO_CPU_FRACTION = 0.80
@@ -81,7 +84,23 @@ class TrialPlan:
     measured_kind: str = memory.PEAK_CPU_ANON
 
 
-def estimate(cfg: TrainConfig, device: str, *, launcher: str = "subprocess") -> Any:
+class Preflight(Protocol):
+    """The memory planning a runner asks of this module (``sweeps.runner.load_preflight``);
+    a test gives it another, to force a plan the estimator would not make."""
+
+    def plan_trial(self, cfg: TrainConfig, limits: Limits, *, device: str,
+                   budget_bytes: int | None, calibration: float = 1.0,
+                   launcher: str = "subprocess") -> TrialPlan: ...
+
+    def halve_batch(self, cfg: TrainConfig) -> TrainConfig | None: ...
+
+    def cpu_child_limit(self, budget_bytes: int, predicted_bytes: int) -> int: ...
+
+    def calibration_factor(self, study: optuna.Study) -> float: ...
+
+
+def estimate(cfg: TrainConfig, device: str, *,
+             launcher: str = "subprocess") -> memory.MemoryEstimate:
     """``lm.memory.estimate`` of ``cfg`` with its corpus's token counts (``lm.tokens``: from the
     token cache when it exists, else a guess from the corpus), the one way every plan asks."""
     counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
@@ -111,8 +130,8 @@ def plan_trial(
     """
     kind = host.device_kind(device)
 
-    def made(c: TrainConfig, fits: bool, est: Any, fitted: dict[str, int] | None,
-             reason: str) -> TrialPlan:
+    def made(c: TrainConfig, fits: bool, est: memory.MemoryEstimate,
+             fitted: dict[str, int] | None, reason: str) -> TrialPlan:
         return TrialPlan(c, fits, est.calibrated(calibration), est.total, budget_bytes, fitted,
                          reason, calibration, est.measured, est.measured_kind)
 
@@ -188,7 +207,7 @@ def gpu_room(free_bytes: int) -> int:
 # --- calibration -------------------------------------------------------------------------------
 
 
-def calibration_ratios(study: Any) -> list[float]:
+def calibration_ratios(study: optuna.Study) -> list[float]:
     """measured / raw predicted peak of each finished trial that ran (oldest first), the same
     quantity on both sides (``measured_pair``)."""
     from optuna.trial import TrialState
@@ -223,7 +242,7 @@ def measured_pair(attrs: dict[str, Any]) -> tuple[float, float] | None:
     return float(measured), float(predicted)
 
 
-def calibration_factor(study: Any) -> float:
+def calibration_factor(study: optuna.Study) -> float:
     """Median measured/predicted of the finished trials once >= 3, clamped to [0.5, 2]; else 1."""
     ratios = calibration_ratios(study)
     if len(ratios) < MIN_CALIBRATION_TRIALS:

@@ -10,13 +10,13 @@
    limit ``cpu_memory_limit_bytes`` derived from the budget) and launch ``python -m lm.train
    RUN_DIR`` in its own session and process group (or fork it from the preloaded fork server:
    the same isolation, a faster start), with its worker's environment and CPU affinity;
-4. follow ``metrics.jsonl`` by polling (the child's log is never parsed): store each evaluation
-   and its samples in the project's tables, report the objective to Optuna (one objective) and
-   apply Optuna's pruner and the project's rules (``sweeps.pruning``, any number of
-   objectives); a prune, the wall-clock limit or a stop request stops the child's group (SIGTERM,
-   then SIGKILL after a grace period);
-5. read ``result.json`` and classify the ending; with ``oom_policy = "fit"`` a run that still
-   ran out of memory is tried once more with the micro-batch halved;
+4. watch the child (``sweeps.monitor``: ``metrics.jsonl`` by polling, the child's log is never
+   parsed): store each evaluation and its samples in the project's tables and judge it
+   (``sweeps.judge``: the project's verdicts, Optuna's pruner, halving on tokens); a verdict,
+   the wall-clock limit or a stop request stops the child's group (SIGTERM, then SIGKILL after
+   a grace period);
+5. read ``result.json`` and classify the ending (``sweeps.monitor``); with ``oom_policy =
+   "fit"`` a run that still ran out of memory is tried once more with the micro-batch halved;
 6. record the trial's user attributes (the "Trial record" of the project's contract) and tell
    Optuna: COMPLETE with the objective values, PRUNED (with a constraint value: 1.0 for
    ``oom``/``predicted_oom``) or FAIL.
@@ -31,15 +31,14 @@ import contextlib
 import math
 import os
 import shutil
-import signal
 import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -52,26 +51,31 @@ from lm.errors import SweepsError
 from lm.run_files import (
     CHECKPOINT_FILE,
     LOG_FILE,
-    METRICS_FILE,
-    RESULT_FILE,
     RESUME_FILE,
     RESUME_INDEX_FILE,
-    TOKENIZER_FILE,
-    check_metrics_row,
     jsonable,
     keep_metrics_until,
-    loads_child,
-    read_progress_tokens,
-    read_result_dict,
     read_resume_index,
     record_verdict,
     write_config,
 )
-from sweeps import fidelity, optuna_compat, pruning, storage
+from sweeps import optuna_compat, storage, verdicts
+from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
-from sweeps.pruning import Verdict
+from sweeps.monitor import (
+    POLL_S,
+    TERM_GRACE_S,
+    Attempt,
+    Monitor,
+    StopFlags,
+    environment_failed,
+)
 from sweeps.space import suggest, trial_config
-from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec, halving
+from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
+from sweeps.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from sweeps.preflight import Preflight
 
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
@@ -97,15 +101,6 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 # --- the context ---------------------------------------------------------------------------------
 
 
-@dataclass
-class StopFlags:
-    """``stop``: launch nothing more, stop running children (SIGTERM, grace, SIGKILL) and mark
-    their trials interrupted; ``kill``: SIGKILL at once."""
-
-    stop: threading.Event = field(default_factory=threading.Event)
-    kill: threading.Event = field(default_factory=threading.Event)
-
-
 @dataclass(frozen=True)
 class WorkerDevice:
     """Where one worker's children run: ``cpu`` or ``cuda``, their extra environment
@@ -123,6 +118,36 @@ def child_env(device: WorkerDevice) -> dict[str, str]:
     return {**host.CHILD_ENV, **device.env}
 
 
+def load_preflight() -> Preflight:
+    """``sweeps.preflight`` (memory planning), imported when first needed."""
+    from sweeps import preflight
+
+    return preflight
+
+
+class Lease(Protocol):
+    """What an admitted trial holds until it ends (``sweeps.engines.local.Lease``): the device
+    its child runs on and the bytes reserved there."""
+
+    @property
+    def bytes(self) -> int: ...
+
+    @property
+    def device(self) -> WorkerDevice: ...
+
+
+LeaseT = TypeVar("LeaseT", bound=Lease)
+
+
+class Admission(Protocol[LeaseT]):
+    """Where a planned trial waits for room on a device (``sweeps.engines.local.Admission``):
+    ``acquire`` blocks until its predicted bytes fit, or returns None once ``stop`` is set."""
+
+    def acquire(self, predicted_bytes: int, stop: threading.Event) -> LeaseT | None: ...
+
+    def release(self, lease: LeaseT) -> None: ...
+
+
 @dataclass
 class RunnerContext:
     """What every trial of one study in one process shares."""
@@ -134,18 +159,15 @@ class RunnerContext:
     launcher: Launcher
     budget_bytes: int | None = None
     stop: StopFlags = field(default_factory=StopFlags)
-    poll_s: float = 0.2
-    term_grace_s: float = 10.0
-    preflight: Any = None
+    poll_s: float = POLL_S
+    term_grace_s: float = TERM_GRACE_S
+    #: Memory planning: ``sweeps.preflight`` unless a test gives another.
+    preflight: Preflight = field(default_factory=load_preflight)
     on_event: Event | None = None
-    #: ``sweeps.engines.local.Admission``: trials wait for room on a device before launching
-    #: (None: each worker's device is its own, one trial at a time).
-    admission: Any = None
+    #: Trials wait for room on a device before launching (None: each worker's device is its
+    #: own, one trial at a time).
+    admission: Admission[Any] | None = None
     host: str = field(default_factory=socket.gethostname)
-
-    def __post_init__(self) -> None:
-        if self.preflight is None:
-            self.preflight = load_preflight()
 
     def event(self, kind: str, **data: Any) -> None:
         if self.on_event is not None:
@@ -166,129 +188,6 @@ class TrialReport:
     environment: bool = False
 
 
-def load_preflight() -> Any:
-    """``sweeps.preflight`` (memory planning)."""
-    from sweeps import preflight
-
-    return preflight
-
-
-def hard_wall_s(limits: Limits) -> float | None:
-    """When the parent stops a child itself: the child enforces ``max_wall_s`` on its training
-    loop; start-up, the last evaluation and writing the result get a margin on top."""
-    if limits.max_wall_s is None:
-        return None
-    return limits.max_wall_s * 1.25 + 60.0
-
-
-# --- following a run -----------------------------------------------------------------------------
-
-
-class MetricsFollower:
-    """Complete new lines of a growing JSON-lines file, by polling, each checked as a metrics row
-    (``lm.run_files.check_metrics_row``): a line that is not a JSON object is skipped, a value of
-    the wrong type dropped, and both noted in ``problems``."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-        self.problems: list[str] = []
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()  # an incomplete last line waits for the next poll
-        rows = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                value = loads_child(line)
-            except ValueError as exc:  # not JSON, or too deep (UnicodeDecodeError is one)
-                self.problems.append(f"a {METRICS_FILE} line is not JSON ({str(exc)[:80]}): "
-                                     f"{line[:60]!r}")
-                continue
-            row, problems = check_metrics_row(value)
-            self.problems += problems
-            if row is not None:
-                rows.append(row)
-        return rows
-
-
-def _peak_rss(pid: int) -> int | None:
-    """The child's peak resident set (VmHWM) from /proc, while it is alive."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-class StartTimes:
-    """How long a child took to get going, from its own files (it records no timestamp of its
-    first step).
-
-    - ``setup_s``: launch -> ``tokenizer.json`` written (config read, imports done, token cache
-      mapped; the child builds its model next).
-    - ``cold_start_s``: launch -> first training step, plus the first evaluation: the mtime of
-      ``metrics.jsonl`` when its first row is seen, minus the child's own time in its training
-      loop up to that row (tokens / tokens_per_s). The tightest bound the files give; with a
-      small evaluation it is the start-up cost of a trial.
-    """
-
-    def __init__(self, run_dir: Path, launched_at: float) -> None:
-        self.run_dir = run_dir
-        self.launched_at = launched_at
-        self.setup_s: float | None = None
-        self.cold_start_s: float | None = None
-
-    def poll(self) -> None:
-        if self.setup_s is None:
-            with contextlib.suppress(OSError):
-                mtime = (self.run_dir / TOKENIZER_FILE).stat().st_mtime
-                self.setup_s = max(0.0, mtime - self.launched_at)
-
-    def on_rows(self, rows: list[dict[str, Any]]) -> None:
-        if self.cold_start_s is not None or not rows:
-            return
-        last = rows[-1]  # the file's mtime is that of the newest row read
-        tokens, tps = last.get("tokens"), last.get("tokens_per_s")
-        with contextlib.suppress(OSError, TypeError, ZeroDivisionError):
-            written = (self.run_dir / METRICS_FILE).stat().st_mtime
-            self.cold_start_s = max(0.0, written - self.launched_at - float(tokens) / float(tps))
-
-
-@dataclass
-class Attempt:
-    """One launch of a trial's child and what came of it."""
-
-    outcome: str
-    reason: str
-    result: dict[str, Any] | None
-    history: list[dict[str, Any]]
-    wall_s: float
-    times: StartTimes
-    peak_rss: int | None
-    child_pid: int | None
-    returncode: int | None
-    #: What was wrong in the child's files (skipped lines, dropped values), for the record.
-    problems: list[str] = field(default_factory=list)
-    #: Why the run dir could not be written when the child left no result (a full disk): the
-    #: environment's failure, whatever the child's exit code (``run_dir_unwritable``).
-    unwritable: str | None = None
-
-
 class _TrialRun:
     """The state of one trial while its child runs."""
 
@@ -298,19 +197,7 @@ class _TrialRun:
         self.trial = trial
         self.trial_id = optuna_compat.trial_id(trial)
         self.spec = ctx.spec
-        self.reported: set[int] = set()
-        objective = self.spec.study.metrics[0]
-        # Intermediate values go to Optuna only with one objective it can compare.
-        self.report_metric = objective if (not self.spec.study.multi_objective
-                                           and objective in ("val_bpb", "val_loss")) else None
-        # Multi-fidelity on tokens (``sweeps.fidelity``): the study's rungs, the ones this trial
-        # is judged at (set per attempt, from its config), and its values at those it passed.
-        self.study_rungs = halving.rungs(self.spec) if self.spec.study.pruner.by_tokens else ()
-        self.my_rungs: tuple[int, ...] = ()
-        self.rung_values: dict[str, list[float]] = {}
-        self.judged: set[int] = set()
-        self.static: dict[str, float] = {}
-        self.max_tokens = 0  # the attempt's budget: its last evaluation is its final one
+        self.judge = Judge(ctx.spec, trial, StudyBoard(ctx.storage, ctx.study, self.trial_id))
         #: What the database refused to store (``record``), one line each, for the record.
         self.storage_problems: list[str] = []
 
@@ -320,91 +207,29 @@ class _TrialRun:
             shutil.rmtree(run_dir)  # a previous attempt of this trial number
         run_dir.mkdir(parents=True)
         write_config(run_dir, cfg)
-        self.start_attempt(cfg)
+        self.judge.start(cfg)
         earlier = ctx.storage.get_trial_system_attrs(self.trial_id).get("retry_history", [])
         resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
         started = time.monotonic()
         child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE,
                                     env=child_env(self.device), cpus=self.device.cpus)
-        follower = MetricsFollower(run_dir / METRICS_FILE)
-        history: list[dict[str, Any]] = []
-        verdict: Verdict | None = None
-        stopped: Verdict | None = None
-        term_at: float | None = None
-        killed = False
-        times = StartTimes(run_dir, launched_at)
-        peak: int | None = None
-        wall_limit = hard_wall_s(self.spec.limits)
-        rc: int | None = None
-        progress_tokens: int | None = None
+        monitor = Monitor(child, run_dir, launched_at=launched_at, started=started,
+                          flags=ctx.stop, limits=self.spec.limits, poll_s=ctx.poll_s,
+                          term_grace_s=ctx.term_grace_s)
         ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
         try:
             with storage.heartbeat(ctx.storage, self.trial_id):
-                while True:
-                    rc = child.poll()
-                    if verdict is None:
-                        rows = follower.read()
-                        times.on_rows(rows)
-                        for row in rows:
-                            history.append(row)
-                            verdict = self.on_eval(row, history, attempt_no)
-                            if verdict is not None:
-                                break
-                    if rc is not None:
-                        break
-                    now = time.monotonic()
-                    if stopped is None:
-                        if verdict is not None:
-                            stopped = verdict
-                        elif ctx.stop.stop.is_set():
-                            stopped = Verdict(outcomes.INTERRUPTED, "stopped by the user "
-                                              "(Ctrl-C or SIGTERM) before it finished")
-                        elif wall_limit is not None and now - started > wall_limit:
-                            stopped = Verdict(outcomes.TIMEOUT, f"still running {wall_limit:g} s "
-                                              "after launch (limits.max_wall_s "
-                                              f"{self.spec.limits.max_wall_s:g} plus a margin)")
-                        if stopped is not None:
-                            child.signal(signal.SIGTERM)
-                            term_at = now
-                    if not killed and (ctx.stop.kill.is_set() or (
-                            term_at is not None and now - term_at > ctx.term_grace_s)):
-                        child.signal(signal.SIGKILL)
-                        killed = True
-                    times.poll()
-                    seen = read_progress_tokens(run_dir)
-                    if seen is not None and seen != progress_tokens:
-                        progress_tokens = seen
-                        ctx.event("progress", number=trial.number, tokens=seen)
-                    rss = _peak_rss(child.pid)
-                    if rss is not None:
-                        peak = max(peak or 0, rss)
-                    time.sleep(ctx.poll_s)
+                monitor.run(lambda row, history: self.on_eval(row, history, attempt_no),
+                            lambda tokens: ctx.event("progress", number=trial.number,
+                                                     tokens=tokens))
         finally:
             child.close()  # kills it if we leave early (an exception)
-        wall_s = time.monotonic() - started
-        if stopped is None and getattr(child, "lost", False) and not (
-                run_dir / RESULT_FILE).exists():
-            stopped = Verdict(outcomes.CRASHED, "the fork server ended while the trial ran")
-        if stopped is None and verdict is not None and verdict.outcome != outcomes.PRUNED:
-            # The last evaluation broke a project rule as the child finished: the rule says how
-            # it ended (a collapsed model that completes its budget is still collapsed). An
-            # Optuna prune at that moment is moot: the trial is complete.
-            stopped = verdict
-        result, problems = read_result_dict(run_dir)
-        # No result and no SIGKILL (the OOM killer's): was there room to write one?
-        unwritable = run_dir_unwritable(run_dir) if result is None and stopped is None and \
-            rc not in (-signal.SIGKILL, 128 + signal.SIGKILL) else None
-        outcome, reason = classify(rc, result, stopped, run_dir, unwritable=unwritable)
-        if result is not None and outcome != result.get("outcome"):
-            with contextlib.suppress(OSError):  # the database has it; the run dir is a copy
-                record_verdict(run_dir, outcome, reason)
-        times.poll()
-        return Attempt(outcome, reason, result, history, wall_s, times, peak, child.pid, rc,
-                       follower.problems + problems, unwritable=unwritable)
+        return monitor.ending()
 
     def on_eval(self, row: dict[str, Any], history: list[dict[str, Any]],
                 attempt_no: int) -> Verdict | None:
+        """Store an evaluation and its samples, then judge it (``sweeps.judge``)."""
         ctx, trial = self.ctx, self.trial
         metrics = {k: v for k, v in row.items() if k != "samples"}
         if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
@@ -419,26 +244,7 @@ class _TrialRun:
                 tokens=row.get("tokens"), step=row.get("step")))
         ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
                   val_bpb=row.get("val_bpb"))
-        index = len(history) - 1
-        tokens = row.get("tokens")
-        final = isinstance(tokens, int) and tokens >= self.max_tokens
-        metric = self.report_metric
-        value = row.get(metric) if metric else None
-        reported = False
-        if metric and isinstance(value, (int, float)) and math.isfinite(value) \
-                and index not in self.reported:
-            # Reported before the project's rules: Optuna's value of a trial told PRUNED is its
-            # last intermediate value, which must be this evaluation's, not the one before.
-            self.reported.add(index)
-            trial.report(float(value), step=index)
-            reported = True
-        verdict = pruning.project_rules(history, ctx.spec.limits, final=final)
-        if verdict is not None:
-            return verdict
-        if reported and trial.should_prune():
-            return Verdict(outcomes.PRUNED, pruning.optuna_prune_reason(
-                ctx.spec.study.pruner.name, metric, value, index, row))
-        return self.halving(row, history)
+        return self.judge(row, history)
 
     def record(self, what: str, write: Callable[[], None]) -> None:
         """Store something that is not the trial's result (an evaluation's row for the report,
@@ -449,132 +255,6 @@ class _TrialRun:
             write()
         except Exception as exc:  # whatever the driver raises: a note, not a crash
             self.storage_problems.append(f"{what} not stored: {storage.describe_error(exc)}")
-
-    def start_attempt(self, cfg: TrainConfig) -> None:
-        """An attempt's budget and rungs: judged afresh (a fitted retry trains from token 0
-        again)."""
-        self.max_tokens = cfg.max_tokens
-        if not self.study_rungs:
-            return
-        self.my_rungs = fidelity.decision_rungs(self.spec, self.study_rungs, self.trial.number,
-                                                cfg.max_tokens)
-        self.rung_values, self.judged = {}, set()
-        estimate = flops.estimate(cfg)
-        self.static = {"params": float(estimate.params), "flops": float(estimate.flops)}
-
-    def halving(self, row: dict[str, Any], history: list[dict[str, Any]]) -> Verdict | None:
-        """Successive halving / Hyperband at the rungs this evaluation passed: record the
-        trial's values there (other workers rank against them), then rank it."""
-        tokens = row.get("tokens")
-        if not self.my_rungs or not isinstance(tokens, int):
-            return None
-        before = history[-2] if len(history) > 1 else None
-        spec, number = self.spec, self.trial.number
-        for rung in (r for r in self.my_rungs if r <= tokens and r not in self.judged):
-            self.judged.add(rung)
-            own = fidelity.rung_vector(spec.study.objectives, before, row, rung, self.static)
-            if own is None:
-                continue  # an objective it cannot be ranked on: not judged at this rung
-            self.rung_values[str(rung)] = own
-            optuna_compat.write_user_attrs(self.ctx.storage, self.trial_id,
-                                           {fidelity.RUNGS_ATTR: dict(self.rung_values)})
-            trials = self.ctx.study.get_trials(deepcopy=False, states=fidelity.COMPETING_STATES)
-            others = fidelity.competitors(trials, spec, self.study_rungs, number, rung)
-            verdict = fidelity.judge(spec, self.study_rungs, number, rung, own, others, row)
-            if verdict is not None:
-                return verdict
-        return None
-
-
-#: Bytes the parent writes to see whether a child without ``result.json`` had room for one: a
-#: result with its traceback and final metrics is a few KiB; a few times that, to be sure.
-PROBE_BYTES = 64 * 1024
-
-
-def run_dir_unwritable(run_dir: Path) -> str | None:
-    """Why ``run_dir`` cannot take a file of ``PROBE_BYTES`` now (a full disk or quota, a
-    read-only or vanished dir), or None when it can. A child on a nearly full disk dies as it
-    writes (exit 1, and its traceback lost with the log it could not write): without this, that
-    looked like a bug in its configuration, and the trial was counted instead of re-queued."""
-    probe = Path(run_dir) / f".sweeps-probe-{os.getpid()}-{threading.get_ident()}"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            left = memoryview(b"\0" * PROBE_BYTES)
-            while left:  # a nearly full disk takes part of a write, then refuses the rest
-                left = left[os.write(fd, left):]
-            os.fsync(fd)  # where space is allocated late, the shortage shows here
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-    return None
-
-
-def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Verdict | None,
-             run_dir: Path | None = None, *, unwritable: str | None = None) -> tuple[str, str]:
-    """A run's outcome and reason: the parent's own decision (prune, timeout, stop) first, then
-    the child's ``result.json``, then its exit code (no result: a SIGKILL nobody here sent is
-    the kernel's OOM killer)."""
-    if stopped is not None:
-        return stopped.outcome, stopped.reason
-    if result is not None:
-        outcome = str(result["outcome"])
-        if outcome not in outcomes.ENDINGS:
-            return outcomes.CRASHED, f"the child reported an unknown outcome {outcome!r}"
-        return outcome, str(result.get("reason") or outcome)
-    if returncode in (-signal.SIGTERM, -signal.SIGINT):
-        # Sent from outside, before the child could write its result (a Slurm scancel or
-        # preemption signals every process of the job): not the configuration's fault, so
-        # interrupted, which is re-queued.
-        return outcomes.INTERRUPTED, (f"stopped by signal {-returncode} from outside its "
-                                      f"worker (scancel, a preemption, a shutdown) before it "
-                                      f"wrote {RESULT_FILE}")
-    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
-        return outcomes.OOM, (f"killed by SIGKILL (exit {returncode}) without writing "
-                              f"{RESULT_FILE}: the kernel's out-of-memory killer")
-    if unwritable is not None:
-        return outcomes.CRASHED, (f"environment: the child exited with code {returncode} "
-                                  f"without {RESULT_FILE}, and its run dir {run_dir} cannot be "
-                                  f"written ({unwritable})")
-    if returncode == outcomes.BAD_INPUT_EXIT_CODE:
-        return outcomes.CRASHED, "environment: the child rejected its input (exit 2; its " \
-            "config was checked here, so its corpus or token cache changed): " + \
-            _last_log_line(run_dir)
-    if returncode == outcomes.ENVIRONMENT_EXIT_CODE:
-        return outcomes.CRASHED, "environment: " + _last_log_line(run_dir)
-    known = outcomes.outcome_for_exit_code(returncode) if returncode is not None else None
-    if known is not None and known != outcomes.COMPLETE:
-        return known, (f"exit code {returncode} ({known}) without {RESULT_FILE}: "
-                       + _last_log_line(run_dir))
-    return outcomes.CRASHED, (f"exited with code {returncode} without writing {RESULT_FILE}: "
-                              + _last_log_line(run_dir))
-
-
-def environment_failed(attempt: Attempt) -> bool:
-    """Whether the environment, not the configuration, ended the attempt: the child said so
-    (``result.json`` or its exit code), or refused an input the parent had checked (its corpus
-    or token cache changed under it). Such a trial is re-queued, not counted."""
-    if attempt.result is not None:
-        return bool(attempt.result.get("environment"))
-    if attempt.unwritable is not None:
-        return True
-    return attempt.returncode in (outcomes.BAD_INPUT_EXIT_CODE, outcomes.ENVIRONMENT_EXIT_CODE)
-
-
-def _last_log_line(run_dir: Path | None) -> str:
-    """For a human reading the reason only (the outcome never depends on log text)."""
-    if run_dir is None:
-        return "see its log"
-    try:
-        lines = (run_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "see its log"
-    lines = [line.strip() for line in lines if line.strip()]
-    return lines[-1][:300] if lines else f"see {run_dir / LOG_FILE}"
 
 
 def resume_from_earlier(study_dir: Path, earlier: list[int], cfg: TrainConfig,
@@ -620,8 +300,9 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     pre = ctx.preflight
     if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
         calibration = float(pre.calibration_factor(ctx.study))
+    # Planned for the launcher that starts the child: a forked child's baseline is its own.
     plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,
-                          calibration=calibration)
+                          calibration=calibration, launcher=ctx.launcher.kind)
     attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
                  predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
                  predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
@@ -630,8 +311,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
     cfg = plan.cfg
-    attrs["planned_steps"] = pruning.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
-    note = pruning.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
+    attrs["planned_steps"] = verdicts.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    note = verdicts.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
     if note is not None:
         attrs["under_trained"] = note
     attrs["predicted_flops"] = predicted_flops = flops.estimate(cfg).flops
@@ -651,7 +332,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
 
 @contextlib.contextmanager
 def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
-              predicted: int) -> Any:
+              predicted: int) -> Iterator[tuple[WorkerDevice, int | None] | None]:
     """(the device, the budget of its child) once the trial may launch; None when a stop came
     first. Without admission: the worker's own device and the study's budget. With it: the
     device the trial was admitted to and its reservation, held (and heartbeats recorded: a

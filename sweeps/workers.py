@@ -52,9 +52,9 @@ from sweeps import optuna_compat
 from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
+from sweeps.monitor import POLL_S, TERM_GRACE_S, StopFlags
 from sweeps.runner import (
     RunnerContext,
-    StopFlags,
     TrialReport,
     WorkerDevice,
     constraints_from_attrs,
@@ -66,9 +66,6 @@ from sweeps.spec import StudySpec, read_spec
 from sweeps.spec.values import MAX_SAMPLER_SEED
 from sweeps.warm_start import CarryPlan, add_once, is_carried
 
-#: Default heartbeat: a beat every 10 s; silent for 60 s = dead.
-HEARTBEAT_INTERVAL_S = 10
-GRACE_PERIOD_S = 60
 #: How often a worker with nothing to launch looks again.
 IDLE_S = 1.0
 
@@ -417,8 +414,8 @@ class RunOptions:
     n_trials: int | None = None
     timeout: float | None = None
     launcher: str = "auto"  # auto | fork | subprocess
-    poll_s: float = 0.2
-    term_grace_s: float = 10.0
+    poll_s: float = POLL_S
+    term_grace_s: float = TERM_GRACE_S
     on_event: Callable[[str, dict[str, Any]], None] | None = None
 
 

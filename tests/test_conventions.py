@@ -49,6 +49,10 @@ def where(pattern: str, *dirs: str, flags: int = 0) -> list[str]:
     ("the walk over conditions", r"\.when\.holds\(", "sweeps/spec/walk.py"),
     # TrainConfig's vocab_size default, as a number next to "vocab" or "default"
     ("the vocab_size default", r"(vocab|default).*\b4096\b", "lm/config.py"),
+    # a process's memory as the kernel reports it (the parent samples its child through it too)
+    ("process memory from /proc", r"/proc/[^/\s\"']+/(status|statm|smaps)", "lm/rss.py"),
+    # the default heartbeat: the CLI's options, the workers and the engines share two numbers
+    ("the default heartbeat", r"(HEARTBEAT_INTERVAL_S|GRACE_PERIOD_S)\s*=", "sweeps/heartbeats.py"),
 ])
 def test_each_fact_has_one_definition(fact: str, pattern: str, home: str) -> None:
     found = [w for w in where(pattern, *PACKAGES) if not w.startswith(home + ":")]
@@ -113,3 +117,15 @@ def test_no_test_installs_system_packages() -> None:
     here = str(Path(__file__).relative_to(REPO))
     assert [w for w in where(r"apt-get|\bapt\b.*install|dpkg", "tests")
             if not w.startswith(here)] == []
+
+
+def test_the_verdicts_module_is_sweeps_verdicts() -> None:
+    """The project's verdicts live in ``sweeps/verdicts.py``; the pruners are Optuna's
+    (``sweeps.space.make_pruner``) and halving (``sweeps.fidelity``), composed by
+    ``sweeps.judge``: no module is called ``pruning``, and nothing names one."""
+    assert [p for p in sources(*PACKAGES, "tests") if p.stem in ("pruning", "test_pruning")] == []
+    pattern = r"\bsweeps[./]pruning\b|from sweeps import [\w, ]*\bpruning\b|\bpruning\.py\b"
+    assert where(pattern, *PACKAGES, "tests") == []
+    docs = [REPO / "README.md", *sorted((REPO / "studies").rglob("*.md"))]
+    assert [str(d.relative_to(REPO)) for d in docs
+            if re.search(pattern, d.read_text(encoding="utf-8"))] == []

@@ -26,6 +26,7 @@ from sweeps.cli.options import (
     StorageOption,
 )
 from sweeps.console import plain, wide_console
+from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 if TYPE_CHECKING:
     from sweeps.confirm import Plan
@@ -96,8 +97,8 @@ def confirm(
     address: AddressOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
-    heartbeat: HeartbeatOption = 10,
-    grace: GraceOption = 60,
+    heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
+    grace: GraceOption = GRACE_PERIOD_S,
 ) -> None:
     """Re-run the best configurations of STUDY with fresh seeds (study STUDY-confirm, resumable),
     then rank them with intervals: is the best distinguishable from the runner-up?"""

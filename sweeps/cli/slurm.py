@@ -11,6 +11,7 @@ import typer
 from lm.errors import SweepsError
 from sweeps.cli.options import GraceOption, HeartbeatOption, MaxConcurrentOption, RunsDirOption
 from sweeps.console import err_console
+from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 if TYPE_CHECKING:
     import optuna
@@ -113,8 +114,8 @@ def slurm_script(
     sbatch_arg: SbatchArgOption = None,
     max_concurrent: MaxConcurrentOption = None,
     runs_dir: RunsDirOption = Path("runs"),
-    heartbeat: HeartbeatOption = 10,
-    grace: GraceOption = 60,
+    heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
+    grace: GraceOption = GRACE_PERIOD_S,
 ) -> None:
     """Print the sbatch script `sweeps run SPEC --engine slurm` submits (the same requests), for
     submitting by hand: `sweeps run SPEC --n-trials N` creates the study, then

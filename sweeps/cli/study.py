@@ -45,6 +45,7 @@ from sweeps.console import (
     print_summary,
     wide_console,
 )
+from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 if TYPE_CHECKING:
     import optuna
@@ -109,8 +110,8 @@ def run(
     storage: StorageOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
-    heartbeat: HeartbeatOption = 10,
-    grace: GraceOption = 60,
+    heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
+    grace: GraceOption = GRACE_PERIOD_S,
     from_study: Annotated[str | None, typer.Option(
         "--from", metavar="STUDY", help="Start the new study with the finished trials of STUDY "
         "that fit the spec (not counted in n_trials; the plan says which and why) [default: "
@@ -178,8 +179,8 @@ def worker(
                                                                     "study's].")] = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
-    heartbeat: HeartbeatOption = 10,
-    grace: GraceOption = 60,
+    heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
+    grace: GraceOption = GRACE_PERIOD_S,
 ) -> None:
     """Join a study started by `sweeps run` (its spec is read from the database)."""
     from sweeps.storage import mask_url, resolve_storage_url

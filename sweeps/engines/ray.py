@@ -42,9 +42,10 @@ from lm.errors import SweepsError
 from sweeps import preflight
 from sweeps import storage as st
 from sweeps.engines import local
+from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+from sweeps.monitor import StopFlags
 from sweeps.runner import (
     RunnerContext,
-    StopFlags,
     TrialReport,
     WorkerDevice,
     finish,
@@ -284,7 +285,7 @@ def _wait(ray: Any, ref: Any, stop: StopFlags) -> dict[str, Any] | str:
 def run_on_cluster(spec: StudySpec, storage: Any, study: optuna.Study, url: str,
                    study_dir: Path, options: Any, flags: StopFlags | None = None, *,
                    tick: Callable[[], None] | None = None,
-                   beats: tuple[int, int] = (10, 60)) -> list[Any]:
+                   beats: tuple[int, int] = (HEARTBEAT_INTERVAL_S, GRACE_PERIOD_S)) -> list[Any]:
     """``sweeps.workers.run_workers`` on a Ray cluster this process is connected to."""
     import time
 

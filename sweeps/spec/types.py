@@ -411,7 +411,7 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class CollapseLimits:
-    """The project's verdicts on what a trained model predicts (``sweeps.pruning``), judged only
+    """The project's verdicts on what a trained model predicts (``sweeps.verdicts``), judged only
     after ``min_steps`` optimizer steps (a model judged earlier has not been trained yet), for
     ``patience`` evaluations in a row:
 

@@ -37,9 +37,9 @@ import optuna
 
 from lm import outcomes
 from lm.run_files import METRICS_FILE, loads_child
-from sweeps.pruning import prediction_verdict
 from sweeps.spec import CollapseLimits
 from sweeps.storage import open_storage, resolve_storage_url
+from sweeps.verdicts import prediction_verdict
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lm.rss import peak_anon_bytes, peak_rss_bytes, status_bytes
+from lm.rss import child_peak_rss_bytes, peak_anon_bytes, peak_rss_bytes, status_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -56,6 +56,21 @@ def test_status_fields_and_the_peaks_of_this_process() -> None:
     assert "NoSuchField" not in status
     assert 0 < peak_anon_bytes() <= peak_rss_bytes()
 
+
+
+def test_a_child_peak_is_read_while_it_lives_and_none_once_it_is_gone() -> None:
+    """What the parent samples of its trial's child (``sweeps.monitor``)."""
+    code = ("import sys; block = bytearray(64 * 2**20); sys.stdout.write('ok'); "
+            "sys.stdout.flush(); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.read(2) == b"ok"
+        peak = child_peak_rss_bytes(child.pid)
+        assert peak is not None and peak > 60 * MIB
+    finally:
+        child.communicate(b"")
+    assert child_peak_rss_bytes(child.pid) is None  # reaped: no /proc entry
 
 # A process that once held 400 MiB starts a small child: the child's own peak is small.
 PARENT = """

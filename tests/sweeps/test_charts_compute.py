@@ -16,7 +16,8 @@ from lm.errors import SweepsError
 from sweeps import results, runner
 from sweeps.charts import compute
 from sweeps.charts import scaling as scaling_chart
-from sweeps.runner import Attempt, StartTimes, WorkerDevice
+from sweeps.monitor import Attempt, StartTimes
+from sweeps.runner import WorkerDevice
 from sweeps.spec import read_spec
 from tests.sweeps import fake_study
 from tests.sweeps.helpers import spec_dict

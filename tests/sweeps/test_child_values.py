@@ -38,6 +38,8 @@ RESULT = {"outcome": "complete", "reason": "trained", "exit_code": 0, "tokens_se
 class RawLauncher:
     """Children that write the given text as ``metrics.jsonl`` and ``result.json``, exit 0."""
 
+    kind = "subprocess"
+
     def __init__(self, metrics: str, result: str) -> None:
         self.metrics, self.result = metrics, result
 

@@ -70,6 +70,8 @@ class SmallDiskLauncher:
     """Children whose files may not grow past 64 KiB (``RLIMIT_FSIZE``, SIGXFSZ ignored): the
     first checkpoint does not fit, as on a full disk."""
 
+    kind = "subprocess"
+
     def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
                cpus: list[int] | None = None) -> PopenChild:
         def small_disk() -> None:

@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeps import workers as wk
-from sweeps.runner import classify, run_dir_unwritable
+from sweeps.monitor import classify, run_dir_unwritable
 from sweeps.spec import read_spec
 from tests.shared import shared_corpus, small_tmpfs
 from tests.sweeps.helpers import spec_dict, worker_study

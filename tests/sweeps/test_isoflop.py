@@ -238,8 +238,8 @@ def test_the_shipped_isoflop_study_can_be_fitted() -> None:
     """studies/isoflop.toml: enough budgets and a wide enough span of sizes for the fit, and
     every cell long enough to be judged and to leave its warm-up."""
     from sweeps import scaling
-    from sweeps.pruning import planned_steps
     from sweeps.spec import load_spec
+    from sweeps.verdicts import planned_steps
 
     spec = load_spec(Path(__file__).parents[2] / "studies" / "isoflop.toml", check_paths=False)
     assert spec.scaling is not None and len(spec.scaling.budgets) >= scaling.MIN_BUDGETS

@@ -166,8 +166,8 @@ lines = st.one_of(
 def test_any_metrics_lines_give_checked_rows_and_verdicts(texts: list[str]) -> None:
     """Any ``metrics.jsonl`` content: the follower returns objects whose known values have their
     types, and the project's rules judge them without raising."""
-    from sweeps import pruning
-    from sweeps.runner import MetricsFollower
+    from sweeps import verdicts
+    from sweeps.monitor import MetricsFollower
     from sweeps.spec import Limits
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,4 +187,4 @@ def test_any_metrics_lines_give_checked_rows_and_verdicts(texts: list[str]) -> N
             elif value is not None:
                 assert isinstance(value, kind) and not isinstance(value, bool)
         history.append(row)
-        pruning.project_rules(history, Limits())
+        verdicts.project_rules(history, Limits())

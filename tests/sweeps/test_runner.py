@@ -19,20 +19,16 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from lm import outcomes
+from lm import memory, outcomes
 from sweeps import preflight
 from sweeps import storage as st
 from sweeps.forkserver import ForkChild, ForkServer, read_reply
 from sweeps.launchers import PopenChild, SubprocessLauncher
+from sweeps.monitor import MetricsFollower, classify
 from sweeps.preflight import TrialPlan
-from sweeps.pruning import Verdict
-from sweeps.runner import (
-    MetricsFollower,
-    RunnerContext,
-    classify,
-    run_trial,
-)
+from sweeps.runner import RunnerContext, run_trial
 from sweeps.spec import StudySpec, read_spec
+from sweeps.verdicts import Verdict
 from tests.sweeps.helpers import (
     CPU,
     TINY,
@@ -165,7 +161,7 @@ class Underestimate:
 
     @staticmethod
     def plan_trial(cfg: Any, limits: Any, *, device: str, budget_bytes: int | None,
-                   calibration: float = 1.0) -> TrialPlan:
+                   calibration: float = 1.0, launcher: str = "subprocess") -> TrialPlan:
         return TrialPlan(cfg, True, 2**20, 2**20, budget_bytes, None, "wrong on purpose")
 
     @staticmethod
@@ -204,6 +200,39 @@ def test_predicted_oom_is_never_launched(tmp_path: Path, corpus: Path, fork_serv
     assert t.user_attrs["constraint"] == 1.0 and "run_dir" not in t.user_attrs
     assert t.user_attrs["predicted_mem_bytes"] > 64 * 2**20
     assert not (tmp_path / "runs").exists()
+
+
+class NeverLaunched:
+    """A launcher of the given kind for trials the plan refuses: launching one is a failure."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def launch(self, run_dir: Path, **_: Any) -> PopenChild:
+        raise AssertionError("a predicted_oom trial is never launched")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_trial_is_planned_for_the_launcher_that_starts_it(tmp_path: Path, corpus: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A forked child's baseline is its own (``lm.memory.CPU_FORK_SAVING_BYTES``, measured 0
+    today): a real run plans with the launcher it uses, as ``sweeps estimate --launcher`` does,
+    so a saving, when there is one, applies where trials run."""
+    monkeypatch.setattr(memory, "CPU_FORK_SAVING_BYTES", 50 * 2**20)
+    predicted = {}
+    for kind in ("subprocess", "fork"):
+        (tmp_path / kind).mkdir()
+        spec, storage, study = open_study(tmp_path / kind, spec_dict("launcher", corpus))
+        study.enqueue_trial({"tokenizer": "word", "vocab_size": 300})
+        ctx = context(spec, storage, study, tmp_path / kind, NeverLaunched(kind),
+                      budget=64 * 2**20)
+        report = run_trial(ctx, CPU, study.ask())
+        assert report.outcome == "predicted_oom", report.reason
+        predicted[kind] = frozen(study, report.number).user_attrs["predicted_mem_raw_bytes"]
+    assert predicted["subprocess"] - predicted["fork"] == 50 * 2**20
 
 
 @pytest.mark.study
@@ -305,6 +334,8 @@ def test_the_subprocess_launcher_runs_the_same_trial(tmp_path: Path, corpus: Pat
 class StubbornLauncher:
     """Children that ignore SIGTERM (a hung trial): only SIGKILL ends them."""
 
+    kind = "subprocess"
+
     def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
                cpus: list[int] | None = None) -> PopenChild:
         code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -357,9 +388,9 @@ def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> No
 @pytest.mark.study
 def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpus: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps import runner
+    from sweeps import monitor
 
-    monkeypatch.setattr(runner, "hard_wall_s", lambda limits: 0.5)
+    monkeypatch.setattr(monitor, "hard_wall_s", lambda limits: 0.5)
     report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: None)
     assert report.outcome == "timeout" and t.state == TrialState.PRUNED
     assert "still running" in t.user_attrs["reason"] and took < 30
@@ -420,6 +451,8 @@ def test_a_return_code_in_the_same_read_as_the_pid_is_kept() -> None:
 class GarbledLauncher:
     """Children that write wrong-shaped metrics lines and a result with a non-number peak, then
     exit 0, as a buggy or hostile child could."""
+
+    kind = "subprocess"
 
     def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
                cpus: list[int] | None = None) -> PopenChild:
@@ -487,6 +520,8 @@ class ScriptedLauncher:
     with ``progress``, they first write ``progress.json`` at that many tokens and wait (at most
     60 s) for a file ``go`` in their run dir, which the test creates once the parent has told
     of that progress."""
+
+    kind = "subprocess"
 
     def __init__(self, rows: list[dict[str, Any]], result: dict[str, Any],
                  progress: int | None = None) -> None:

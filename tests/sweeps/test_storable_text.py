@@ -139,6 +139,8 @@ class WildTextLauncher:
     """A child whose samples and reason hold NUL, a lone surrogate (a JSON ``\\udc80``) and an
     escape sequence, as an untrained byte-level model's can; then it completes."""
 
+    kind = "subprocess"
+
     def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
                cpus: list[int] | None = None) -> PopenChild:
         code = (

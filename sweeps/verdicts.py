@@ -2,9 +2,9 @@
 
 The project's own rules run on the evaluation history of one trial (the ``metrics.jsonl`` rows,
 oldest first) and apply in single- and multi-objective studies alike (Optuna's pruners only
-handle one objective); the runner also asks Optuna's median pruner in single-objective studies,
-and applies successive halving or Hyperband on tokens trained (``sweeps.fidelity``) after these
-rules.
+handle one objective); the judge (``sweeps.judge``) asks them first, then Optuna's pruner in
+single-objective studies, then successive halving or Hyperband on tokens trained
+(``sweeps.fidelity``).
 
 - Divergence: a non-finite validation loss, or ``val_loss`` above ``ratio`` x the best value so
   far for ``patience`` evaluations in a row. (A non-finite *training* loss is caught by the child

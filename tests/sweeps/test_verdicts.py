@@ -1,4 +1,4 @@
-"""The project's pruning rules on evaluation histories (plain dicts, no training).
+"""The project's verdicts on evaluation histories (plain dicts, no training).
 
 The verdict rows are real: evaluations measured on the 2 MB synthetic corpus (the quickstart's)
 with d_model 64, 2 blocks, seq_len 64, micro-batch 4 x 2 (512 tokens per optimizer step): BPE
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lm import outcomes
-from sweeps import pruning
+from sweeps import verdicts
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
 
 #: BPE 2048, lr 0.3, step 272: context-free, its mean the unigram, worse than the unigram.
@@ -47,32 +47,32 @@ def rows(*losses: float | None) -> list[dict]:
 
 @pytest.mark.parametrize("bad", [None, math.nan, math.inf])
 def test_a_non_finite_loss_diverges_at_once(bad: float | None) -> None:
-    verdict = pruning.divergence(rows(3.0, bad), DivergenceLimits())
+    verdict = verdicts.divergence(rows(3.0, bad), DivergenceLimits())
     assert verdict is not None and verdict.outcome == "diverged"
     assert "not finite" in verdict.reason and "evaluation 2" in verdict.reason
 
 
 def test_rising_loss_diverges_after_patience_evaluations() -> None:
     limits = DivergenceLimits(ratio=1.5, patience=2)
-    assert pruning.divergence(rows(4.0, 3.0, 4.6), limits) is None  # once: patience is 2
-    verdict = pruning.divergence(rows(4.0, 3.0, 4.6, 5.0), limits)
+    assert verdicts.divergence(rows(4.0, 3.0, 4.6), limits) is None  # once: patience is 2
+    verdict = verdicts.divergence(rows(4.0, 3.0, 4.6, 5.0), limits)
     assert verdict is not None and verdict.outcome == "diverged"
     assert "1.5 x the best 3" in verdict.reason
 
 
 def test_noise_below_the_ratio_is_not_divergence() -> None:
     limits = DivergenceLimits(ratio=1.5, patience=1)
-    assert pruning.divergence(rows(4.0, 3.0, 4.4, 3.9, 4.49), limits) is None
-    assert pruning.divergence(rows(4.0, 3.0, 4.51), limits) is not None
+    assert verdicts.divergence(rows(4.0, 3.0, 4.4, 3.9, 4.49), limits) is None
+    assert verdicts.divergence(rows(4.0, 3.0, 4.51), limits) is not None
 
 
 def test_one_high_value_between_good_ones_is_not_a_streak() -> None:
     limits = DivergenceLimits(ratio=1.5, patience=2)
-    assert pruning.divergence(rows(3.0, 5.0, 3.1, 5.0), limits) is None
+    assert verdicts.divergence(rows(3.0, 5.0, 3.1, 5.0), limits) is None
 
 
 def test_divergence_can_be_turned_off() -> None:
-    assert pruning.divergence(rows(3.0, None), DivergenceLimits(enabled=False)) is None
+    assert verdicts.divergence(rows(3.0, None), DivergenceLimits(enabled=False)) is None
 
 
 # --- verdicts on the predictions -----------------------------------------------------------------
@@ -83,7 +83,7 @@ def at(row: dict, step: int) -> dict:
 
 
 def test_a_really_collapsed_model_is_unigram_collapse() -> None:
-    verdict = pruning.collapse([COLLAPSED], CollapseLimits())
+    verdict = verdicts.collapse([COLLAPSED], CollapseLimits())
     assert verdict is not None and verdict.outcome == "unigram_collapse"
     for text in ("after 272 optimizer steps", "mean_kl_to_mean 0.0000 < 0.05",
                  "kl_mean_to_unigram 0.0660 < 0.5", "unigram_gap -0.1140 < 0.05"):
@@ -93,15 +93,15 @@ def test_a_really_collapsed_model_is_unigram_collapse() -> None:
 def test_a_model_judged_before_min_steps_is_never_collapsed() -> None:
     limits = CollapseLimits()
     assert limits.min_steps == 200
-    assert pruning.collapse([UNTRAINED], limits) is None  # 16 steps
-    assert pruning.collapse([INIT], limits) is None  # the issue's 3 steps
-    assert pruning.collapse([at(COLLAPSED, 199)], limits) is None
-    assert pruning.collapse([at(COLLAPSED, 200)], limits) is not None
-    assert pruning.collapse([COLLAPSED], CollapseLimits(min_steps=300)) is None
+    assert verdicts.collapse([UNTRAINED], limits) is None  # 16 steps
+    assert verdicts.collapse([INIT], limits) is None  # the issue's 3 steps
+    assert verdicts.collapse([at(COLLAPSED, 199)], limits) is None
+    assert verdicts.collapse([at(COLLAPSED, 200)], limits) is not None
+    assert verdicts.collapse([COLLAPSED], CollapseLimits(min_steps=300)) is None
 
 
 def test_near_uniform_context_free_after_enough_steps_is_stalled() -> None:
-    verdict = pruning.collapse([at(INIT, 400)], CollapseLimits())
+    verdict = verdicts.collapse([at(INIT, 400)], CollapseLimits())
     assert verdict is not None and verdict.outcome == "stalled"
     assert "kl_mean_to_unigram 3.2600 >= 0.5" in verdict.reason
     assert "far from the corpus unigram" in verdict.reason
@@ -109,15 +109,15 @@ def test_near_uniform_context_free_after_enough_steps_is_stalled() -> None:
 
 def test_a_model_that_uses_its_context_or_beats_the_unigram_is_not_judged() -> None:
     limits = CollapseLimits()
-    assert pruning.collapse([HEALTHY], limits) is None
+    assert verdicts.collapse([HEALTHY], limits) is None
     # A small gap alone is not collapse when predictions still depend on the context.
-    assert pruning.collapse([{**COLLAPSED, "mean_kl_to_mean": 0.3}], limits) is None
+    assert verdicts.collapse([{**COLLAPSED, "mean_kl_to_mean": 0.3}], limits) is None
     # Context-free predictions alone are not collapse when they beat the unigram.
-    assert pruning.collapse([{**COLLAPSED, "unigram_gap": 0.4}], limits) is None
+    assert verdicts.collapse([{**COLLAPSED, "unigram_gap": 0.4}], limits) is None
 
 
 def test_unk_dominated_names_the_capped_vocabulary() -> None:
-    verdict = pruning.collapse([UNK], CollapseLimits())
+    verdict = verdicts.collapse([UNK], CollapseLimits())
     assert verdict is not None and verdict.outcome == "unk_dominated"
     assert "94% of positions" in verdict.reason and "43% of the targets" in verdict.reason
     assert "81% of sampled tokens" in verdict.reason
@@ -125,18 +125,18 @@ def test_unk_dominated_names_the_capped_vocabulary() -> None:
     # targets, the likeliest prediction at 92 % of positions, 45 % of the samples.
     history = {**UNK, "unk_rate_targets": 0.312, "unk_argmax_rate": 0.924,
                "unk_rate_samples": 0.453, "step": 293}
-    assert pruning.collapse([history], CollapseLimits()).outcome == "unk_dominated"
+    assert verdicts.collapse([history], CollapseLimits()).outcome == "unk_dominated"
     # <unk> the likeliest somewhere, but the samples mostly real words: not this verdict.
-    assert pruning.collapse([{**UNK, "unk_rate_samples": 0.2}], CollapseLimits()) is None
-    assert pruning.collapse([at(UNK, 50)], CollapseLimits()) is None  # not trained yet
+    assert verdicts.collapse([{**UNK, "unk_rate_samples": 0.2}], CollapseLimits()) is None
+    assert verdicts.collapse([at(UNK, 50)], CollapseLimits()) is None  # not trained yet
 
 
 def test_verdict_patience_needs_consecutive_evaluations_of_one_verdict() -> None:
     limits = CollapseLimits(patience=2)
-    assert pruning.collapse([COLLAPSED], limits) is None
-    assert pruning.collapse([COLLAPSED, HEALTHY, COLLAPSED], limits) is None
-    assert pruning.collapse([HEALTHY, COLLAPSED, COLLAPSED], limits) is not None
-    assert pruning.collapse([at(INIT, 300), COLLAPSED], limits) is None  # stalled, collapsed
+    assert verdicts.collapse([COLLAPSED], limits) is None
+    assert verdicts.collapse([COLLAPSED, HEALTHY, COLLAPSED], limits) is None
+    assert verdicts.collapse([HEALTHY, COLLAPSED, COLLAPSED], limits) is not None
+    assert verdicts.collapse([at(INIT, 300), COLLAPSED], limits) is None  # stalled, collapsed
 
 
 def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
@@ -145,63 +145,63 @@ def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
     evaluation before. It runs on; at its last evaluation it is judged, and the reason says
     the loss was still falling. A flat loss (the collapsed model's) is stopped at once."""
     slow = [at({**COLLAPSED, "val_loss": 6.35}, 180), COLLAPSED]
-    assert pruning.still_learning(slow, CollapseLimits()) is None  # off by default
-    assert pruning.collapse(slow, CollapseLimits()).outcome == "unigram_collapse"
+    assert verdicts.still_learning(slow, CollapseLimits()) is None  # off by default
+    assert verdicts.collapse(slow, CollapseLimits()).outcome == "unigram_collapse"
     limits = CollapseLimits(min_loss_drop=0.01)
-    assert pruning.still_learning(slow, limits) == pytest.approx(0.15)
-    assert pruning.collapse(slow, limits) is None
-    verdict = pruning.collapse(slow, limits, final=True)
+    assert verdicts.still_learning(slow, limits) == pytest.approx(0.15)
+    assert verdicts.collapse(slow, limits) is None
+    verdict = verdicts.collapse(slow, limits, final=True)
     assert verdict is not None and verdict.outcome == "unigram_collapse"
     assert "at the end of its budget, and its val_loss was still falling (0.150 nats since " \
            "evaluation 1)" in verdict.reason
     flat = [at({**COLLAPSED, "val_loss": 6.205}, 180), COLLAPSED]
-    assert pruning.still_learning(flat, limits) is None
-    assert pruning.collapse(flat, limits).outcome == "unigram_collapse"
-    assert "still falling" not in pruning.collapse(flat, limits, final=True).reason
+    assert verdicts.still_learning(flat, limits) is None
+    assert verdicts.collapse(flat, limits).outcome == "unigram_collapse"
+    assert "still falling" not in verdicts.collapse(flat, limits, final=True).reason
     rising = [at({**COLLAPSED, "val_loss": 6.0}, 180), COLLAPSED]
-    assert pruning.collapse(rising, limits) is not None
+    assert verdicts.collapse(rising, limits) is not None
     # Stalled waits the same way; <unk> domination is the vocabulary's, whatever the loss does.
-    assert pruning.collapse([at({**INIT, "val_loss": 7.3}, 300), at(INIT, 400)], limits) is None
-    assert pruning.collapse([at({**UNK, "val_loss": 3.5}, 200), UNK], limits) is not None
+    assert verdicts.collapse([at({**INIT, "val_loss": 7.3}, 300), at(INIT, 400)], limits) is None
+    assert verdicts.collapse([at({**UNK, "val_loss": 3.5}, 200), UNK], limits) is not None
     # With patience 2 the drop is taken over both judged evaluations.
     two = CollapseLimits(patience=2, min_loss_drop=0.01)
     history = [at({**COLLAPSED, "val_loss": 6.3}, 150), at(COLLAPSED, 220), COLLAPSED]
-    assert pruning.still_learning(history, two) == pytest.approx(0.1)
-    assert pruning.collapse(history, two) is None
-    assert pruning.collapse(history, CollapseLimits(patience=2, min_loss_drop=0.2)) is not None
+    assert verdicts.still_learning(history, two) == pytest.approx(0.1)
+    assert verdicts.collapse(history, two) is None
+    assert verdicts.collapse(history, CollapseLimits(patience=2, min_loss_drop=0.2)) is not None
 
 
 def test_project_rules_pass_final_on() -> None:
     slow = [at({**COLLAPSED, "val_loss": 6.35}, 180), COLLAPSED]
     limits = Limits(collapse=CollapseLimits(min_loss_drop=0.01))
-    assert pruning.project_rules(slow, limits) is None
-    assert pruning.project_rules(slow, limits, final=True).outcome == "unigram_collapse"
+    assert verdicts.project_rules(slow, limits) is None
+    assert verdicts.project_rules(slow, limits, final=True).outcome == "unigram_collapse"
 
 
 def test_missing_statistics_are_never_a_verdict() -> None:
     limits = CollapseLimits()
     for key in ("unigram_gap", "mean_kl_to_mean", "kl_mean_to_unigram", "step"):
-        assert pruning.collapse([{**COLLAPSED, key: None}], limits) is None, key
-    assert pruning.collapse([COLLAPSED], CollapseLimits(enabled=False)) is None
+        assert verdicts.collapse([{**COLLAPSED, key: None}], limits) is None, key
+    assert verdicts.collapse([COLLAPSED], CollapseLimits(enabled=False)) is None
 
 
 def test_project_rules_check_divergence_first() -> None:
     limits = Limits()
     diverged = {**COLLAPSED, "val_loss": None}
-    assert pruning.project_rules([diverged], limits).outcome == "diverged"
-    assert pruning.project_rules([COLLAPSED], limits).outcome == "unigram_collapse"
-    assert pruning.project_rules([HEALTHY], limits) is None
+    assert verdicts.project_rules([diverged], limits).outcome == "diverged"
+    assert verdicts.project_rules([COLLAPSED], limits).outcome == "unigram_collapse"
+    assert verdicts.project_rules([HEALTHY], limits) is None
 
 
 def test_planned_steps_and_the_under_trained_note() -> None:
     # The issue's shapes: micro-batch 256 x seq_len 64 x 4 accumulation on a 300k budget.
-    steps = pruning.planned_steps(300_000, 256 * 64 * 4)
+    steps = verdicts.planned_steps(300_000, 256 * 64 * 4)
     assert steps == 5
-    note = pruning.under_trained_note(steps, CollapseLimits())
+    note = verdicts.under_trained_note(steps, CollapseLimits())
     assert note is not None and note.startswith("5 optimizer steps, fewer than the 200")
-    assert pruning.under_trained_note(200, CollapseLimits()) is None
-    assert pruning.under_trained_note(5, CollapseLimits(enabled=False)) is None
-    assert pruning.planned_steps(1000, 512) == 2  # the child steps until it has trained 1000
+    assert verdicts.under_trained_note(200, CollapseLimits()) is None
+    assert verdicts.under_trained_note(5, CollapseLimits(enabled=False)) is None
+    assert verdicts.planned_steps(1000, 512) == 2  # the child steps until it has trained 1000
 
 
 # --- how outcomes are told -----------------------------------------------------------------------
