@@ -32,6 +32,7 @@ reading, the recording and the stopping.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -39,7 +40,8 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
-from sweeps.spec import Objective, StudySpec
+from lm.config import TrainConfig
+from sweeps.spec import Objective, StudySpec, halving
 from sweeps.spec.halving import n_brackets
 from sweeps.verdicts import Verdict
 
@@ -64,6 +66,17 @@ def decision_rungs(spec: StudySpec, study_rungs: Sequence[int], number: int,
     (a trial's last evaluation is its result, not a rung)."""
     first = bracket(spec, study_rungs, number)
     return tuple(r for r in study_rungs[first:] if r < max_tokens)
+
+
+def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with its cooldown reads (``space.cooldown_values``: one per rung below its
+    ``max_tokens``) narrowed to the rungs trial ``number`` is judged at: a read at a rung its
+    Hyperband bracket skips would be compute spent for nothing."""
+    if not cfg.cooldown_reads or spec.study.pruner.read != "cooldown":
+        return cfg
+    keep = decision_rungs(spec, halving.rungs(spec), number, cfg.max_tokens)
+    return dataclasses.replace(cfg, cooldown_reads=tuple(r for r in cfg.cooldown_reads
+                                                         if r in keep))
 
 
 def _finite(value: Any) -> bool:

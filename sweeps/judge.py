@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial
 
 from lm import flops, outcomes
 from lm.config import TrainConfig
+from lm.run_files import READ_COOLDOWN
 from sweeps import fidelity, optuna_compat, verdicts
 from sweeps.spec import StudySpec, halving
 from sweeps.verdicts import Verdict
@@ -113,7 +114,12 @@ class Judge:
         self.static = {"params": float(estimate.params), "flops": float(estimate.flops)}
 
     def __call__(self, row: Row, history: Sequence[Row]) -> Verdict | None:
-        """The verdict on ``row``, the newest evaluation of ``history``; None: it goes on."""
+        """The verdict on ``row``, the newest evaluation of ``history``; None: it goes on. A
+        cooldown read (``lm.cooldown``: ``row["read"]``, never in ``history``) is where its
+        rung is read with ``pruner.read = "cooldown"``, and nothing else: the run it branched
+        from goes on at its stable rate, and that run's evaluations are what the rules judge."""
+        if row.get("read") == READ_COOLDOWN:
+            return self.halving(row, (row,))
         index = len(history) - 1
         tokens = row.get("tokens")
         final = isinstance(tokens, int) and tokens >= self.max_tokens
@@ -131,6 +137,8 @@ class Judge:
         if reported and self.trial.should_prune():
             return Verdict(outcomes.PRUNED, verdicts.optuna_prune_reason(
                 self.spec.study.pruner.name, str(metric), value, index, row))
+        if self.spec.study.pruner.read == "cooldown":
+            return None  # its rungs are read by its cooldown reads
         return self.halving(row, history)
 
     def halving(self, row: Row, history: Sequence[Row]) -> Verdict | None:

@@ -201,7 +201,8 @@ class Monitor:
                 rows = self.follower.read()
                 self.times.on_rows(rows)
                 for row in rows:
-                    self.history.append(row)
+                    if row.get("read") is None:  # a cooldown read is no point of the run
+                        self.history.append(row)
                     self.verdict = on_eval(row, self.history)
                     if self.verdict is not None:
                         break

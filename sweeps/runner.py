@@ -59,7 +59,7 @@ from lm.run_files import (
     record_verdict,
     write_config,
 )
-from sweeps import optuna_compat, storage, verdicts
+from sweeps import fidelity, optuna_compat, storage, verdicts
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -229,8 +229,12 @@ class _TrialRun:
 
     def on_eval(self, row: dict[str, Any], history: list[dict[str, Any]],
                 attempt_no: int) -> Verdict | None:
-        """Store an evaluation and its samples, then judge it (``sweeps.judge``)."""
+        """Store an evaluation and its samples, then judge it (``sweeps.judge``). A cooldown
+        read is judged only: its values are the trial's at a rung (user attribute ``rungs``),
+        not a point of its learning curve."""
         ctx, trial = self.ctx, self.trial
+        if row.get("read") is not None:
+            return self.judge(row, history)
         metrics = {k: v for k, v in row.items() if k != "samples"}
         if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
             metrics["attempt"] = attempt_no
@@ -291,7 +295,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
                         host=ctx.host)
     try:
         params = suggest(trial, spec)
-        cfg = trial_config(spec, params)
+        cfg = fidelity.bracket_reads(spec, trial.number, trial_config(spec, params))
     except SweepsError as exc:
         return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", attrs)
     attrs["sampled"] = dict(params)
@@ -537,7 +541,10 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
         return {}
     vocab = r.get("vocab_size") if isinstance(r.get("vocab_size"), int) else None
     n_evals = r.get("n_evals") if isinstance(r.get("n_evals"), int) else len(a.history)
-    f = flops.estimate(cfg, tokens, n_evals=n_evals, vocab_size=vocab)
+    n_reads, read_tokens = _count(r.get("n_reads")), _count(r.get("cooldown_tokens_total"))
+    # A cooldown read's branch is compute the trial spent: its tokens and evaluation count.
+    f = flops.estimate(cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab,
+                       cooldown_tokens=read_tokens)
     out: dict[str, Any] = {"flops": f.flops, "flops_per_token": f.flops_per_token,
                            "params_non_embedding": f.params_non_embedding,
                            "params_embedding": f.params_embedding, "eval_flops": f.eval_flops}
@@ -548,6 +555,11 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
         out["gpu_name"] = name
         out["mfu"] = flops.mfu(f.flops, tokens / tps, peak)
     return out
+
+
+def _count(value: Any) -> int:
+    """A count from a child's result, 0 when it is absent or not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _gpu_name(device: WorkerDevice, ran_on: str) -> str | None:

@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, iter_grid, walk_one
+from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, halving, iter_grid, walk_one
 
 ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
 
@@ -86,6 +86,8 @@ def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
                           f"({', '.join(sorted(known)) or 'empty'}); was the spec changed "
                           "after the study started?")
     values = spec.trial_values(params)
+    if spec.study.pruner.read == "cooldown":
+        values = {**values, **cooldown_values(spec, int(values["max_tokens"]))}
     try:
         # TrainConfig checks the tokenizer's arguments too (lm.tokenizers).
         cfg = TrainConfig.from_dict(values)
@@ -93,6 +95,16 @@ def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
         shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
         raise SweepsError(f"study {spec.name!r}, params {shown or '(none)'}: {exc}") from None
     return cfg
+
+
+def cooldown_values(spec: StudySpec, max_tokens: int) -> dict[str, Any]:
+    """The config fields of a halving study that reads its rungs after a cooldown: a read at
+    every rung below the trial's ``max_tokens`` (the runner keeps its bracket's); the pruner's
+    ``cooldown_fraction`` when set."""
+    out: dict[str, Any] = {"cooldown_reads": [r for r in halving.rungs(spec) if r < max_tokens]}
+    if spec.study.pruner.cooldown_fraction is not None:
+        out["cooldown_fraction"] = spec.study.pruner.cooldown_fraction
+    return out
 
 
 def grid_points(spec: StudySpec, limit: int | None = None) -> list[dict[str, Any]]:

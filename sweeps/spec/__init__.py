@@ -78,13 +78,11 @@ Example::
 
 
 from sweeps.conditions import Condition, parse_condition
+from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import load_spec, read_spec
 from sweeps.spec.types import (
     Ablation,
-    CollapseLimits,
     CorpusSpec,
-    DivergenceLimits,
-    Limits,
     Objective,
     ParamSpec,
     PrunerSpec,

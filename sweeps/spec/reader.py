@@ -29,6 +29,7 @@ from sweeps.spec.checks import (
     check_literals,
     normalise,
 )
+from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.rules import (
     check_fixed_and_space,
     check_grid,
@@ -37,10 +38,7 @@ from sweeps.spec.rules import (
 )
 from sweeps.spec.types import (
     Ablation,
-    CollapseLimits,
     CorpusSpec,
-    DivergenceLimits,
-    Limits,
     Objective,
     ParamSpec,
     PrunerSpec,

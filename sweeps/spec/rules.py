@@ -40,6 +40,19 @@ def check_spec(spec: StudySpec) -> None:
         check_compute_limit(spec)
     if spec.study.pruner.by_tokens:
         halving.rungs(spec)  # a FieldError when the rungs cannot work
+    if spec.study.pruner.read == "cooldown":
+        check_cooldown_reads(spec)
+
+
+def check_cooldown_reads(spec: StudySpec) -> None:
+    """``read = "cooldown"`` branches a decay from each rung, which only a WSD schedule can end
+    (a cosine run is already decaying), and places the reads itself."""
+    if spec.fixed.get("lr_schedule") != "wsd":
+        raise FieldError("study.pruner.read", "\"cooldown\" needs lr_schedule = \"wsd\" "
+                         "in [fixed] (a cosine run cannot be cooled down from a rung)")
+    if "cooldown_reads" in spec.fixed or any(p.name == "cooldown_reads" for p in spec.space):
+        raise FieldError("cooldown_reads", "is set by the pruner (one read per rung) with "
+                         "study.pruner.read = \"cooldown\"; remove it")
 
 
 def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:

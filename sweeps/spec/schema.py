@@ -14,11 +14,9 @@ from typing import Any
 
 from lm.config import TrainConfig
 from sweeps.engines import ENGINE_KEYS, ENGINES
+from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
 from sweeps.spec.types import (
-    CollapseLimits,
-    DivergenceLimits,
-    Limits,
     Objective,
     ParamSpec,
     PrunerSpec,

@@ -25,6 +25,7 @@ from lm.checks import check_bool, check_choice, check_int, check_number, check_s
 from lm.config import TrainConfig
 from lm.errors import FieldError, SweepsError
 from sweeps.conditions import Condition, parse_condition
+from sweeps.spec.limits import Limits
 from sweeps.spec.rules import check_spec
 from sweeps.spec.values import (
     CORPUS_FORMATS,
@@ -34,10 +35,10 @@ from sweeps.spec.values import (
     MAX_NAME_LENGTH,
     MAX_SAMPLER_SEED,
     METRICS,
-    OOM_POLICIES,
     PARAM_TYPES,
     PRUNERS,
     QMC_TYPES,
+    RUNG_READS,
     SAMPLERS,
     SIZE_FIELDS,
     STUDY_NAME,
@@ -146,19 +147,30 @@ class PrunerSpec:
     min_trials: int | None = None
     # Hyperband: None: one per rung, plus one that stops nothing.
     n_brackets: int | None = None
+    # Halving: "cooldown" reads each rung after a short decay branched from it (``lm.cooldown``;
+    # needs lr_schedule = "wsd"): where the trial would end, not how fast it still moves.
+    read: str = "loss"
+    cooldown_fraction: float | None = None  # the read's decay; None: TrainConfig's default
 
     def __post_init__(self) -> None:
         check_choice(self, "name", PRUNERS)
         check_int(self, "n_startup_trials", 0)
         check_int(self, "n_warmup_evals", 0)
         check_int(self, "reduction_factor", 2)
-        for key, low in (("min_tokens", 1), ("min_trials", 1), ("n_brackets", 1)):
-            if getattr(self, key) is None:
+        check_choice(self, "read", RUNG_READS)
+        for key, low in (("min_tokens", 1), ("min_trials", 1), ("n_brackets", 1),
+                         ("read", None), ("cooldown_fraction", None)):
+            if getattr(self, key) in (None, "loss"):
                 continue
             if self.name not in FIDELITY_PRUNERS:
                 raise FieldError(key, f"applies to {' and '.join(FIDELITY_PRUNERS)}, not to "
                                  f"pruner {self.name!r}; remove it")
-            check_int(self, key, low)
+            if low is not None:
+                check_int(self, key, low)
+        if self.cooldown_fraction is not None:
+            if self.read != "cooldown":
+                raise FieldError("cooldown_fraction", "applies to read = \"cooldown\" only")
+            check_number(self, "cooldown_fraction", positive=True)
         if self.n_brackets is not None and self.name != "hyperband":
             raise FieldError("n_brackets", "applies to hyperband only; remove it or use "
                              "name = \"hyperband\"")
@@ -404,107 +416,6 @@ class ParamSpec:
             k = (value - self.low) / self.step
             return math.isclose(k, round(k), abs_tol=1e-9)
         return True
-
-
-# --- [limits] -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CollapseLimits:
-    """The project's verdicts on what a trained model predicts (``sweeps.verdicts``), judged only
-    after ``min_steps`` optimizer steps (a model judged earlier has not been trained yet), for
-    ``patience`` evaluations in a row:
-
-    - ``unigram_collapse``: predictions that ignore the context (``mean_kl_to_mean <
-      max_context_kl``) whose mean is the corpus unigram (``kl_mean_to_unigram <
-      max_unigram_kl``) and no better than it (``unigram_gap < min_unigram_gap``);
-    - ``stalled``: context-free and no better than the unigram, but far from it (near uniform,
-      or stuck elsewhere);
-    - ``unk_dominated``: ``<unk>`` is the likeliest prediction at more than ``max_unk_argmax`` of
-      the positions, and more than ``max_unk_samples`` of what the model writes (1.0: off).
-    A trial whose token budget cannot reach ``min_steps`` runs to the end unjudged, marked
-    ``under_trained``. ``MIN_STEPS`` is justified in ``studies/README.md`` (collapse findings).
-    With ``min_loss_drop`` set, neither ``unigram_collapse`` nor ``stalled`` stops a trial whose
-    ``val_loss`` still fell by that many nats or more since the evaluation before the
-    ``patience`` ones (a slow learning rate on its way to or off the plateau); at its last
-    evaluation it is judged anyway. Off by default: on the history dump the lr 0.3 collapses'
-    losses still fall 0.06 nats per evaluation at step 391, so the loss trend does not tell them
-    from a slow learner, and the rule would only delay every verdict to the end of its budget.
-    """
-
-    enabled: bool = True
-    min_steps: int = 200
-    min_unigram_gap: float = 0.05
-    max_context_kl: float = 0.05
-    max_unigram_kl: float = 0.5
-    max_unk_argmax: float = 0.5
-    max_unk_samples: float = 0.25
-    patience: int = 1
-    min_loss_drop: float | None = None  # nats; None: a falling loss does not delay a verdict
-
-    def __post_init__(self) -> None:
-        check_bool(self, "enabled")
-        check_int(self, "min_steps", 1)
-        check_number(self, "min_unigram_gap", minimum=0.0)
-        check_number(self, "max_context_kl", minimum=0.0)
-        check_number(self, "max_unigram_kl", minimum=0.0)
-        check_number(self, "max_unk_argmax", minimum=0.0, maximum=1.0)
-        check_number(self, "max_unk_samples", minimum=0.0, maximum=1.0)
-        check_int(self, "patience", 1)
-        if self.min_loss_drop is not None:
-            check_number(self, "min_loss_drop", minimum=0.0)
-
-
-@dataclass(frozen=True)
-class DivergenceLimits:
-    """Divergence: a non-finite loss, or ``val_loss`` above ``ratio`` x the best so far for
-    ``patience`` evaluations in a row."""
-
-    enabled: bool = True
-    ratio: float = 1.5
-    patience: int = 2
-
-    def __post_init__(self) -> None:
-        check_bool(self, "enabled")
-        check_number(self, "ratio")
-        if self.ratio <= 1.0:
-            raise FieldError("ratio", f"must be > 1, got ratio={self.ratio}")
-        check_int(self, "patience", 1)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """``[limits]``: what a trial may use and when it is stopped early.
-
-    ``memory_budget`` may be given as a size (``"4GiB"``) and is held in bytes; ``collapse`` and
-    ``divergence`` may be given as ``true``/``false`` (that rule on, with its defaults, or off).
-    ``max_flops`` caps a trial's predicted training FLOPs (``lm.flops``): a trial over it is not
-    launched (``pruned``, with the reason); a spec whose every trial is over it is refused.
-    """
-
-    memory_budget: int | Literal["auto"] | None = "auto"
-    max_wall_s: float | None = None
-    collapse: CollapseLimits = field(default_factory=CollapseLimits)
-    divergence: DivergenceLimits = field(default_factory=DivergenceLimits)
-    max_retries: int = 2
-    oom_policy: Literal["prune", "fit"] = "prune"
-    max_flops: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_flops is not None:
-            check_number(self, "max_flops", positive=True)
-        if self.memory_budget not in ("auto", None):
-            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
-        if self.max_wall_s is not None:
-            check_number(self, "max_wall_s", positive=True)
-        for name, kind in (("collapse", CollapseLimits), ("divergence", DivergenceLimits)):
-            value = getattr(self, name)
-            if isinstance(value, bool):
-                object.__setattr__(self, name, kind(enabled=value))
-            elif not isinstance(value, kind):
-                raise FieldError(name, f"must be true, false or a table, got {name}={value!r}")
-        check_int(self, "max_retries", 0)
-        check_choice(self, "oom_policy", OOM_POLICIES)
 
 
 # --- [ablation] ---------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ DEFAULT_OBJECTIVES = ("val_bpb",)
 #: Pruners whose resource is tokens trained (``sweeps.fidelity``): the project's own, for any
 #: number of objectives.
 FIDELITY_PRUNERS = ("successive_halving", "hyperband")
+#: How a halving rung is read (``PrunerSpec.read``): the loss as it is there ("loss", interpolated
+#: between the evaluations either side), or after a cooldown branched from there ("cooldown").
+RUNG_READS = ("loss", "cooldown")
 PARAM_TYPES = ("int", "float", "categorical")
 OOM_POLICIES = ("prune", "fit")
 CORPUS_FORMATS = ("posts", "text")

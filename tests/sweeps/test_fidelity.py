@@ -3,6 +3,7 @@ stopped by successive halving with one and with two objectives."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 from optuna.trial import FrozenTrial, TrialState
 
-from lm import outcomes
+from lm import flops, outcomes
+from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps import fidelity
 from sweeps import storage as st
 from sweeps.forkserver import ForkServer
 from sweeps.runner import RunnerContext, run_trial
+from sweeps.space import trial_config
 from sweeps.spec import StudySpec, halving, read_spec
 from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import CPU, spec_dict
@@ -186,3 +189,44 @@ def test_halving_stops_a_trial_that_ranks_low_at_a_rung(corpus: Path, tmp_path: 
     assert ("by non-dominated sorting" in reason) == (len(objectives) > 1)
     assert list(stopped.user_attrs[fidelity.RUNGS_ATTR]) == ["2000"]
     assert stopped.user_attrs["tokens_seen"] < 8000
+
+
+def test_cooldown_reads_need_a_wsd_schedule_and_place_themselves(corpus: Path) -> None:
+    cooldown = {**HALVING, "read": "cooldown"}
+    with pytest.raises(SweepsError, match='needs lr_schedule = "wsd"'):
+        make(corpus, cooldown)
+    with pytest.raises(SweepsError, match="set by the pruner"):
+        make(corpus, cooldown, fixed={"lr_schedule": "wsd", "cooldown_reads": [2000]})
+    with pytest.raises(SweepsError, match="applies to successive_halving and hyperband"):
+        make(corpus, {"name": "median", "read": "cooldown"})
+    spec = make(corpus, {**cooldown, "cooldown_fraction": 0.5}, fixed={"lr_schedule": "wsd"})
+    cfg = fidelity.bracket_reads(spec, 0, trial_config(spec, {"lr": 0.01}))
+    assert cfg.cooldown_reads == (2000, 4000) and cfg.cooldown_fraction == 0.5
+
+
+@pytest.mark.study
+def test_cooldown_reads_are_what_a_rung_ranks(corpus: Path, tmp_path: Path,
+                                              fork_server: ForkServer) -> None:
+    """With read = "cooldown", each rung's value is the trial's cooldown read there (its
+    metrics.jsonl line marked "read"), not the running loss; the reads are charged in its
+    FLOPs and kept out of its learning curve (the sweeps_evals rows)."""
+    spec = make(corpus, {**HALVING, "read": "cooldown"}, fixed={"lr_schedule": "wsd"})
+    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}],
+                       fork_server)
+    assert [t.user_attrs["outcome"] for t in trials] == ["complete", "complete", "pruned"]
+    for t in trials[:2]:
+        rows = [json.loads(line) for line in
+                (Path(t.user_attrs["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+        reads = [r for r in rows if r.get("read") == "cooldown"]
+        assert len(reads) == 2
+        for r, rung in zip(reads, (2000, 4000), strict=True):
+            assert rung <= r["tokens"] < rung + 1000  # the first step boundary past the rung
+            assert t.user_attrs[fidelity.RUNGS_ATTR][str(rung)] == [r["val_bpb"]]
+        plain = [r for r in rows if "read" not in r]
+        cfg = TrainConfig.from_dict(t.user_attrs["config"])
+        without_reads = flops.estimate(cfg, t.user_attrs["tokens_seen"], n_evals=len(plain),
+                                       cooldown_tokens=0)
+        assert t.user_attrs["flops"] > without_reads.flops
+        engine = st.open_storage(f"sqlite:///{tmp_path / 'sweeps.db'}").engine
+        stored = [e for e in st.read_evals(engine, spec.name) if e["trial_number"] == t.number]
+        assert sorted(e["tokens"] for e in stored) == [r["tokens"] for r in plain]
