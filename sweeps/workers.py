@@ -48,7 +48,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lm import host, outcomes
 from lm.errors import SweepsError
-from sweeps import optuna_compat
+from sweeps import liveness, optuna_compat, records
 from sweeps import storage as st
 from sweeps.fork import CarryPlan, add_once, is_carried
 from sweeps.launchers import Launcher, make_launcher
@@ -283,10 +283,10 @@ def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
 def recover_local(storage: RDBStorage, study: optuna.Study, max_retries: int) -> list[int]:
     """Fail and re-queue RUNNING trials whose process on this host is gone; their numbers."""
     numbers = []
-    for t in st.stale_local_trials(storage, study):
-        if st.fail_and_requeue(storage, study, t, max_retries=max_retries,
-                               reason="its worker process ended without finishing it (found "
-                                      "on restart)"):
+    for t in liveness.stale_local_trials(storage, study):
+        if liveness.fail_and_requeue(storage, study, t, max_retries=max_retries,
+                                     reason="its worker process ended without finishing it "
+                                            "(found on restart)"):
             numbers.append(t.number)
     return numbers
 
@@ -295,7 +295,7 @@ def requeue_interrupted(study: optuna.Study, number: int, max_retries: int | Non
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
     if trial is None or trial.state != TrialState.FAIL:
         return False
-    return st.requeue(study, trial, max_retries=max_retries)
+    return liveness.requeue(study, trial, max_retries=max_retries)
 
 
 def claim_trial(study: optuna.Study, storage: RDBStorage,
@@ -316,7 +316,7 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
     # At once, so a worker killed right after the ask leaves a trial that can be failed: its
     # owner (a restart on this host fails it at once) and its heartbeat (others fail it once
     # stale; Optuna fails only trials whose heartbeat went stale).
-    st.record_host(storage, study.study_name, trial.number, optuna_compat.trial_id(trial))
+    records.record_host(storage, study.study_name, trial.number, optuna_compat.trial_id(trial))
     if storage.get_heartbeat_interval() is not None:
         storage.record_heartbeat(optuna_compat.trial_id(trial))
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
@@ -363,7 +363,7 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
     while not ctx.stop.stop.is_set():
         if options.deadline is not None and time.monotonic() > options.deadline:
             break
-        st.fail_stale_trials(study)
+        liveness.fail_stale_trials(study)
         with lock:
             done, trial = claim_trial(study, ctx.storage, options.n_trials)
         if done:

@@ -463,8 +463,8 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
     """Until the study's ``n_trials`` are finished (pending tasks are then cancelled), ``stop``
     is set (the array is cancelled) or every task has ended (a ``SweepsError`` saying why);
     ``on_event`` gets each trial's start and end (the board's events)."""
-    from sweeps import storage as st
     from sweeps import workers as wk
+    from sweeps.liveness import fail_stale_trials
 
     shown: dict[str, str] = {}
     started: dict[int, str] = {}
@@ -481,7 +481,7 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
             time.sleep(0.25)
             continue
         next_poll = time.monotonic() + poll_s
-        st.fail_stale_trials(study)  # the trials of a task killed without a word
+        fail_stale_trials(study)  # the trials of a task killed without a word
         if on_event is not None:
             _trial_events(study, started, on_event)
         if wk.budget_state(study.get_trials(deepcopy=False), n_trials).done:

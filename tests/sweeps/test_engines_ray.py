@@ -21,6 +21,7 @@ import optuna
 import pytest
 
 from lm.errors import SweepsError
+from sweeps import records
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.engines import local
@@ -240,8 +241,8 @@ def _run_and_lose_a_node(ray, cluster, spec, url, tmp, big, small) -> None:
     while time.monotonic() < deadline:
         running = [t for t in study.get_trials(deepcopy=False)
                    if t.state.name == "RUNNING" and t.user_attrs.get("placed_on") == on_big]
-        if running and st.read_evals(storage, "ray") and any(
-                e["trial_number"] == running[0].number for e in st.read_evals(storage, "ray")):
+        if running and records.read_evals(storage, "ray") and any(
+                e["trial_number"] == running[0].number for e in records.read_evals(storage, "ray")):
             break
         time.sleep(0.5)
     else:

@@ -13,7 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from sweeps import fork
+from sweeps import fork, records
 from sweeps import storage as st
 from sweeps.results import study_frame
 from sweeps.spec import StudySpec
@@ -127,7 +127,7 @@ def test_a_forked_study_runs_exactly_its_trials_on_top_of_the_carried_ones(
     frame = study_frame(url, "forked")
     assert list(frame["carried_from"].fillna("")) == ["base#0", "base#1", "base#2", "", ""]
     engine = st.read_only_engine(url)
-    assert {r["trial_number"] for r in st.read_evals(engine, "forked")} == {0, 1, 2, 3, 4}
+    assert {r["trial_number"] for r in records.read_evals(engine, "forked")} == {0, 1, 2, 3, 4}
     engine.dispose()
     status = sweeps_run("status", "--storage", url, "--json", cwd=root)
     rows = {r["study"]: r for r in json.loads(status.stdout)}

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps import preflight
+from sweeps import preflight, records
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.space import trial_config
@@ -173,10 +173,10 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
         assert t.user_attrs["outcome"] == outcome_for(t.params), t.user_attrs["reason"]
     assert {r.number for r in results[0].reports} & {r.number for r in results[1].reports} == set()
     assert sorted(n for kind, n in events if kind == "end") == [0, 1, 2, 3, 4]
-    hosts = st.read_hosts(storage, "small")
+    hosts = records.read_hosts(storage, "small")
     launched = [t.number for t in trials if t.user_attrs["outcome"] != "predicted_oom"]
     assert sorted(h["trial_number"] for h in hosts) == [t.number for t in trials]
-    assert {e["trial_number"] for e in st.read_evals(storage, "small")} == set(launched)
+    assert {e["trial_number"] for e in records.read_evals(storage, "small")} == set(launched)
     assert study.user_attrs["memory_budget_bytes"] == (tiny + big) // 2
     # Resuming a finished study runs nothing and queues nothing again.
     wk.create_or_resume(spec, storage)
@@ -297,7 +297,7 @@ def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) ->
     assert len(trials) == 6  # nothing failed, nothing handed back and left waiting
     # No trial ran twice: one owner row per trial, one run directory per trial number.
     engine = sa.create_engine(st.normalize_url(pg_url))
-    hosts = st.read_hosts(engine, "pg")
+    hosts = records.read_hosts(engine, "pg")
     engine.dispose()
     assert sorted(h["trial_number"] for h in hosts) == list(range(6))
     results = sorted(int(p.parent.name) for p in (tmp_path / "runs" / "pg").glob(
