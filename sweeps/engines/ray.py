@@ -39,10 +39,9 @@ import optuna
 
 from lm import host, outcomes
 from lm.errors import SweepsError
-from sweeps import optuna_compat, preflight
+from sweeps import liveness, optuna_compat, preflight
 from sweeps import storage as st
 from sweeps.engines import local
-from sweeps.liveness import fail_and_requeue, heartbeat
 from sweeps.runner import (
     RunnerContext,
     StopFlags,
@@ -246,7 +245,7 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
                              ).remote(task)
         ctx.event("start", number=trial.number, params=dict(trial.params),
                   max_tokens=ctx.spec.base_values().get("max_tokens"), worker="ray")
-        with heartbeat(ctx.storage, trial_id):  # alive while Ray queues it
+        with liveness.heartbeat(ctx.storage, trial_id):  # alive while Ray queues it
             lost = _wait(ray, ref, ctx.stop)
         if isinstance(lost, dict):
             report = TrialReport(**lost)
@@ -258,8 +257,8 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
                           "SIGTERM): its Ray task was cancelled", {})
         reason = f"its Ray node or worker was lost mid-trial ({lost})"
         frozen = ctx.storage.get_trial(trial_id)
-        fail_and_requeue(ctx.storage, ctx.study, frozen,
-                         max_retries=ctx.spec.limits.max_retries, reason=reason)
+        liveness.fail_and_requeue(ctx.storage, ctx.study, frozen,
+                                  max_retries=ctx.spec.limits.max_retries, reason=reason)
         ctx.event("end", number=trial.number, outcome=outcomes.CRASHED, reason=reason,
                   values=None)
         return TrialReport(trial.number, outcomes.CRASHED, reason, None, told=False)

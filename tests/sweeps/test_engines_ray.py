@@ -21,7 +21,7 @@ import optuna
 import pytest
 
 from lm.errors import SweepsError
-from sweeps import records
+from sweeps import liveness, records
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.engines import local
@@ -137,7 +137,7 @@ def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
     spec = StudySpec.from_dict(spec_dict("r", Path("/nonexistent-corpus")), check_paths=False)
     study = optuna.create_study()
     monkeypatch.setattr(preflight, "calibration_factor", lambda study: 1.3)
-    monkeypatch.setattr(st, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
+    monkeypatch.setattr(liveness, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
     here: list[tuple[int, float | None]] = []
     monkeypatch.setattr(ray_engine, "run_trial", lambda ctx, device, trial, calibration=None: (
         here.append((trial.number, calibration)) or TrialReport(trial.number, "predicted_oom",

@@ -224,8 +224,8 @@ def test_refused_samples_and_evaluations_are_noted_not_fatal(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise refusal("sweeps_samples")
 
-    monkeypatch.setattr(st, "record_samples", refuse)
-    monkeypatch.setattr(st, "record_eval", refuse)
+    monkeypatch.setattr(records, "record_samples", refuse)
+    monkeypatch.setattr(records, "record_eval", refuse)
     report = run_trial(ctx, CPU, study.ask())
     t = study.get_trials()[report.number]
     assert report.outcome == "complete" and t.values == [3.5]  # judged on its metrics
