@@ -39,7 +39,7 @@ import optuna
 
 from lm import host, outcomes
 from lm.errors import SweepsError
-from sweeps import liveness, optuna_compat, preflight
+from sweeps import devices, liveness, optuna_compat, preflight
 from sweeps import storage as st
 from sweeps.engines import local
 from sweeps.runner import (
@@ -127,16 +127,15 @@ def describe(ray: Any, info: Any = None) -> Cluster:
 # --- requests ------------------------------------------------------------------------------------
 
 
+#: Where the Ray engine counts GPUs, as its errors say.
+RAY_PLACE = devices.cluster("the Ray cluster", "the GPUs its nodes declare to Ray")
+
+
 def device_kind(spec: StudySpec, nodes: list[Node]) -> str:
-    wanted = str(spec.base_values().get("device", "auto"))
-    if wanted == "cpu":
-        return "cpu"
-    if any(n.gpus > 0 for n in nodes):
-        return "cuda"
-    if wanted != "auto":
-        raise SweepsError(f"the spec asks for device {wanted}, but no node of the Ray cluster "
-                          "declares a GPU; use device auto or cpu")
-    return "cpu"
+    """``cpu`` or ``cuda`` for the spec on these nodes (``sweeps.devices.resolve`` against the
+    largest node's GPUs: Ray places each trial on one node)."""
+    most = max((n.gpus for n in nodes), default=0)
+    return devices.resolve(devices.wanted(spec), devices.gpu_ids(most), RAY_PLACE)[0].kind
 
 
 def cluster_pool(nodes: list[Node], kind: str, threads: int, gpu_bytes: int | None
@@ -209,8 +208,9 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
         device = WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: gpus}, None,
                               f"node {where} gpu {gpus}")
     else:
-        device = WorkerDevice("cpu", {host.NUM_THREADS_ENV: str(job["threads"]),
-                                      host.VISIBLE_DEVICES_ENV: ""}, None, f"node {where} cpu")
+        device = WorkerDevice("cpu", {**devices.CPU.env,
+                                      host.NUM_THREADS_ENV: str(job["threads"])}, None,
+                              f"node {where} cpu")
     launcher = make_launcher("subprocess")
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=Path(job["study_dir"]),
                         launcher=launcher, budget_bytes=job["budget"], stop=StopFlags(),

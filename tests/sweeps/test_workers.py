@@ -97,27 +97,6 @@ def test_a_trial_asked_beyond_the_budget_is_handed_back(tmp_path: Path) -> None:
     assert wk.budget_state(study.get_trials(), 3).holds(2)
 
 
-# --- devices -------------------------------------------------------------------------------------
-
-
-def test_cores_are_split_between_workers() -> None:
-    assert wk.split_cpus(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
-    assert wk.split_cpus(3, [0, 1]) == [[0], [1], [0]]
-    assert wk.split_cpus(1, [5]) == [[5]]
-
-
-def test_devices_one_gpu_each_or_a_share_of_the_cores(corpus: Path) -> None:
-    gpu_spec = StudySpec.from_dict(spec_dict("d", corpus, fixed={"device": "auto"}))
-    devices = wk.plan_devices(gpu_spec, 3, gpus=["0", "1"])
-    assert [d.env["CUDA_VISIBLE_DEVICES"] for d in devices] == ["0", "1", "0"]
-    assert {d.device for d in devices} == {"cuda"}
-    cpu_devices = wk.plan_devices(gpu_spec, 2, gpus=[])
-    assert all(d.device == "cpu" and d.cpus for d in cpu_devices)
-    assert sum(int(d.env["SWEEPS_NUM_THREADS"]) for d in cpu_devices) >= 2
-    cpu_spec = StudySpec.from_dict(spec_dict("d", corpus))  # device = "cpu" in the spec
-    assert {d.device for d in wk.plan_devices(cpu_spec, 2, gpus=["0"])} == {"cpu"}
-
-
 # --- a whole study (in this process) -------------------------------------------------------------
 
 
