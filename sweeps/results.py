@@ -110,14 +110,6 @@ def reader(storage: StorageLike) -> Iterator[tuple[sa.Connection, str]]:
             owned.dispose()
 
 
-def study_names(storage: StorageLike) -> list[str]:
-    """Every study in the storage, by name."""
-    table = oc.STUDIES_TABLE
-    with reader(storage) as (conn, _):
-        return list(conn.execute(sa.select(table.c.study_name).order_by(table.c.study_id))
-                    .scalars())
-
-
 def _study_id(conn: sa.Connection, name: str, shown: str) -> int:
     table = oc.STUDIES_TABLE
     found = conn.execute(sa.select(table.c.study_id).where(table.c.study_name == name)).first()
