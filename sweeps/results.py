@@ -1,7 +1,8 @@
 """A study as tidy pandas DataFrames: the only input of the report's charts and of ``export``.
 
 - ``study_frame``: one row per trial (parameters as ``param_<name>``, outcome and reason, the
-  metrics the runner recorded, the trained config's key fields, fitting, host, timing).
+  metrics the runner recorded, the trained config's key fields, the trained model's real
+  vocabulary size ``vocab_actual``, fitting, host, timing).
 - ``evals_frame``: one row per evaluation (``sweeps_evals``: the ``metrics.jsonl`` lines).
 - ``samples_frame``: one row per generated sample (``sweeps_samples``).
 - ``load``: all three plus the study's directions, attributes and search space, in one go.
@@ -251,8 +252,8 @@ def _trials_frame(conn: sa.Connection,
 def _columns(param_names: Mapping[str, Any]) -> list[str]:
     return ["number", "state", "outcome", "reason", "under_trained",
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
-            "fitted", "fitted_batch_size", "fitted_grad_accum", "retries", "retry_of",
-            "carried_from", "host", "slurm_job",
+            "vocab_actual", "fitted", "fitted_batch_size", "fitted_grad_accum", "retries",
+            "retry_of", "carried_from", "host", "slurm_job",
             "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
 
 
@@ -278,6 +279,7 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     for key in CONFIG_COLUMNS:
         value = config.get(key, params.get(key, sampled.get(key)))
         row[key] = value if not isinstance(value, (dict, list)) else json.dumps(value)
+    row["vocab_actual"] = vocab_actual(attrs.get("params"), config)
     fitted = attrs.get("fitted") if isinstance(attrs.get("fitted"), dict) else None
     row["fitted"] = fitted is not None
     row["fitted_batch_size"] = (fitted or {}).get("batch_size")
@@ -299,13 +301,26 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     return row
 
 
+def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:
+    """The vocabulary size of the model the trial trained, which can be below the requested
+    ``vocab_size`` (a word tokenizer on a small corpus has fewer words than asked): the child
+    records its model's parameters (``result.json``'s ``params``, ``lm.config.param_breakdown``),
+    whose token embedding is V x ``d_model``. None when the trial recorded no parameters."""
+    embedding = params.get("embedding") if isinstance(params, dict) else None
+    d_model = config.get("d_model")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+               for v in (embedding, d_model)) or embedding % d_model:
+        return None
+    return embedding // d_model
+
+
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """Integers as nullable ``Int64`` (4096, not 4096.0, in exports); other metrics float."""
     frame["number"] = frame["number"].astype("int64")
     for key in METRIC_COLUMNS:
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
-    ints = [*_INT_METRICS, *_INT_CONFIG, "fitted_batch_size", "fitted_grad_accum", "retries",
-            "retry_of"]
+    ints = [*_INT_METRICS, *_INT_CONFIG, "vocab_actual", "fitted_batch_size",
+            "fitted_grad_accum", "retries", "retry_of"]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():
