@@ -24,6 +24,7 @@ from typing import Any
 
 from lm.errors import SweepsError
 from sweeps import effects as fx
+from sweeps import optuna_compat
 
 SUFFIX = "-confirm"
 CONFIRMS_ATTR = "confirms"
@@ -149,7 +150,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
         fixed.pop("seed", None)
         found = by_label.get(fx.label({k: fx.plain_value(v) for k, v in fixed.items()}))
         if found is not None:
-            storage.set_trial_user_attr(t._trial_id, CONFIRMS_ATTR, ", ".join(
+            storage.set_trial_user_attr(optuna_compat.trial_id(t), CONFIRMS_ATTR, ", ".join(
                 f"{the_plan.source}#{n}" for n in found["trials"]))
 
 

@@ -28,8 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from lm.errors import SweepsError
-from sweeps import optuna_compat
+from sweeps import optuna_compat, records
 from sweeps import storage as st
+from sweeps.liveness import fail_and_requeue
 from sweeps.spec.values import MAX_NAME_LENGTH, STUDY_NAME
 
 #: The study user attribute that holds the spec (``sweeps.workers.SPEC_ATTR``, not imported:
@@ -106,7 +107,7 @@ def _check_not_running(conn: sa.Connection, study_id: int, name: str, action: st
 
 
 def _trial_count(conn: sa.Connection, study_id: int) -> int:
-    t = optuna_compat.models.TrialModel.__table__
+    t = optuna_compat.TRIALS_TABLE
     return int(conn.execute(sa.select(sa.func.count()).select_from(t)
                             .where(t.c.study_id == study_id)).scalar_one())
 
@@ -153,7 +154,7 @@ def delete_study(url: str, name: str, *, force: bool = False, runs_dir: Path | N
         if confirm is not None and not confirm(question):
             raise SweepsError(f"not confirmed: study {name!r} was not deleted")
         # The project's rows first: rows left behind would join a later study of the same name.
-        st.delete_study_records(rdb, name)
+        records.delete_study_records(rdb, name)
         optuna.delete_study(study_name=name, storage=rdb)
     finally:
         rdb.engine.dispose()
@@ -194,13 +195,13 @@ def rename_study(url: str, name: str, new: str, *, force: bool = False) -> Outco
             _check_not_running(conn, study_id, name, "renaming it", force)
             trials = _trial_count(conn, study_id)
             optuna_compat.rename_study(conn, study_id, new)
-            attrs = optuna_compat.models.StudyUserAttributeModel.__table__
+            attrs = optuna_compat.STUDY_USER_ATTRS_TABLE
             stored = conn.execute(sa.select(attrs.c.value_json).where(
                 attrs.c.study_id == study_id, attrs.c.key == SPEC_ATTR)).scalar()
             if stored is not None:
                 optuna_compat.set_study_user_attr(conn, study_id, SPEC_ATTR,
                                                   renamed_spec(json.loads(stored), new))
-            st.rename_study_records(conn, name, new)
+            records.rename_study_records(conn, name, new)
     except sa.exc.IntegrityError:
         raise SweepsError(f"study {new!r} already exists in {shown} (created just now); pick "
                           "another name") from None
@@ -267,16 +268,16 @@ def _copy(source: Any, name: str, target: Any, new: str) -> tuple[int, int, int]
         mine = sorted(copied.get_trials(deepcopy=False), key=lambda t: t.number)
         ids = {o.number: (m.number, optuna_compat.trial_id(m))
                for o, m in zip(old, mine, strict=True)}
-        rows = st.copy_study_records(source, name, target, new, ids)
+        rows = records.copy_study_records(source, name, target, new, ids)
         requeued = 0
         for t in mine:
             if t.state == optuna.trial.TrialState.RUNNING:
-                requeued += st.fail_and_requeue(
+                requeued += fail_and_requeue(
                     target, copied, t, max_retries=None,
                     reason=f"copied from study {name!r} while running; its run went on there")
         return len(mine), rows, requeued
     except BaseException:
-        st.delete_study_records(target, new)
+        records.delete_study_records(target, new)
         optuna.delete_study(study_name=new, storage=target)
         raise
 

@@ -8,8 +8,12 @@ PostgreSQL), queueing a study's initial trials together with a marker in one tra
 processes starting the same study at once queue them exactly once), and the name of the RDB
 storage's stale-trial callback argument (renamed across versions). Also: adding finished trials
 (a warm start) in the same one transaction as the queued ones, renaming a study in place (Optuna
-has no rename API: one UPDATE of its ``studies`` table, inside the caller's transaction), and
-which system attributes hold a trial's constraints.
+has no rename API: one UPDATE of its ``studies`` table, inside the caller's transaction),
+which system attributes hold a trial's constraints, the base class of the heartbeat retry
+callback (renamed across versions), the schema revisions Optuna ships (an old schema told from a
+newer one) and the table of each of Optuna's records (the report, ``sweeps status`` and
+``sweeps.lifecycle`` read them with plain SQL). Nothing outside this module touches a private
+name of Optuna's (``tests/test_conventions.py`` keeps it so).
 ``tests/sweeps/test_optuna_compat.py`` fails loudly when an Optuna release changes any of them.
 """
 
@@ -18,8 +22,10 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
@@ -38,6 +44,19 @@ def stale_callback_arg() -> str:
     names = inspect.signature(RDBStorage.__init__).parameters
     return "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in names \
         else "failed_trial_callback"
+
+
+#: Optuna's heartbeat retry callback: Optuna >= 4.9 renamed it; older 4.x have the old name.
+RetryCallbackBase: type = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
+    or optuna.storages.RetryFailedTrialCallback
+
+
+def schema_migrations() -> Any:
+    """Optuna's alembic script directory: the schema revisions this Optuna knows and its head."""
+    from alembic.script import ScriptDirectory
+    from optuna.storages import _rdb
+
+    return ScriptDirectory(str(Path(_rdb.__file__).parent / "alembic"))
 
 
 def _one_transaction_writer(rdb: RDBStorage) -> tuple[Any, Any] | None:
@@ -129,6 +148,13 @@ def constraint_attrs(system_attrs: dict[str, Any]) -> dict[str, Any]:
 #: Optuna's table of studies and its name column: the only place Optuna keeps a study's name
 #: (trials, attributes and directions refer to the study by id).
 STUDIES_TABLE = models.StudyModel.__table__
+#: The rest of Optuna's tables the project reads with plain SQL (columns as Optuna names them).
+STUDY_DIRECTIONS_TABLE = models.StudyDirectionModel.__table__
+STUDY_USER_ATTRS_TABLE = models.StudyUserAttributeModel.__table__
+TRIALS_TABLE = models.TrialModel.__table__
+TRIAL_PARAMS_TABLE = models.TrialParamModel.__table__
+TRIAL_USER_ATTRS_TABLE = models.TrialUserAttributeModel.__table__
+TRIAL_SYSTEM_ATTRS_TABLE = models.TrialSystemAttributeModel.__table__
 
 
 def rename_study(conn: sa.Connection, study_id: int, new_name: str) -> None:
@@ -143,13 +169,13 @@ def rename_study(conn: sa.Connection, study_id: int, new_name: str) -> None:
 
 def set_study_user_attr(conn: sa.Connection, study_id: int, key: str, value: Any) -> None:
     """Overwrite an existing study user attribute inside the caller's transaction."""
-    t = models.StudyUserAttributeModel.__table__
+    t = STUDY_USER_ATTRS_TABLE
     conn.execute(sa.update(t).where(t.c.study_id == study_id, t.c.key == key)
                  .values(value_json=json.dumps(value)))
 
 
 def running_trials(conn: sa.Connection, study_id: int) -> int:
     """How many of the study's trials are RUNNING, read inside the caller's transaction."""
-    t = models.TrialModel.__table__
+    t = TRIALS_TABLE
     return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(
         t.c.study_id == study_id, t.c.state == TrialState.RUNNING)).scalar_one())

@@ -38,27 +38,13 @@ class DryRunPlan:
     grid: list[tuple[str, ...]] | None = field(default=None)  # [scaling]: GRID_COLUMNS per cell
 
 
-def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
+def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None,
             from_study: str | None = None) -> DryRunPlan:
-    from sweeps import preflight
-    from sweeps import workers as wk
+    """The plan; ``workers``: the run's cap on trials at once (None: what the devices hold)."""
     from sweeps.storage import mask_url
 
-    # A GPU spec is often checked on a laptop before it goes to a cluster: without a GPU here,
-    # plan for the spec's device kind and leave an "auto" budget to each worker.
-    try:
-        devices = wk.plan_devices(spec, workers)
-        device, worker_text = devices[0].device, ", ".join(d.label for d in devices)
-    except SweepsError:
-        if host.visible_gpus():
-            raise  # this host has GPUs, not the one asked for (cuda:7): `run` would refuse it
-        device, worker_text = "cuda", f"{workers} on GPUs (none visible on this host)"
-    try:
-        budget = preflight.resolve_budget(spec.limits, device=device, workers=workers)
-        budget_text = "none" if budget is None else (
-            f"{human_bytes(budget)} per trial ({spec.limits.memory_budget})")
-    except SweepsError:
-        budget, budget_text = None, "auto: decided on each worker's GPU (none visible here)"
+    device, worker_text, budget, budget_text = _placement(
+        spec, workers, n_trials if n_trials is not None else spec.study.n_trials)
     corpus = spec.corpus
     corpus_state = "prepared" if (corpus.dir / MANIFEST_NAME).is_file() else (
         "to prepare from " + (", ".join(corpus.source) if corpus.source
@@ -89,6 +75,35 @@ def dry_run(spec: StudySpec, url: str, workers: int, n_trials: int | None,
         rows.append(grid_summary(spec, cells))
         grid = [cell.row() for cell in cells]
     return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid)
+
+
+def _placement(spec: StudySpec, cap: int | None, n_trials: int
+               ) -> tuple[str, str, int | None, str]:
+    """(device kind, the workers row, the per-trial budget, the budget row): the pools, worker
+    threads and budget ``sweeps run`` itself takes on this host (``local.host_pool``,
+    ``workers.worker_threads``, ``local.trial_budget``)."""
+    from sweeps import workers as wk
+    from sweeps.engines import local
+
+    try:
+        pool = local.host_pool(spec, cap)
+    except SweepsError:
+        if host.visible_gpus():
+            raise  # this host has GPUs, not the one asked for (cuda:7): `run` would refuse it
+        # A GPU spec is often checked on a laptop before it goes to a cluster: without a GPU
+        # here, plan for the spec's device kind and leave an "auto" budget to each worker.
+        given = spec.limits.memory_budget
+        budget = None if given in (None, "auto") else int(given)
+        return ("cuda", f"{cap or 'as many as fit'} at a time on GPUs (none visible on this "
+                "host)", budget, "auto: decided on each worker's GPU (none visible here)"
+                if given == "auto" else _budget_text(budget, given))
+    budget = local.trial_budget(spec.limits, pool)
+    return (pool.devices[0].kind, local.describe(pool, wk.worker_threads(pool, cap, n_trials)),
+            budget, _budget_text(budget, spec.limits.memory_budget))
+
+
+def _budget_text(budget: int | None, given: object) -> str:
+    return "none" if budget is None else f"{human_bytes(budget)} per trial ({given})"
 
 
 # --- an IsoFLOP grid ([scaling]) ---------------------------------------------------------------

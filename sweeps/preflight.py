@@ -8,10 +8,10 @@ The runner calls these before it launches a trial child (it owns what happens ne
   ``grad_accum`` doubled (``halve_batch``: same effective batch) until it fits or the micro-batch
   is 1; with ``"prune"`` it is simply reported as not fitting (outcome ``predicted_oom``).
 - ``resolve_budget(limits, device=, workers=)``: ``memory_budget`` as bytes for N workers that
-  split the devices statically (``sweeps run --dry-run``); a run admits trials by memory instead
-  (``sweeps.engines.local.trial_budget``: one trial's budget is what an empty device takes,
-  these same fractions of it). An explicit size is
-  used as given; ``None`` means no budget (nothing is pre-pruned). ``"auto"``:
+  split the devices statically (``sweeps estimate``); a run and its dry run admit trials by
+  memory instead (``sweeps.engines.local.trial_budget``: one trial's budget is what an empty
+  device takes, these same fractions of it). An explicit size is used as given; ``None``
+  means no budget (nothing is pre-pruned). ``"auto"``:
   GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's free memory (``gpu_room``; ``nvidia-smi``'s
   free figure: other processes' use taken off), shared by the workers on it;
   CPU: ``AUTO_CPU_FRACTION`` (80 %) of ``MemAvailable`` (``/proc/meminfo``) divided among the

@@ -1,7 +1,8 @@
 """A study as tidy pandas DataFrames: the only input of the report's charts and of ``export``.
 
 - ``study_frame``: one row per trial (parameters as ``param_<name>``, outcome and reason, the
-  metrics the runner recorded, the trained config's key fields, fitting, host, timing).
+  metrics the runner recorded, the trained config's key fields, the trained model's real
+  vocabulary size ``vocab_actual``, fitting, host, timing).
 - ``evals_frame``: one row per evaluation (``sweeps_evals``: the ``metrics.jsonl`` lines).
 - ``samples_frame``: one row per generated sample (``sweeps_samples``).
 - ``load``: all three plus the study's directions, attributes and search space, in one go.
@@ -32,8 +33,9 @@ from optuna.trial import TrialState
 
 from lm import outcomes
 from lm.errors import SweepsError
+from sweeps import optuna_compat as oc
+from sweeps import records
 from sweeps import storage as st
-from sweeps.optuna_compat import models
 from sweeps.study import objective_names
 
 #: Numeric trial attributes copied into columns (contract: "Trial record").
@@ -101,24 +103,16 @@ def reader(storage: StorageLike) -> Iterator[tuple[sa.Connection, str]]:
     try:
         with engine.connect() as conn:
             st.require_sweeps_database(conn, shown)
-            if owned is not None:
-                st.stand_in_tables(conn)  # a database Optuna wrote alone: no evaluations
+            if owned is not None:  # a database Optuna wrote alone: no evaluations
+                records.stand_in_tables(conn)
             yield conn, shown
     finally:
         if owned is not None:
             owned.dispose()
 
 
-def study_names(storage: StorageLike) -> list[str]:
-    """Every study in the storage, by name."""
-    table = models.StudyModel.__table__
-    with reader(storage) as (conn, _):
-        return list(conn.execute(sa.select(table.c.study_name).order_by(table.c.study_id))
-                    .scalars())
-
-
 def _study_id(conn: sa.Connection, name: str, shown: str) -> int:
-    table = models.StudyModel.__table__
+    table = oc.STUDIES_TABLE
     found = conn.execute(sa.select(table.c.study_id).where(table.c.study_name == name)).first()
     if found is None:
         names = list(conn.execute(sa.select(table.c.study_name)).scalars())
@@ -157,7 +151,7 @@ def load(storage: StorageLike, study_name: str) -> StudyResults:
     with reader(storage) as (conn, shown):
         study_id = _study_id(conn, study_name, shown)
         directions = _directions(conn, study_id)
-        attrs = _attrs(conn, models.StudyUserAttributeModel.__table__, "study_id", study_id)
+        attrs = _attrs(conn, oc.STUDY_USER_ATTRS_TABLE, "study_id", study_id)
         trials, distributions = _trials_frame(conn, study_id)
         evals = _evals(conn, study_name)
         samples = _samples(conn, study_name)
@@ -200,7 +194,7 @@ def combine(studies: list[StudyResults]) -> StudyResults:
 
 
 def _directions(conn: sa.Connection, study_id: int) -> list[str]:
-    t = models.StudyDirectionModel.__table__
+    t = oc.STUDY_DIRECTIONS_TABLE
     rows = conn.execute(sa.select(t.c.direction).where(t.c.study_id == study_id)
                         .order_by(t.c.objective)).scalars()
     return [d.name.lower() for d in rows]
@@ -214,7 +208,7 @@ def _attrs(conn: sa.Connection, table: sa.Table, key_column: str, key: int) -> d
 
 def _by_trial(table: sa.Table, study_id: int, *columns: str) -> sa.Select:
     """(trial_id, *columns) of the rows of ``table`` that belong to the study's trials."""
-    trials = models.TrialModel.__table__
+    trials = oc.TRIALS_TABLE
     return (sa.select(table.c.trial_id, *(table.c[c] for c in columns))
             .join(trials, trials.c.trial_id == table.c.trial_id)
             .where(trials.c.study_id == study_id))
@@ -222,14 +216,14 @@ def _by_trial(table: sa.Table, study_id: int, *columns: str) -> sa.Select:
 
 def _trials_frame(conn: sa.Connection,
                   study_id: int) -> tuple[pd.DataFrame, dict[str, BaseDistribution]]:
-    t = models.TrialModel.__table__
+    t = oc.TRIALS_TABLE
     base = conn.execute(
         sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete)
         .where(t.c.study_id == study_id).order_by(t.c.number)).all()
     params: dict[int, dict[str, Any]] = {}
     dists: dict[str, BaseDistribution] = {}
     by_name: dict[str, BaseDistribution] = {}
-    p = models.TrialParamModel.__table__
+    p = oc.TRIAL_PARAMS_TABLE
     # By param_id: columns in the order the parameters were first suggested, on any database.
     for trial_id, name, value, dist_json in conn.execute(_by_trial(
             p, study_id, "param_name", "param_value", "distribution_json").order_by(p.c.param_id)):
@@ -237,12 +231,12 @@ def _trials_frame(conn: sa.Connection,
         params.setdefault(trial_id, {})[name] = dist.to_external_repr(value)
         by_name[name] = dist
     attrs: dict[int, dict[str, Any]] = {}
-    u = models.TrialUserAttributeModel.__table__
+    u = oc.TRIAL_USER_ATTRS_TABLE
     for trial_id, key, value in conn.execute(_by_trial(u, study_id, "key", "value_json")):
         attrs.setdefault(trial_id, {})[key] = json.loads(value)
     # A queued trial's parameters (enqueue_trial, a re-queued failure) are only a system
     # attribute until the trial runs and suggests them.
-    sys_attrs = models.TrialSystemAttributeModel.__table__
+    sys_attrs = oc.TRIAL_SYSTEM_ATTRS_TABLE
     for trial_id, value in conn.execute(_by_trial(sys_attrs, study_id, "value_json").where(
             sys_attrs.c.key == "fixed_params")):
         queued = json.loads(value)
@@ -258,8 +252,8 @@ def _trials_frame(conn: sa.Connection,
 def _columns(param_names: Mapping[str, Any]) -> list[str]:
     return ["number", "state", "outcome", "reason", "under_trained",
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
-            "fitted", "fitted_batch_size", "fitted_grad_accum", "retries", "retry_of",
-            "carried_from", "host", "slurm_job",
+            "vocab_actual", "fitted", "fitted_batch_size", "fitted_grad_accum", "retries",
+            "retry_of", "carried_from", "host", "slurm_job",
             "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
 
 
@@ -285,6 +279,7 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     for key in CONFIG_COLUMNS:
         value = config.get(key, params.get(key, sampled.get(key)))
         row[key] = value if not isinstance(value, (dict, list)) else json.dumps(value)
+    row["vocab_actual"] = vocab_actual(attrs.get("params"), config)
     fitted = attrs.get("fitted") if isinstance(attrs.get("fitted"), dict) else None
     row["fitted"] = fitted is not None
     row["fitted_batch_size"] = (fitted or {}).get("batch_size")
@@ -306,13 +301,26 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     return row
 
 
+def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:
+    """The vocabulary size of the model the trial trained, which can be below the requested
+    ``vocab_size`` (a word tokenizer on a small corpus has fewer words than asked): the child
+    records its model's parameters (``result.json``'s ``params``, ``lm.config.param_breakdown``),
+    whose token embedding is V x ``d_model``. None when the trial recorded no parameters."""
+    embedding = params.get("embedding") if isinstance(params, dict) else None
+    d_model = config.get("d_model")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+               for v in (embedding, d_model)) or embedding % d_model:
+        return None
+    return embedding // d_model
+
+
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """Integers as nullable ``Int64`` (4096, not 4096.0, in exports); other metrics float."""
     frame["number"] = frame["number"].astype("int64")
     for key in METRIC_COLUMNS:
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
-    ints = [*_INT_METRICS, *_INT_CONFIG, "fitted_batch_size", "fitted_grad_accum", "retries",
-            "retry_of"]
+    ints = [*_INT_METRICS, *_INT_CONFIG, "vocab_actual", "fitted_batch_size",
+            "fitted_grad_accum", "retries", "retry_of"]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():
@@ -327,16 +335,16 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _evals(conn: sa.Connection, study: str) -> pd.DataFrame:
-    t = st.evals_table
+    t = records.evals_table
     rows = conn.execute(sa.select(t.c.trial_number, t.c.metrics).where(t.c.study_name == study)
                         .order_by(t.c.trial_number, t.c.id))
-    records = []
+    lines = []
     for number, text in rows:
         metrics = json.loads(text)
         metrics.pop("samples", None)
         metrics["trial_number"] = number
-        records.append(metrics)
-    frame = pd.DataFrame.from_records(records)
+        lines.append(metrics)
+    frame = pd.DataFrame.from_records(lines)
     for key in EVAL_COLUMNS:
         if key not in frame:
             frame[key] = pd.Series(dtype="float64")
@@ -349,7 +357,7 @@ def _evals(conn: sa.Connection, study: str) -> pd.DataFrame:
 
 
 def _samples(conn: sa.Connection, study: str) -> pd.DataFrame:
-    t = st.samples_table
+    t = records.samples_table
     columns = ["trial_number", "step", "tokens", "prompt", "text"]
     rows = conn.execute(sa.select(*(t.c[c] for c in columns)).where(t.c.study_name == study)
                         .order_by(t.c.trial_number, t.c.id)).all()

@@ -21,7 +21,7 @@
    Optuna: COMPLETE with the objective values, PRUNED (with a constraint value: 1.0 for
    ``oom``/``predicted_oom``) or FAIL.
 
-The trial's heartbeat is recorded while it runs (``storage.heartbeat``), so a worker that dies is
+The trial's heartbeat is recorded while it runs (``liveness.heartbeat``), so a worker that dies is
 noticed by the others after the grace period.
 """
 
@@ -59,7 +59,7 @@ from lm.run_files import (
     record_verdict,
     write_config,
 )
-from sweeps import fidelity, optuna_compat, storage, verdicts
+from sweeps import fidelity, liveness, optuna_compat, records, storage, verdicts
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -94,7 +94,7 @@ ESSENTIAL_ATTRS = ("outcome", "reason", "constraint", "run_dir", "config", "host
 Event = Callable[[str, dict[str, Any]], None]
 
 # Optuna warns when a storage with heartbeats is used outside ``Study.optimize``; the runner
-# records the heartbeats itself (``storage.heartbeat``) around each ask/tell trial.
+# records the heartbeats itself (``liveness.heartbeat``) around each ask/tell trial.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
@@ -219,7 +219,7 @@ class _TrialRun:
                           term_grace_s=ctx.term_grace_s)
         ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
         try:
-            with storage.heartbeat(ctx.storage, self.trial_id):
+            with liveness.heartbeat(ctx.storage, self.trial_id):
                 monitor.run(lambda row, history: self.on_eval(row, history, attempt_no),
                             lambda tokens: ctx.event("progress", number=trial.number,
                                                      tokens=tokens))
@@ -239,11 +239,11 @@ class _TrialRun:
         if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
             metrics["attempt"] = attempt_no
         where = f"step {row.get('step')}"
-        self.record(f"the evaluation at {where}", lambda: storage.record_eval(
+        self.record(f"the evaluation at {where}", lambda: records.record_eval(
             ctx.storage, ctx.spec.name, trial.number, self.trial_id, metrics))
         samples = row.get("samples") or []
         if samples:
-            self.record(f"the samples at {where}", lambda: storage.record_samples(
+            self.record(f"the samples at {where}", lambda: records.record_samples(
                 ctx.storage, ctx.spec.name, trial.number, self.trial_id, samples,
                 tokens=row.get("tokens"), step=row.get("step")))
         ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
@@ -291,7 +291,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     (else the heartbeat fails and re-queues it)."""
     spec = ctx.spec
     attrs: dict[str, Any] = {"host": ctx.host, "pid": os.getpid(), "started_at": time.time()}
-    storage.record_host(ctx.storage, spec.name, trial.number, optuna_compat.trial_id(trial),
+    records.record_host(ctx.storage, spec.name, trial.number, optuna_compat.trial_id(trial),
                         host=ctx.host)
     try:
         params = suggest(trial, spec)
@@ -344,7 +344,7 @@ def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     if ctx.admission is None:
         yield device, ctx.budget_bytes
         return
-    with storage.heartbeat(ctx.storage, optuna_compat.trial_id(trial)):
+    with liveness.heartbeat(ctx.storage, optuna_compat.trial_id(trial)):
         lease = ctx.admission.acquire(predicted, ctx.stop.stop)
     if lease is None:
         yield None

@@ -1,4 +1,4 @@
-"""One database per study: Optuna's RDB storage plus the project's own ``sweeps_*`` tables.
+"""A storage URL -> Optuna's RDB storage (or a plain engine): settings, opening, read-only, errors.
 
 - URL: ``--storage``, else ``$SWEEPS_STORAGE``, else the spec's ``[study] storage``, else
   ``sqlite:///sweeps.db``. Passwords are masked (``***``) in every message (``mask_url``).
@@ -17,14 +17,8 @@
   (SQLite ``mode=ro``, so a file on a read-only mount is readable), and a database without
   Optuna's tables is "not a sweeps database". An in-memory SQLite URL is refused: every process
   would see its own empty database.
-- Heartbeats: a trial whose worker stops beating for ``grace_period`` is failed by the next
-  worker that starts a trial, and ``RequeueCallback`` queues its parameters again (at most
-  ``max_retries`` times). ``stale_local_trials`` + ``fail_and_requeue`` do the same at once for
-  trials of this host whose worker process is gone (a resume after ``kill -9``).
-- The project's tables (SQLAlchemy Core): ``sweeps_evals`` (one row per evaluation),
-  ``sweeps_samples`` (generated text), ``sweeps_trial_hosts`` (which process runs a trial).
-  Text from a model, a corpus or a child goes in through ``sweeps.text.storable`` (NUL and lone
-  surrogates become U+FFFD), so what SQLite stores PostgreSQL stores too.
+- Every open ensures the project's tables (``sweeps.records``); a storage opened with a heartbeat
+  re-queues the trials of dead workers (``sweeps.liveness.RequeueCallback``).
 - ``describe_error``: a database error as one line (the driver's message, without the SQL and
   its parameters, which can be kilobytes of model text).
 """
@@ -32,16 +26,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import re
-import socket
 import sqlite3
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
@@ -49,12 +39,12 @@ from urllib.parse import quote_plus
 import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import optuna_compat
-from sweeps.text import storable, storable_value
+from sweeps.liveness import RequeueCallback
+from sweeps.records import ensure_tables, is_create_race
 
 DEFAULT_URL = "sqlite:///sweeps.db"
 ENV_VAR = "SWEEPS_STORAGE"
@@ -62,13 +52,6 @@ ENV_VAR = "SWEEPS_STORAGE"
 SQLITE_TIMEOUT_S = 60.0
 #: Seconds to wait for a database server before calling it unreachable.
 CONNECT_TIMEOUT_S = 10
-
-# Optuna >= 4.9 renamed the retry callback; keep working on older 4.x.
-_RetryBase: type = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
-    optuna.storages.RetryFailedTrialCallback
-
-StudyRef = str | optuna.Study
-EngineLike = sa.Engine | RDBStorage
 
 
 # --- URLs ---------------------------------------------------------------------------------------
@@ -207,7 +190,7 @@ def _open_rdb(url: str, shown: str, engine_kwargs: dict[str, Any],
             ensure_tables(storage.engine)
             return storage
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
-            if attempt < 3 and _is_create_race(exc):
+            if attempt < 3 and is_create_race(exc):
                 time.sleep(0.2 * (attempt + 1))
                 continue
             raise _storage_error(shown, exc) from None
@@ -308,13 +291,11 @@ def check_schema(conn: sa.Connection, shown: str) -> None:
     reader refuses what ``status`` (through Optuna's own check) refuses, rather than ``report``
     and ``export`` reading tables whose meaning may have changed. Nothing is written."""
     from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-    from optuna.storages import _rdb
 
     current = MigrationContext.configure(conn).get_current_revision()
     if current is None:
         return  # no alembic stamp yet: Optuna's own open decides
-    script = ScriptDirectory(str(Path(_rdb.__file__).parent / "alembic"))
+    script = optuna_compat.schema_migrations()
     head = script.get_current_head()
     if current == head:
         return
@@ -335,17 +316,6 @@ def require_sweeps_database(conn: sa.Connection, shown: str) -> None:
                           "Optuna study (no `studies` table); check --storage, or run a study "
                           "first with `sweeps run SPEC`")
 
-
-def stand_in_tables(conn: sa.Connection) -> None:
-    """The project's tables a database lacks (one written by Optuna alone), as empty temporary
-    tables of this connection: readers query them as usual and the database stays unchanged."""
-    present = set(sa.inspect(conn).get_table_names())
-    for table in metadata.sorted_tables:
-        if table.name not in present:
-            temp = sa.Table(table.name, sa.MetaData(),
-                            *(sa.Column(c.name, c.type) for c in table.columns),
-                            prefixes=["TEMPORARY"])
-            temp.create(conn)
 
 
 def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
@@ -407,10 +377,6 @@ def _wal_mode(path: Path) -> bool:
         return False
     return header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
 
-
-def _is_create_race(exc: Exception) -> bool:
-    text = str(getattr(exc, "orig", exc)).lower()
-    return "already exists" in text or "duplicate" in text or "unique constraint" in text
 
 
 def describe_error(exc: BaseException) -> str:
@@ -489,382 +455,3 @@ def _scrub(text: str, url: str) -> str:
 
 
 _CALLBACK_ARG = optuna_compat.stale_callback_arg()
-
-
-# --- the project's tables -----------------------------------------------------------------------
-
-metadata = sa.MetaData()
-
-evals_table = sa.Table(
-    "sweeps_evals", metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("study_name", sa.String(512), nullable=False),
-    sa.Column("trial_number", sa.Integer, nullable=False),
-    sa.Column("trial_id", sa.Integer, nullable=False),
-    sa.Column("step", sa.BigInteger),
-    sa.Column("tokens", sa.BigInteger),
-    sa.Column("val_loss", sa.Float),
-    sa.Column("val_bpb", sa.Float),
-    sa.Column("unigram_gap", sa.Float),
-    sa.Column("peak_mem_bytes", sa.BigInteger),
-    sa.Column("tokens_per_s", sa.Float),
-    sa.Column("elapsed_s", sa.Float),
-    # The whole evaluation as JSON text: every metric, including ones without a column.
-    sa.Column("metrics", sa.Text, nullable=False),
-    sa.Column("recorded_at", sa.Float, nullable=False),
-    sa.Index("ix_sweeps_evals_study_trial", "study_name", "trial_number"),
-)
-
-samples_table = sa.Table(
-    "sweeps_samples", metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("study_name", sa.String(512), nullable=False),
-    sa.Column("trial_number", sa.Integer, nullable=False),
-    sa.Column("trial_id", sa.Integer),
-    sa.Column("step", sa.BigInteger),
-    sa.Column("tokens", sa.BigInteger),
-    sa.Column("prompt", sa.Text, nullable=False),
-    sa.Column("text", sa.Text, nullable=False),
-    sa.Column("recorded_at", sa.Float, nullable=False),
-    sa.Index("ix_sweeps_samples_study_trial", "study_name", "trial_number"),
-)
-
-hosts_table = sa.Table(
-    "sweeps_trial_hosts", metadata,
-    sa.Column("trial_id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("study_name", sa.String(512), nullable=False),
-    sa.Column("trial_number", sa.Integer, nullable=False),
-    sa.Column("host", sa.String(255), nullable=False),
-    sa.Column("pid", sa.Integer, nullable=False),
-    sa.Column("started_at", sa.Float, nullable=False),  # unix seconds
-    sa.Index("ix_sweeps_trial_hosts_study", "study_name"),
-)
-
-#: Evaluation keys copied into their own columns (the rest stay in the JSON only).
-EVAL_COLUMNS = ("step", "tokens", "val_loss", "val_bpb", "unigram_gap", "peak_mem_bytes",
-                "tokens_per_s", "elapsed_s")
-_INT_COLUMNS = ("step", "tokens", "peak_mem_bytes")
-
-
-def ensure_tables(engine: EngineLike) -> None:
-    """Create the ``sweeps_*`` tables where missing (idempotent; safe against a racing worker)."""
-    engine = _engine(engine)
-    for attempt in range(4):
-        try:
-            metadata.create_all(engine, checkfirst=True)
-            return
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
-            if attempt == 3 or not _is_create_race(exc):
-                raise
-            time.sleep(0.1 * (attempt + 1))
-
-
-def record_eval(engine: EngineLike, study: str, trial_number: int, trial_id: int,
-                metrics: Mapping[str, Any]) -> None:
-    """Store one evaluation (a ``metrics.jsonl`` line) of one trial."""
-    row: dict[str, Any] = {
-        "study_name": study, "trial_number": trial_number, "trial_id": trial_id,
-        # Extras are a child's free-form values: their strings follow the one storage rule.
-        "metrics": json.dumps(storable_value(dict(metrics)), sort_keys=True,
-                              default=lambda v: storable(str(v))),
-        "recorded_at": time.time(),
-    }
-    for key in EVAL_COLUMNS:
-        row[key] = _column_value(metrics.get(key), integer=key in _INT_COLUMNS)
-    with _engine(engine).begin() as conn:
-        conn.execute(evals_table.insert(), [row])
-
-
-def record_samples(engine: EngineLike, study: str, trial_number: int, trial_id: int | None,
-                   samples: Mapping[str, str] | Iterable[Mapping[str, str]], *,
-                   tokens: int | None = None, step: int | None = None) -> None:
-    """Store generated samples: ``{prompt: text}`` or ``[{"prompt": ..., "text": ...}]``."""
-    items = ([{"prompt": p, "text": t} for p, t in samples.items()]
-             if isinstance(samples, Mapping) else [dict(s) for s in samples])
-    if not items:
-        return
-    now = time.time()
-    rows = [{"study_name": study, "trial_number": trial_number, "trial_id": trial_id,
-             "step": _column_value(step, integer=True),
-             "tokens": _column_value(tokens, integer=True),
-             "prompt": storable(str(s["prompt"])), "text": storable(str(s["text"])),
-             "recorded_at": now} for s in items]
-    with _engine(engine).begin() as conn:
-        conn.execute(samples_table.insert(), rows)
-
-
-def record_host(engine: EngineLike, study: str, trial_number: int, trial_id: int, *,
-                host: str | None = None, pid: int | None = None,
-                started_at: float | None = None) -> None:
-    """Record which process owns a trial (default: this host, this process, now): the process
-    that talks to Optuna for it, i.e. the worker, not the training child."""
-    row = {"trial_id": trial_id, "study_name": study, "trial_number": trial_number,
-           "host": host or socket.gethostname(), "pid": os.getpid() if pid is None else pid,
-           "started_at": time.time() if started_at is None else started_at}
-    with _engine(engine).begin() as conn:
-        # Delete + insert instead of a dialect-specific upsert: one row per trial id.
-        conn.execute(hosts_table.delete().where(hosts_table.c.trial_id == trial_id))
-        conn.execute(hosts_table.insert(), [row])
-
-
-def read_evals(engine: EngineLike, study: str,
-               trial_number: int | None = None) -> list[dict[str, Any]]:
-    """Evaluations of a study (or one trial) in recording order; ``metrics`` decoded."""
-    t = evals_table
-    query = sa.select(t).where(t.c.study_name == study)
-    if trial_number is not None:
-        query = query.where(t.c.trial_number == trial_number)
-    rows = _rows(engine, query.order_by(t.c.trial_number, t.c.id))
-    for row in rows:
-        row["metrics"] = json.loads(row["metrics"])
-    return rows
-
-
-def read_samples(engine: EngineLike, study: str,
-                 trial_number: int | None = None) -> list[dict[str, Any]]:
-    """Generated samples of a study (or one trial) in recording order."""
-    t = samples_table
-    query = sa.select(t).where(t.c.study_name == study)
-    if trial_number is not None:
-        query = query.where(t.c.trial_number == trial_number)
-    return _rows(engine, query.order_by(t.c.trial_number, t.c.id))
-
-
-def read_hosts(engine: EngineLike, study: str | None = None) -> list[dict[str, Any]]:
-    """Host/pid rows of a study's trials (every study's when ``study`` is None)."""
-    t = hosts_table
-    query = sa.select(t)
-    if study is not None:
-        query = query.where(t.c.study_name == study)
-    return _rows(engine, query.order_by(t.c.study_name, t.c.trial_number))
-
-
-def delete_study_records(engine: EngineLike, study: str) -> None:
-    """Remove a study's rows from the project's tables (``optuna.delete_study`` does Optuna's)."""
-    with _engine(engine).begin() as conn:
-        for table in (evals_table, samples_table, hosts_table):
-            conn.execute(table.delete().where(table.c.study_name == study))
-
-
-def copy_study_records(source: EngineLike, study: str, target: EngineLike, new_study: str,
-                       trial_ids: Mapping[int, tuple[int, int]]) -> int:
-    """Copy the evaluations and samples of ``study``'s trials into ``new_study`` (on ``target``,
-    which may be another database): ``trial_ids`` maps each copied trial's number to its
-    (number, storage id) in the new study; other trials' rows stay behind. Host rows are not
-    copied: they name live worker processes of the source. One transaction; rows copied."""
-    rows_by_table = {}
-    with _engine(source).connect() as conn:
-        for table in (evals_table, samples_table):
-            rows = [dict(r._mapping) for r in conn.execute(
-                sa.select(table).where(table.c.study_name == study).order_by(table.c.id))]
-            # A database written before the storage rule may hold NUL (SQLite took it): the
-            # copy follows the rule, so it lands on PostgreSQL too.
-            rows_by_table[table] = [
-                {**{k: storable(v) if isinstance(v, str) else v for k, v in r.items()
-                    if k != "id"}, "study_name": new_study,
-                 "trial_number": trial_ids[r["trial_number"]][0],
-                 "trial_id": trial_ids[r["trial_number"]][1]}
-                for r in rows if r["trial_number"] in trial_ids]
-    with _engine(target).begin() as conn:
-        for table, rows in rows_by_table.items():
-            # Rows already under the new name belong to no study (the new study did not exist:
-            # an orphan of `optuna delete-study`); they must not join the copy.
-            conn.execute(table.delete().where(table.c.study_name == new_study))
-            if rows:
-                conn.execute(table.insert(), rows)
-    return sum(len(rows) for rows in rows_by_table.values())
-
-
-def rename_study_records(conn: sa.Connection, study: str, new_study: str) -> None:
-    """Move ``study``'s rows of the project's tables to ``new_study``, inside the caller's
-    transaction; rows left under ``new_study`` by a study deleted outside sweeps (an orphan of
-    ``optuna delete-study``) are removed first, so they never join the renamed study."""
-    for table in (evals_table, samples_table, hosts_table):
-        conn.execute(table.delete().where(table.c.study_name == new_study))
-        conn.execute(table.update().where(table.c.study_name == study)
-                     .values(study_name=new_study))
-
-
-def _rows(engine: EngineLike, query: sa.Select) -> list[dict[str, Any]]:
-    with _engine(engine).connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(query)]
-
-
-def _engine(engine: EngineLike) -> sa.Engine:
-    return engine.engine if isinstance(engine, RDBStorage) else engine
-
-
-def _column_value(value: Any, *, integer: bool) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if integer:
-        # BIGINT holds what a count can be; a larger value (a child's garbage) stays in the
-        # JSON only, where PostgreSQL would refuse the row ("bigint out of range").
-        return int(value) if math.isfinite(value) and abs(value) < 2**63 else None
-    # NaN is not portable as a column value (SQLite stores NULL); it stays in the JSON.
-    return None if math.isnan(value) else float(value)
-
-
-# --- stale trials and retries -------------------------------------------------------------------
-
-
-class RequeueCallback(_RetryBase):
-    """Optuna's heartbeat retry callback, minus the failed run's user attributes.
-
-    Optuna's version copies ``user_attrs`` (here: outcome, reason, run dir of the dead run) into
-    the new trial, which would then look finished before it starts. This one queues the same
-    parameters with ``retries`` (how many times they have been re-queued) and ``retry_of`` (the
-    first trial number) as user attributes; Optuna's ``retry_history``/``retried_trial_number``
-    read it as usual.
-    """
-
-    def __init__(self, max_retry: int | None = 2) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            super().__init__(max_retry=max_retry)
-
-    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        requeue(study, trial, max_retries=self._max_retry)
-
-
-#: User attributes a re-queued trial keeps: ``sweeps confirm``'s link to the trial it confirms.
-REQUEUE_KEEPS = ("confirms",)
-
-
-def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None) -> bool:
-    """Queue ``trial``'s parameters again as a WAITING trial; False when it already was
-    re-queued ``max_retries`` times."""
-    history = [*trial.system_attrs.get("retry_history", []), trial.number]
-    if max_retries is not None and len(history) > max_retries:
-        return False
-    system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
-    # What the trial is, not what its run did, stays with the retry (a confirmation's link).
-    kept = {k: trial.user_attrs[k] for k in REQUEUE_KEEPS if k in trial.user_attrs}
-    study.add_trial(optuna.trial.create_trial(
-        state=TrialState.WAITING,
-        params=trial.params,
-        distributions=trial.distributions,
-        user_attrs={**kept, "retries": len(history), "retry_of": history[0]},
-        system_attrs=system_attrs,
-    ))
-    return True
-
-
-@contextlib.contextmanager
-def heartbeat(storage: RDBStorage, trial_id: int) -> Iterator[None]:
-    """Record ``trial_id``'s heartbeat every ``heartbeat_interval`` seconds while inside.
-
-    ``Study.optimize`` does this itself; an ask/tell loop (the runner's) must, or its long trials
-    look dead after ``grace_period``. A no-op when the storage has no heartbeat.
-    """
-    interval = storage.get_heartbeat_interval()
-    if interval is None:
-        yield
-        return
-    stop = threading.Event()
-
-    def beat() -> None:
-        while True:
-            # A database blip: the next beat tries again, well within the grace period.
-            with contextlib.suppress(sa.exc.SQLAlchemyError):
-                storage.record_heartbeat(trial_id)
-            if stop.wait(interval):
-                return
-
-    thread = threading.Thread(target=beat, name=f"sweeps-heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-def fail_stale_trials(study: optuna.Study) -> None:
-    """Fail trials whose heartbeat is older than the grace period and run the storage's callback
-    (re-queue); ``Study.optimize`` calls this before each trial, an ask/tell loop must."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
-def pid_alive(pid: int, started_at: float | None = None) -> bool:
-    """Whether process ``pid`` on this host still exists and is the one that was recorded (on
-    Linux a pid reused by a process started after ``started_at`` counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True  # no /proc: trust the signal check
-    state, start_ticks = stat
-    if state in ("Z", "X"):
-        return False  # a zombie is a finished process whose parent has not reaped it
-    if started_at is not None:
-        boot = _boot_time()
-        if boot is not None:
-            process_start = boot + start_ticks / os.sysconf("SC_CLK_TCK")
-            if process_start > started_at + 2.0:
-                return False  # the recorded process is gone; its pid now names another one
-    return True
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
-    fields = text[text.rfind(")") + 2:].split()
-    return fields[0], int(fields[19])
-
-
-def _boot_time() -> float | None:
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def stale_local_trials(storage: RDBStorage, study: StudyRef,
-                       host: str | None = None) -> list[FrozenTrial]:
-    """RUNNING trials of ``study`` owned (per ``sweeps_trial_hosts``) by a process of ``host``
-    (default: this machine) that no longer exists: safe to fail at once, without waiting for the
-    heartbeat grace period. Trials of other hosts are left to their heartbeats."""
-    host = host or socket.gethostname()
-    study_name = study if isinstance(study, str) else study.study_name
-    study_id = storage.get_study_id_from_name(study_name)
-    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    if not running:
-        return []
-    by_id = {optuna_compat.trial_id(t): t for t in running}
-    t = hosts_table
-    owners = _rows(storage, sa.select(t).where(
-        t.c.study_name == study_name, t.c.host == host, t.c.trial_id.in_(list(by_id))))
-    return [by_id[o["trial_id"]] for o in owners
-            if not pid_alive(o["pid"], o["started_at"])]
-
-
-def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *,
-                     max_retries: int | None = 2, reason: str | None = None) -> bool:
-    """Fail a RUNNING trial whose worker is gone and queue its parameters again (if it was
-    re-queued fewer than ``max_retries`` times). Returns whether a new trial was queued; False
-    also when another process finished or failed the trial first."""
-    study_obj = study if isinstance(study, optuna.Study) else optuna.load_study(
-        study_name=study, storage=storage)
-    trial_id = optuna_compat.trial_id(trial)
-    why = reason or "its worker process ended without finishing it"
-    try:
-        storage.set_trial_user_attr(trial_id, "outcome", outcomes.CRASHED)
-        storage.set_trial_user_attr(trial_id, "reason", why)
-        if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
-            return False
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False
-    return requeue(study_obj, storage.get_trial(trial_id), max_retries=max_retries)

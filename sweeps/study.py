@@ -69,11 +69,11 @@ def check_engine(engine: str, address: str | None) -> None:
         raise SweepsError("--address is the Ray cluster's address; add --engine ray")
 
 
-def check_host(spec: StudySpec, workers: int | None) -> None:
+def check_host(spec: StudySpec) -> None:
     """The spec's device exists on this host (``SweepsError`` before anything is created)."""
-    from sweeps import workers as wk
+    from sweeps import devices
 
-    wk.plan_devices(spec, workers or 1)
+    devices.resolve(devices.wanted(spec))
 
 
 def check_runs_dir(runs_dir: Path) -> None:

@@ -246,7 +246,7 @@ def add_once(storage: Any, study: Any, carry: CarryPlan, *, created: bool) -> bo
     """Add the carried trials to ``study`` once (a marker in the same transaction), and copy
     their evaluations and samples. A study that exists already must have been started from the
     same source (or be empty); False when the trials were there already."""
-    from sweeps import storage as st
+    from sweeps import records
 
     marker = study.user_attrs.get(CARRIED_ATTR)
     if not created and marker is None and study.get_trials(deepcopy=False):
@@ -263,5 +263,5 @@ def add_once(storage: Any, study: Any, carry: CarryPlan, *, created: bool) -> bo
             if is_carried(t)}
     ids = {n: (mine[f"{carry.source}#{n}"].number,
                optuna_compat.trial_id(mine[f"{carry.source}#{n}"])) for n in carry.numbers}
-    st.copy_study_records(storage, carry.source, storage, study.study_name, ids)
+    records.copy_study_records(storage, carry.source, storage, study.study_name, ids)
     return True

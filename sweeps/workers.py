@@ -6,9 +6,9 @@ the host's pool until a device has room for its prediction; that device (one GPU
 ``CUDA_VISIBLE_DEVICES``; on the CPU its own cores: the children's affinity, and
 ``SWEEPS_NUM_THREADS``) is where its child runs. So the workers are a cap on concurrency
 (``--max-concurrent``, default what the devices hold), and memory decides below it.
-``plan_devices`` is the static split of the devices between N workers that ``sweeps run
---dry-run`` and the host check use. Workers in other processes or on other machines (``sweeps
-worker``) run the same loop against the same database.
+How many worker threads (``worker_threads``) is what ``sweeps run --dry-run`` prints too.
+Workers in other processes or on other machines (``sweeps worker``) run the same loop against
+the same database.
 
 How many trials: the study ends with exactly ``n_trials`` *counted* trials, whatever dies on the
 way. A trial counts unless a later trial re-queued it (a failed run re-queued by a heartbeat,
@@ -46,9 +46,9 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from lm import host, outcomes
+from lm import outcomes
 from lm.errors import SweepsError
-from sweeps import optuna_compat
+from sweeps import liveness, optuna_compat, records
 from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
@@ -129,52 +129,6 @@ def trial_outcome(t: FrozenTrial, superseded: set[int] | None = None) -> str:
     """The outcome shown for a trial: its recorded one, else its state (a FAIL without one was
     failed by a heartbeat: its worker died)."""
     return outcomes.shown(t.user_attrs.get("outcome"), t.state.name)
-
-
-# --- devices -------------------------------------------------------------------------------------
-
-
-def split_cpus(n_workers: int, cpus: Sequence[int] | None = None) -> list[list[int]]:
-    """Disjoint core sets, one per worker (round-robin single cores if too few)."""
-    cpus = host.cpu_ids() if cpus is None else list(cpus)
-    if n_workers >= len(cpus):
-        return [[cpus[i % len(cpus)]] for i in range(n_workers)]
-    size, extra = divmod(len(cpus), n_workers)
-    out, start = [], 0
-    for i in range(n_workers):
-        end = start + size + (1 if i < extra else 0)
-        out.append(cpus[start:end])
-        start = end
-    return out
-
-
-def plan_devices(spec: StudySpec, n_workers: int,
-                 gpus: Sequence[str] | None = None) -> list[WorkerDevice]:
-    """One ``WorkerDevice`` per worker, from the spec's ``device`` and what this host has."""
-    wanted = str(spec.base_values().get("device", "auto"))
-    if wanted != "cpu":
-        gpus = host.visible_gpus() if gpus is None else list(gpus)
-        if wanted.startswith("cuda:"):
-            # A pinned device: the user chose it; every worker uses it as it is.
-            if host.cuda_index(wanted) >= len(gpus):
-                raise SweepsError(f"the spec asks for device {wanted}, but this host has "
-                                  f"{len(gpus)} visible GPU(s) (nvidia-smi / "
-                                  f"{host.VISIBLE_DEVICES_ENV}); use device auto, cuda or cpu")
-            return [WorkerDevice("cuda", {}, None, wanted) for _ in range(n_workers)]
-        if gpus:
-            return [WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: gpus[i % len(gpus)]}, None,
-                                 f"gpu {gpus[i % len(gpus)]}") for i in range(n_workers)]
-        if wanted == "cuda":
-            raise SweepsError("the spec asks for device cuda, but no GPU is visible on this "
-                              "host (nvidia-smi / CUDA_VISIBLE_DEVICES); use device auto or cpu")
-    cap = host.num_threads_override()
-    out = []
-    for cores in split_cpus(n_workers):
-        label = f"cpu {cores[0]}" if len(cores) == 1 else f"cpu {cores[0]}-{cores[-1]}"
-        threads = len(cores) if cap is None else min(cap, len(cores))
-        out.append(WorkerDevice("cpu", {host.NUM_THREADS_ENV: str(threads),
-                                        host.VISIBLE_DEVICES_ENV: ""}, cores, label))
-    return out
 
 
 # --- the study -----------------------------------------------------------------------------------
@@ -281,10 +235,10 @@ def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
 def recover_local(storage: RDBStorage, study: optuna.Study, max_retries: int) -> list[int]:
     """Fail and re-queue RUNNING trials whose process on this host is gone; their numbers."""
     numbers = []
-    for t in st.stale_local_trials(storage, study):
-        if st.fail_and_requeue(storage, study, t, max_retries=max_retries,
-                               reason="its worker process ended without finishing it (found "
-                                      "on restart)"):
+    for t in liveness.stale_local_trials(storage, study):
+        if liveness.fail_and_requeue(storage, study, t, max_retries=max_retries,
+                                     reason="its worker process ended without finishing it "
+                                            "(found on restart)"):
             numbers.append(t.number)
     return numbers
 
@@ -293,7 +247,7 @@ def requeue_interrupted(study: optuna.Study, number: int, max_retries: int | Non
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
     if trial is None or trial.state != TrialState.FAIL:
         return False
-    return st.requeue(study, trial, max_retries=max_retries)
+    return liveness.requeue(study, trial, max_retries=max_retries)
 
 
 def claim_trial(study: optuna.Study, storage: RDBStorage,
@@ -322,7 +276,7 @@ def _claim(study: optuna.Study, storage: RDBStorage,
     # At once, so a worker killed right after the ask leaves a trial that can be failed: its
     # owner (a restart on this host fails it at once) and its heartbeat (others fail it once
     # stale; Optuna fails only trials whose heartbeat went stale).
-    st.record_host(storage, study.study_name, trial.number, optuna_compat.trial_id(trial))
+    records.record_host(storage, study.study_name, trial.number, optuna_compat.trial_id(trial))
     if storage.get_heartbeat_interval() is not None:
         storage.record_heartbeat(optuna_compat.trial_id(trial))
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
@@ -369,7 +323,7 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
     while not ctx.stop.stop.is_set():
         if options.deadline is not None and time.monotonic() > options.deadline:
             break
-        st.fail_stale_trials(study)
+        liveness.fail_stale_trials(study)
         with lock:
             done, trial = claim_trial(study, ctx.storage, options.n_trials)
         if done:
@@ -424,6 +378,24 @@ class RunOptions:
 HOST_THREADS_PER_SLOT = 4
 
 
+def host_threads(pool: Any) -> int:
+    """The most worker threads a run on ``pool`` starts: ``HOST_THREADS_PER_SLOT`` per slot of
+    its devices (more would only wait for room: ``--max-concurrent 100000`` on a 2-trial study
+    started, and kept, 100,000 threads)."""
+    from sweeps.engines import local
+
+    return HOST_THREADS_PER_SLOT * local.concurrency(pool, None)
+
+
+def worker_threads(pool: Any, cap: int | None, trials_left: int) -> int:
+    """Worker threads a run on ``pool`` starts: ``cap`` (default: what the devices run at once,
+    ``local.concurrency``), no more than the trials left (a thread per trial is the most that
+    can ever run) nor ``host_threads``."""
+    from sweeps.engines import local
+
+    return max(1, min(local.concurrency(pool, cap), trials_left, host_threads(pool)))
+
+
 def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study_dir: Path,
                 options: RunOptions, flags: StopFlags | None = None, *,
                 launcher: Launcher | None = None,
@@ -451,14 +423,11 @@ def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.done:
         return [WorkerResult() for _ in range(n_threads)]  # nothing to run: no launcher to start
-    # A thread per trial left is the most that can ever run here, and more than
-    # HOST_THREADS_PER_SLOT per slot of this host's devices would only wait for room:
-    # --max-concurrent 100000 on a 2-trial study started (and kept) 100,000 threads.
-    host_cap = HOST_THREADS_PER_SLOT * local.concurrency(pool, None)
+    host_cap = host_threads(pool)
     if options.on_event is not None and n_threads > host_cap < n_trials - state.finished:
         options.on_event("note", {"text": f"--max-concurrent {n_threads} is more than this "
                                           f"host can run; {host_cap} workers"})
-    n_threads = max(1, min(n_threads, n_trials - state.finished, host_cap))
+    n_threads = worker_threads(pool, options.n_workers, n_trials - state.finished)
     own_launcher = launcher is None
     launcher = launcher or make_launcher(options.launcher)
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=study_dir,

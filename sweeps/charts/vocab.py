@@ -3,6 +3,11 @@ with bytes per token and the ``<unk>`` rate.
 
 Per-token loss falls as tokens carry less (a byte, or an ``<unk>`` standing for any rare word is
 easy to predict); bits per byte charges every byte of text, so only it compares tokenizers.
+
+The x axis is the vocabulary the model trained with (``results.vocab_actual``): a word tokenizer
+on a small corpus can have fewer words than the trial asked for, and the requested size would
+place it where it never was. A trial that recorded no model (never launched) keeps its requested
+size.
 """
 
 from __future__ import annotations
@@ -33,6 +38,14 @@ def size_bins(sizes: pd.Series) -> pd.Series:
     return pd.Series(np.digitize(sizes, edges), index=sizes.index).astype(float)
 
 
+def vocab_sizes(trials: pd.DataFrame) -> pd.Series:
+    """Each trial's vocabulary size as trained (``vocab_actual``), else as requested."""
+    requested = pd.to_numeric(trials["vocab_size"], errors="coerce").astype(float)
+    if "vocab_actual" not in trials:
+        return requested
+    return pd.to_numeric(trials["vocab_actual"], errors="coerce").astype(float).fillna(requested)
+
+
 def _trained_fully(trials: pd.DataFrame) -> pd.Series:
     """Complete trials, and trials judged (``lm.outcomes.PREDICTION_VERDICTS``) after training
     their whole ``max_tokens``."""
@@ -49,8 +62,8 @@ def _trained_fully(trials: pd.DataFrame) -> pd.Series:
 def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(points, best, tokens):
 
-    - points: trials with val_bpb and a vocab size: number, outcome, tokenizer, vocab_size,
-      val_bpb, val_loss;
+    - points: trials with val_bpb and a vocab size: number, outcome, tokenizer, vocab_size (as
+      trained: ``vocab_sizes``), val_bpb, val_loss;
     - best: per tokenizer and vocab size (or size bin), the trial with the lowest val_bpb among
       trials that trained their whole budget (complete, or given a verdict on their predictions
       at their last evaluation: a 300-word model's bits per byte is the point of this chart);
@@ -61,7 +74,7 @@ def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             "bytes_per_token", "unk_rate"]
     frame = trials[cols].copy()
     frame["full"] = _trained_fully(trials)
-    frame["vocab_size"] = pd.to_numeric(frame["vocab_size"], errors="coerce").astype(float)
+    frame["vocab_size"] = vocab_sizes(trials)
     frame = frame[frame["tokenizer"].notna() & np.isfinite(frame["vocab_size"])]
     points = frame[np.isfinite(frame["val_bpb"])].reset_index(drop=True)
     pool = points[points["full"]]
@@ -128,7 +141,8 @@ def chart(results: StudyResults) -> Chart:
                 legendgroup=str(tokenizer), showlegend=False,
                 hovertemplate=f"V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}<extra></extra>"),
                 row=2, col=col)
-    means = replicates.data(results.trials, "vocab_size")
+    means = replicates.data(results.trials.assign(vocab_size=vocab_sizes(results.trials)),
+                            "vocab_size")
     if len(means):  # configurations run with several seeds: their mean and interval
         fig.add_trace(replicates.trace(means), row=1, col=1)
     fig.update_xaxes(type="log")

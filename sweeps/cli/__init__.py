@@ -132,7 +132,7 @@ def main() -> None:
 
 #: Where a JSON value read from the database is parsed: Optuna's storage, and sweeps' readers.
 _DATABASE_READERS = (f"{os.sep}optuna{os.sep}storages{os.sep}",
-                     f"{os.sep}sweeps{os.sep}results.py", f"{os.sep}sweeps{os.sep}storage.py",
+                     f"{os.sep}sweeps{os.sep}results.py", f"{os.sep}sweeps{os.sep}records.py",
                      f"{os.sep}sweeps{os.sep}lifecycle.py")
 
 

@@ -115,7 +115,7 @@ def confirm(
     plan = cf.plan(url, study, top=top, seeds=seeds, metric=metric)
     spec = plan.spec
     if engine == "local":
-        service.check_host(spec, max_concurrent)
+        service.check_host(spec)
     service.check_runs_dir(runs_dir)
     run_cli._ensure_corpus(spec)
     st, opened, created = service.open_study(spec, url, n_trials=None, heartbeat=heartbeat,

@@ -143,12 +143,12 @@ def run(
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
         service.check_corpus_fits(spec)  # where the corpus is already known
-        _print_plan(spec, url, cap or 1, n_trials, from_study)
+        _print_plan(spec, url, cap, n_trials, from_study)
         warn(service.budget_warnings(spec))
         return
     warn(service.budget_warnings(spec))  # said once more for those who skip the dry run
     if engine == "local":
-        service.check_host(spec, cap)
+        service.check_host(spec)
     if engine == "slurm":  # its options, partition and requests, before a study is created
         slurm_cli.requests_for(spec, slurm_values, cap)
     service.check_runs_dir(runs_dir)
@@ -190,7 +190,7 @@ def worker(
     url = resolve_storage_url(storage, None)
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
     service.check_n_trials(spec, n_trials)
-    service.check_host(spec, workers)
+    service.check_host(spec)
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     service.check_corpus_fits(spec)
@@ -277,7 +277,7 @@ def _counts_text(counts: dict[str, int], sep: str = ", ") -> str:
 # --- the plan (--dry-run) ------------------------------------------------------------------------
 
 
-def _print_plan(spec: StudySpec, url: str, workers: int, n_trials: int | None,
+def _print_plan(spec: StudySpec, url: str, workers: int | None, n_trials: int | None,
                 from_study: str | None = None) -> None:
     from rich.table import Table
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from lm import host
 from lm.errors import SweepsError
-from sweeps import preflight
+from sweeps import devices, preflight
 from sweeps.runner import WorkerDevice
 from sweeps.spec import Limits, StudySpec
 
@@ -120,7 +120,7 @@ class MemoryPool:
             self.free_cores[i] -= set(cores)
             override = host.num_threads_override()
             env[host.NUM_THREADS_ENV] = str(min(d.threads, override or d.threads))
-            label = f"cpu {cores[0]}" if len(cores) == 1 else f"cpu {cores[0]}-{cores[-1]}"
+            label = f"cpu {_cores_text(cores)}"
         self.used[i] += need
         self.running[i] += 1
         worker = WorkerDevice(d.kind, env, list(cores) or None, label)
@@ -179,37 +179,36 @@ def cpu_threads_per_trial(n_cores: int, cap: int | None) -> int:
 def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | None = None,
               gpu_free: Sequence[int] | None = None, cpus: Sequence[int] | None = None,
               mem_available: int | None = None) -> MemoryPool:
-    """The pools of this host for ``spec``'s device (the spec's ``cuda:N``: that GPU alone;
-    ``auto``: every visible GPU, else the CPU). A GPU's pool is ``preflight.gpu_room`` of what
-    is free on it now (``lm.host.gpu_memory``): memory other processes hold on a shared GPU is
-    not there to give. The keyword arguments stand in for the host in tests (``gpu_free``: each
-    GPU's free bytes)."""
-    wanted = str(spec.base_values().get("device", "auto"))
-    if wanted != "cpu":
-        gpus = host.visible_gpus() if gpus is None else list(gpus)
-        if wanted.startswith("cuda:"):
-            index = host.cuda_index(wanted)
-            if index >= len(gpus):
-                raise SweepsError(f"the spec asks for device {wanted}, but this host has "
-                                  f"{len(gpus)} visible GPU(s) (nvidia-smi / "
-                                  f"{host.VISIBLE_DEVICES_ENV}); use device auto, cuda or cpu")
-            free = gpu_free[index] if gpu_free is not None else _gpu_free(index)
-            return MemoryPool([PoolDevice(f"gpu {gpus[index]}", "cuda",
-                                          preflight.gpu_room(free))])
-        if gpus:
-            frees = list(gpu_free) if gpu_free is not None else [
-                _gpu_free(i) for i in range(len(gpus))]
-            return MemoryPool([PoolDevice(f"gpu {g}", "cuda", preflight.gpu_room(f),
-                                          {host.VISIBLE_DEVICES_ENV: g})
-                               for g, f in zip(gpus, frees, strict=True)])
-        if wanted == "cuda":
-            raise SweepsError("the spec asks for device cuda, but no GPU is visible on this "
-                              "host (nvidia-smi / CUDA_VISIBLE_DEVICES); use device auto or cpu")
+    """The pools of this host for ``spec``'s device (``sweeps.devices.resolve``: the spec's
+    ``cuda:N``, that GPU alone; ``auto``, every visible GPU, else the CPU). A GPU's pool is
+    ``preflight.gpu_room`` of what is free on it now (``lm.host.gpu_memory``): memory other
+    processes hold on a shared GPU is not there to give. The keyword arguments stand in for the
+    host in tests (``gpu_free``: each GPU's free bytes)."""
+    placed = devices.resolve(devices.wanted(spec), gpus)
+    if placed[0].kind == "cuda":
+        return MemoryPool([PoolDevice(d.label, "cuda", preflight.gpu_room(
+            gpu_free[d.index] if gpu_free is not None else _gpu_free(d.index)), d.env)
+            for d in placed if d.index is not None])
     cores = tuple(host.cpu_ids() if cpus is None else cpus)
     available = host.mem_available_bytes() if mem_available is None else mem_available
-    return MemoryPool([PoolDevice("cpu", "cpu", int(available * preflight.AUTO_CPU_FRACTION),
-                                  {host.VISIBLE_DEVICES_ENV: ""}, cores,
+    return MemoryPool([PoolDevice(devices.CPU.label, "cpu",
+                                  int(available * preflight.AUTO_CPU_FRACTION),
+                                  dict(devices.CPU.env), cores,
                                   cpu_threads_per_trial(len(cores), cap))])
+
+
+def describe(pool: MemoryPool, threads: int) -> str:
+    """What a run on ``pool`` with ``threads`` worker threads uses, in words (the dry run's)."""
+    where = ", ".join(
+        d.label if d.kind == "cuda" else
+        f"{d.label} {_cores_text(d.cores)} ({d.threads} core{'s' * (d.threads > 1)} a trial)"
+        for d in pool.devices)
+    return f"up to {threads} trial{'s' * (threads > 1)} at a time on {where}, placed by " \
+        "predicted memory"
+
+
+def _cores_text(cores: Sequence[int]) -> str:
+    return f"{cores[0]}" if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
 
 
 def gpu_sharing_note(pool: MemoryPool) -> str | None:

@@ -39,7 +39,7 @@ import optuna
 
 from lm import host, outcomes
 from lm.errors import SweepsError
-from sweeps import preflight
+from sweeps import devices, liveness, optuna_compat, preflight
 from sweeps import storage as st
 from sweeps.engines import local
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
@@ -128,16 +128,15 @@ def describe(ray: Any, info: Any = None) -> Cluster:
 # --- requests ------------------------------------------------------------------------------------
 
 
+#: Where the Ray engine counts GPUs, as its errors say.
+RAY_PLACE = devices.cluster("the Ray cluster", "the GPUs its nodes declare to Ray")
+
+
 def device_kind(spec: StudySpec, nodes: list[Node]) -> str:
-    wanted = str(spec.base_values().get("device", "auto"))
-    if wanted == "cpu":
-        return "cpu"
-    if any(n.gpus > 0 for n in nodes):
-        return "cuda"
-    if wanted != "auto":
-        raise SweepsError(f"the spec asks for device {wanted}, but no node of the Ray cluster "
-                          "declares a GPU; use device auto or cpu")
-    return "cpu"
+    """``cpu`` or ``cuda`` for the spec on these nodes (``sweeps.devices.resolve`` against the
+    largest node's GPUs: Ray places each trial on one node)."""
+    most = max((n.gpus for n in nodes), default=0)
+    return devices.resolve(devices.wanted(spec), devices.gpu_ids(most), RAY_PLACE)[0].kind
 
 
 def cluster_pool(nodes: list[Node], kind: str, threads: int, gpu_bytes: int | None
@@ -210,8 +209,9 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
         device = WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: gpus}, None,
                               f"node {where} gpu {gpus}")
     else:
-        device = WorkerDevice("cpu", {host.NUM_THREADS_ENV: str(job["threads"]),
-                                      host.VISIBLE_DEVICES_ENV: ""}, None, f"node {where} cpu")
+        device = WorkerDevice("cpu", {**devices.CPU.env,
+                                      host.NUM_THREADS_ENV: str(job["threads"])}, None,
+                              f"node {where} cpu")
     launcher = make_launcher("subprocess")
     ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=Path(job["study_dir"]),
                         launcher=launcher, budget_bytes=job["budget"], stop=StopFlags(),
@@ -233,7 +233,7 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
     remote = ray.remote(run_on_node)
 
     def run(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> TrialReport:
-        trial_id = trial._trial_id
+        trial_id = optuna_compat.trial_id(trial)
         predicted, calibration = _plan(ctx, kind, trial)
         if predicted is None:
             # Not launched (predicted_oom, over the compute limit, invalid): recorded here, with
@@ -246,7 +246,7 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
                              ).remote(task)
         ctx.event("start", number=trial.number, params=dict(trial.params),
                   max_tokens=ctx.spec.base_values().get("max_tokens"), worker="ray")
-        with st.heartbeat(ctx.storage, trial_id):  # alive while Ray queues it
+        with liveness.heartbeat(ctx.storage, trial_id):  # alive while Ray queues it
             lost = _wait(ray, ref, ctx.stop)
         if isinstance(lost, dict):
             report = TrialReport(**lost)
@@ -258,8 +258,8 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
                           "SIGTERM): its Ray task was cancelled", {})
         reason = f"its Ray node or worker was lost mid-trial ({lost})"
         frozen = ctx.storage.get_trial(trial_id)
-        st.fail_and_requeue(ctx.storage, ctx.study, frozen,
-                            max_retries=ctx.spec.limits.max_retries, reason=reason)
+        liveness.fail_and_requeue(ctx.storage, ctx.study, frozen,
+                                  max_retries=ctx.spec.limits.max_retries, reason=reason)
         ctx.event("end", number=trial.number, outcome=outcomes.CRASHED, reason=reason,
                   values=None)
         return TrialReport(trial.number, outcomes.CRASHED, reason, None, told=False)

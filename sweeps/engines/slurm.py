@@ -58,6 +58,7 @@ from typing import Any
 
 from lm import host
 from lm.errors import SweepsError
+from sweeps import devices
 from sweeps.engines import local
 
 #: The ``sweeps worker`` process of a task (Python, Optuna, SQLAlchemy; measured ~250 MiB
@@ -192,13 +193,13 @@ class Requests:
         return math.ceil(self.mem_bytes / MiB)
 
 
-def study_kind(spec: Any, nodes: Sequence[Node]) -> str:
-    wanted = str(spec.base_values().get("device", "auto"))
-    if wanted == "cpu":
-        return "cpu"
-    if wanted == "auto":
-        return "cuda" if any(n.gpus for n in nodes) else "cpu"
-    return "cuda"
+def study_kind(spec: Any, nodes: Sequence[Node], partition: str | None = None) -> str:
+    """``cpu`` or ``cuda`` for the spec on the partition's nodes (``sweeps.devices.resolve``
+    against the largest node's GPUs: a task runs on one node)."""
+    where = f"partition {partition!r}" if partition else "the default partition"
+    most = max((n.gpus for n in nodes), default=0)
+    return devices.resolve(devices.wanted(spec), devices.gpu_ids(most),
+                           devices.cluster(where, "sinfo's gres"))[0].kind
 
 
 def largest_fitting(spec: Any, device: str, budget: int | None,
@@ -228,7 +229,7 @@ def largest_fitting(spec: Any, device: str, budget: int | None,
 def plan_requests(spec: Any, nodes: Sequence[Node], options: SlurmOptions,
                   calibration: float = 1.0) -> Requests:
     """Each task's ``--mem``, ``--cpus-per-task`` and GPUs from the largest fitting point."""
-    kind = study_kind(spec, nodes)
+    kind = study_kind(spec, nodes, options.partition)
     threads = host.num_threads_override() or 1
     k = options.trials_per_task
     gpus = options.gpus_per_job if options.gpus_per_job is not None else (
@@ -463,8 +464,8 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
     """Until the study's ``n_trials`` are finished (pending tasks are then cancelled), ``stop``
     is set (the array is cancelled) or every task has ended (a ``SweepsError`` saying why);
     ``on_event`` gets each trial's start and end (the board's events)."""
-    from sweeps import storage as st
     from sweeps import workers as wk
+    from sweeps.liveness import fail_stale_trials
 
     shown: dict[str, str] = {}
     started: dict[int, str] = {}
@@ -481,7 +482,7 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
             time.sleep(0.25)
             continue
         next_poll = time.monotonic() + poll_s
-        st.fail_stale_trials(study)  # the trials of a task killed without a word
+        fail_stale_trials(study)  # the trials of a task killed without a word
         if on_event is not None:
             _trial_events(study, started, on_event)
         if wk.budget_state(study.get_trials(deepcopy=False), n_trials).done:

@@ -49,7 +49,7 @@ import sqlalchemy as sa
 # Run as a script, the repository root is not on sys.path; the PostgreSQL helper lives in tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lm import outcomes
-from sweeps import runner
+from sweeps import liveness, records, runner
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.spec import StudySpec, read_spec
@@ -99,7 +99,7 @@ def fake_trial(ctx: runner.RunnerContext, trial: optuna.Trial, db: Counted, eval
     """A trial's storage traffic, its training replaced by a sleep."""
     name, number, tid = ctx.spec.name, trial.number, trial._trial_id
     lr = trial.suggest_float("lr", 1e-3, 3e-2, log=True)
-    with st.heartbeat(ctx.storage, tid):
+    with liveness.heartbeat(ctx.storage, tid):
         for step in range(1, evals + 1):
             time.sleep(train_s / evals)
             metrics = {"step": step, "tokens": step * 1024, "val_loss": 3.0 / step,
@@ -107,8 +107,8 @@ def fake_trial(ctx: runner.RunnerContext, trial: optuna.Trial, db: Counted, eval
                        "peak_mem_bytes": 2**27, "elapsed_s": step * 0.1,
                        "kl_mean_to_unigram": 0.2, "top20_overlap": 0.5, "train_loss": 3.1}
             started = time.perf_counter()
-            db(st.record_eval, ctx.storage, name, number, tid, metrics)
-            db(st.record_samples, ctx.storage, name, number, tid,
+            db(records.record_eval, ctx.storage, name, number, tid, metrics)
+            db(records.record_samples, ctx.storage, name, number, tid,
                {"<Q>How do I": SAMPLE, "<Q>What is": SAMPLE}, tokens=step * 1024, step=step)
             db(trial.report, 4.0 / step, step - 1)
             db.write_ms.append((time.perf_counter() - started) * 1000)
@@ -135,7 +135,7 @@ def worker(url: str, name: str, trials: int, evals: int, train_s: float, ready: 
         ready.wait(timeout=600)  # the others start together, whatever happened here
     try:
         while True:
-            db(st.fail_stale_trials, study)
+            db(liveness.fail_stale_trials, study)
             finished, trial = db(wk.claim_trial, study, storage, trials)
             if finished:
                 break

@@ -3,7 +3,7 @@
 Trials get plausible values (val_bpb falls with vocabulary and width; a word vocabulary pays for
 its ``<unk>``s; logits and attention grow with B x T x V and T^2) and every outcome appears.
 
-``bulk=False`` writes through the public APIs (``study.add_trials``, ``storage.record_eval``,
+``bulk=False`` writes through the public APIs (``study.add_trials``, ``records.record_eval``,
 ``record_samples``): the real path, ~50 ms a trial. ``bulk=True`` inserts the same rows with one
 executemany per table through Optuna's own ORM tables (``optuna.storages._rdb.models``), so a
 2,000-trial study takes seconds; ``test_results`` checks both paths give the same frame.
@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 
 from lm import flops
 from lm.config import TrainConfig
+from sweeps import records
 from sweeps import storage as st
 
 OUTCOMES = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
@@ -142,7 +143,7 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
             if bulk:
                 eval_rows.append(_eval_row(name, number, ids[number], metrics))
             else:
-                st.record_eval(engine, name, number, ids[number], metrics)
+                records.record_eval(engine, name, number, ids[number], metrics)
         if trial_evals and trial_samples:
             last = trial_evals[-1]
             if bulk:
@@ -151,14 +152,14 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
                                "tokens": last["tokens"], "prompt": s["prompt"],
                                "text": s["text"], "recorded_at": now} for s in trial_samples]
             else:
-                st.record_samples(engine, name, number, ids[number], trial_samples,
+                records.record_samples(engine, name, number, ids[number], trial_samples,
                                   tokens=last["tokens"], step=last["step"])
     if eval_rows or text_rows:
         with engine.begin() as conn:
             if eval_rows:
-                conn.execute(st.evals_table.insert(), eval_rows)
+                conn.execute(records.evals_table.insert(), eval_rows)
             if text_rows:
-                conn.execute(st.samples_table.insert(), text_rows)
+                conn.execute(records.samples_table.insert(), text_rows)
     engine.dispose()  # close the pool (SQLite checkpoints its WAL); reopened on next use
     return study
 
@@ -208,11 +209,11 @@ def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
 
 
 def _eval_row(study: str, number: int, trial_id: int, metrics: dict[str, Any]) -> dict[str, Any]:
-    """The row ``storage.record_eval`` writes, without its one-transaction-per-call cost."""
+    """The row ``records.record_eval`` writes, without its one-transaction-per-call cost."""
     row: dict[str, Any] = {"study_name": study, "trial_number": number, "trial_id": trial_id,
                            "metrics": json.dumps(metrics, sort_keys=True), "recorded_at": 0.0}
-    for key in st.EVAL_COLUMNS:
-        row[key] = st._column_value(metrics.get(key), integer=key in st._INT_COLUMNS)
+    for key in records.EVAL_COLUMNS:
+        row[key] = records._column_value(metrics.get(key), integer=key in records._INT_COLUMNS)
     return row
 
 

@@ -16,6 +16,7 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
+from sweeps import records
 from sweeps import storage as st
 from sweeps.runner import (
     WorkerDevice,
@@ -188,12 +189,12 @@ def running_with_evals(url: str, name: str, pid: int) -> int | None:
     engine = sa.create_engine(st.normalize_url(url))
     try:
         try:
-            hosts = [h for h in st.read_hosts(engine, name) if h["pid"] == pid]
+            hosts = [h for h in records.read_hosts(engine, name) if h["pid"] == pid]
         except sa.exc.OperationalError:  # the run has not created the tables yet
             return None
         running = {t.number for t in study_trials(url, name) if t.state == TrialState.RUNNING}
         for h in hosts:
-            if h["trial_number"] in running and st.read_evals(engine, name, h["trial_number"]):
+            if h["trial_number"] in running and records.read_evals(engine, name, h["trial_number"]):
                 return h["trial_number"]
         return None
     finally:

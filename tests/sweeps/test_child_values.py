@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from lm.run_files import check_metrics_row, check_result, loads_child
+from sweeps import records
 from sweeps import storage as st
 from sweeps.launchers import PopenChild
 from sweeps.runner import RunnerContext, run_trial
@@ -108,7 +109,7 @@ def test_a_childs_out_of_range_or_deep_values_never_stop_the_orchestrator(
         assert trial.user_attrs.get("child_file_problems"), trial.user_attrs
         if case != "deep result":  # a result.json that cannot be read: judged by exit code
             assert report.outcome == "complete" and trial.value == 3.5, report.reason
-    assert len(st.read_evals(storage, "values")) >= 2
+    assert len(records.read_evals(storage, "values")) >= 2
 
 
 # --- Hypothesis: any number and any nesting in a child's line -------------------------------

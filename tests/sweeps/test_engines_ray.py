@@ -21,6 +21,7 @@ import optuna
 import pytest
 
 from lm.errors import SweepsError
+from sweeps import liveness, records
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.engines import local
@@ -136,7 +137,7 @@ def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
     spec = read_spec(spec_dict("r", Path("/nonexistent-corpus")), check_paths=False)
     study = optuna.create_study()
     monkeypatch.setattr(preflight, "calibration_factor", lambda study: 1.3)
-    monkeypatch.setattr(st, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
+    monkeypatch.setattr(liveness, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
     here: list[tuple[int, float | None]] = []
     monkeypatch.setattr(ray_engine, "run_trial", lambda ctx, device, trial, calibration=None: (
         here.append((trial.number, calibration)) or TrialReport(trial.number, "predicted_oom",
@@ -240,8 +241,8 @@ def _run_and_lose_a_node(ray, cluster, spec, url, tmp, big, small) -> None:
     while time.monotonic() < deadline:
         running = [t for t in study.get_trials(deepcopy=False)
                    if t.state.name == "RUNNING" and t.user_attrs.get("placed_on") == on_big]
-        if running and st.read_evals(storage, "ray") and any(
-                e["trial_number"] == running[0].number for e in st.read_evals(storage, "ray")):
+        if running and records.read_evals(storage, "ray") and any(
+                e["trial_number"] == running[0].number for e in records.read_evals(storage, "ray")):
             break
         time.sleep(0.5)
     else:

@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 from lm import flops, outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps import fidelity
+from sweeps import fidelity, records
 from sweeps import storage as st
 from sweeps.forkserver import ForkServer
 from sweeps.runner import RunnerContext, run_trial
@@ -228,5 +228,5 @@ def test_cooldown_reads_are_what_a_rung_ranks(corpus: Path, tmp_path: Path,
                                        cooldown_tokens=0)
         assert t.user_attrs["flops"] > without_reads.flops
         engine = st.open_storage(f"sqlite:///{tmp_path / 'sweeps.db'}").engine
-        stored = [e for e in st.read_evals(engine, spec.name) if e["trial_number"] == t.number]
+        stored = [e for e in records.read_evals(engine, spec.name) if e["trial_number"] == t.number]
         assert sorted(e["tokens"] for e in stored) == [r["tokens"] for r in plain]

@@ -19,6 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from sweeps import records
 from sweeps import storage as st
 from sweeps.spec.values import MAX_NAME_LENGTH
 from tests.sweeps import fake_study
@@ -89,8 +90,8 @@ def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
         study = optuna.load_study(study_name=name, storage=storage)
         trials = [(t.number, t.state.name, t.params, t.values, t.user_attrs.get("outcome"))
                   for t in study.get_trials()]
-        return (trials, len(st.read_evals(storage, name)), len(st.read_samples(storage, name)),
-                study.user_attrs["spec"])
+        return (trials, len(records.read_evals(storage, name)),
+                len(records.read_samples(storage, name)), study.user_attrs["spec"])
     finally:
         storage.engine.dispose()
 
@@ -112,7 +113,7 @@ def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> 
     renamed = snapshot(url, "gamma")
     assert renamed[:3] == before[:3] and renamed[3]["study"]["name"] == "gamma"
     storage = st.open_storage(url)
-    assert st.read_evals(storage, "beta") == [] and st.read_samples(storage, "beta") == []
+    assert records.read_evals(storage, "beta") == [] and records.read_samples(storage, "beta") == []
     storage.engine.dispose()
     assert optuna_studies(url) == ["alpha", "gamma"]
     assert len(optuna_trials(url, "gamma")) == 12
@@ -128,7 +129,7 @@ def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> 
     assert optuna_studies(url) == ["alpha"]
     assert not (runs / "gamma").exists() and (runs / "alpha").is_dir()
     storage = st.open_storage(url)
-    assert st.read_evals(storage, "gamma") == []
+    assert records.read_evals(storage, "gamma") == []
     storage.engine.dispose()
     assert snapshot(url, "alpha") == before  # the source never changed
 
@@ -198,5 +199,5 @@ def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path, corpus: Path)
     assert [s for _, s in optuna_trials(url, "orig")] == ["COMPLETE"]
     assert (tmp_path / "runs" / "twin" / "trials" / "1").is_dir()
     storage = st.open_storage(url)
-    assert {r["trial_number"] for r in st.read_evals(storage, "twin")} == {0, 1}
+    assert {r["trial_number"] for r in records.read_evals(storage, "twin")} == {0, 1}
     storage.engine.dispose()

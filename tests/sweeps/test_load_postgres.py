@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from sweeps import records
 from sweeps import storage as st
 from sweeps import workers as wk
 from tests.sweeps.helpers import (
@@ -101,7 +102,7 @@ def test_four_processes_finish_forty_trials_whatever_the_models_write(
     assert nul_samples(tmp_path / "runs") > 0  # the models did write what PostgreSQL refuses
     engine = st.open_engine(pg_url)
     try:
-        stored = st.read_samples(engine, "load")
+        stored = records.read_samples(engine, "load")
     finally:
         engine.dispose()
     assert stored and not any("\x00" in s["text"] for s in stored)

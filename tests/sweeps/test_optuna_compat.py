@@ -36,12 +36,19 @@ def test_user_attrs_are_written_in_one_transaction(tmp_path: Path) -> None:
     assert storage.get_trial(optuna_compat.trial_id(trial)).user_attrs == attrs
 
 
-def test_table_models_and_callback_argument() -> None:
-    assert optuna_compat.models.StudyModel.__tablename__ == "studies"
-    for name in ("TrialModel", "TrialParamModel", "TrialUserAttributeModel",
-                 "TrialSystemAttributeModel", "StudyUserAttributeModel", "StudyDirectionModel"):
-        assert hasattr(optuna_compat.models, name), name
+def test_tables_callback_argument_retry_base_and_schema() -> None:
+    tables = {optuna_compat.STUDIES_TABLE: "studies",
+              optuna_compat.STUDY_DIRECTIONS_TABLE: "study_directions",
+              optuna_compat.STUDY_USER_ATTRS_TABLE: "study_user_attributes",
+              optuna_compat.TRIALS_TABLE: "trials",
+              optuna_compat.TRIAL_PARAMS_TABLE: "trial_params",
+              optuna_compat.TRIAL_USER_ATTRS_TABLE: "trial_user_attributes",
+              optuna_compat.TRIAL_SYSTEM_ATTRS_TABLE: "trial_system_attributes"}
+    assert {t.name: n for t, n in tables.items()} == {n: n for n in tables.values()}
     assert optuna_compat.stale_callback_arg() in inspect.signature(RDBStorage.__init__).parameters
+    assert optuna_compat.RetryCallbackBase.__module__.startswith("optuna.")
+    script = optuna_compat.schema_migrations()
+    assert script.get_current_head() in {r.revision for r in script.walk_revisions()}
 
 
 def test_a_study_is_renamed_by_its_one_name_column(tmp_path: Path) -> None:

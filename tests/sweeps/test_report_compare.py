@@ -76,7 +76,7 @@ def test_a_forked_studys_summary_names_its_carried_trials(tmp_path: Path) -> Non
     found = f"sqlite:///{tmp_path / 'fork.db'}"
     fake_study.fabricate(found, "child", 4, seed=1)
     storage = st.open_storage(found)
-    attrs = optuna_compat.models.TrialUserAttributeModel.__table__
+    attrs = optuna_compat.TRIAL_USER_ATTRS_TABLE
     trials = optuna.load_study(study_name="child", storage=storage).get_trials()[:2]
     with storage.engine.begin() as conn:  # finished trials: Optuna's API refuses new attributes
         conn.execute(attrs.insert(), [{"trial_id": optuna_compat.trial_id(t),

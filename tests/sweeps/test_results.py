@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from lm.errors import SweepsError
-from sweeps import results
+from sweeps import records, results
 from sweeps import storage as st
 from tests.sweeps import fake_study
 
@@ -63,7 +63,7 @@ def test_one_row_per_trial_with_the_trial_record(small: tuple[str, optuna.Study]
 def test_evaluations_and_samples(small: tuple[str, optuna.Study]) -> None:
     url, _ = small
     evals = results.evals_frame(url, "small")
-    stored = st.read_evals(st.open_engine(url), "small")
+    stored = records.read_evals(st.open_engine(url), "small")
     assert len(evals) == len(stored) > 30
     assert list(evals.columns[:len(results.EVAL_COLUMNS)]) == list(results.EVAL_COLUMNS)
     assert "samples" not in evals and "top_tokens" in evals
@@ -141,7 +141,6 @@ def test_unknown_study_names_the_ones_there(small: tuple[str, optuna.Study]) -> 
     url, _ = small
     with pytest.raises(SweepsError, match=r"'nope' is not in storage .*studies there: small"):
         results.study_frame(url, "nope")
-    assert results.study_names(url) == ["small"]
 
 
 def test_a_missing_sqlite_file_is_an_error_and_is_not_created(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 from lm import memory, outcomes
-from sweeps import preflight
+from sweeps import preflight, records
 from sweeps import storage as st
 from sweeps.forkserver import ForkChild, ForkServer, read_reply
 from sweeps.launchers import PopenChild, SubprocessLauncher
@@ -141,11 +141,11 @@ def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path,
     assert t.system_attrs.get("constraints:memory") == 0.0
     assert a["tokens_seen"] >= 4000 and 0 < a["train_s"] < a["wall_s"]
     assert 0 < a["setup_s"] < a["cold_start_s"] < a["wall_s"] - a["train_s"]
-    evals = st.read_evals(storage, "contract", t.number)
+    evals = records.read_evals(storage, "contract", t.number)
     assert [e["tokens"] for e in evals] == [2048, 4096]
     assert "samples" not in evals[0]["metrics"] and evals[-1]["val_bpb"] == a["val_bpb"]
-    assert len(st.read_samples(storage, "contract", t.number)) == 2 * len(TINY and evals)
-    hosts = st.read_hosts(storage, "contract")
+    assert len(records.read_samples(storage, "contract", t.number)) == 2 * len(TINY and evals)
+    hosts = records.read_hosts(storage, "contract")
     assert [(h["trial_number"], h["pid"]) for h in hosts] == [(t.number, os.getpid())]
     # progress events come as often as the polls catch the child's progress.json
     assert [e for e in events if e != "progress"] == ["start", "launch", "eval", "eval", "end"]
@@ -285,7 +285,7 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
     assert "kl_mean_to_unigram" in t.user_attrs
     # Stopped at the second evaluation (step 32, the first past min_steps), long before 16,000.
     assert t.user_attrs["tokens_seen"] < 16_000
-    assert len(st.read_evals(storage, "collapse", t.number)) == 2
+    assert len(records.read_evals(storage, "collapse", t.number)) == 2
 
 
 @pytest.mark.study
@@ -484,7 +484,7 @@ def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(tmp_path: Path
     assert [p.split("=")[0] for p in problems[2:]] == ["step", "val_bpb", "samples",
                                                        "peak_mem_bytes", "params"]
     assert all("not an object" in p for p in problems[:2])
-    evals = st.read_evals(storage, "garbled")
+    evals = records.read_evals(storage, "garbled")
     assert [e["tokens"] for e in evals] == [100, 200]
 
 

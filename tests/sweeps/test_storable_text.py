@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from sweeps import optuna_compat, runner
+from sweeps import optuna_compat, records, runner
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.charts import samples as samples_chart
@@ -98,11 +98,11 @@ def test_any_sample_round_trips_to_its_stored_form(
         trial_storage: tuple[st.RDBStorage, int], prompt: str, text: str) -> None:
     storage, trial_id = trial_storage
     study = f"s-{uuid_hex()}"
-    st.record_samples(storage, study, 0, trial_id, [{"prompt": prompt, "text": text}])
-    st.record_eval(storage, study, 0, trial_id, {"step": 0, text: prompt})
-    [row] = st.read_samples(storage, study)
+    records.record_samples(storage, study, 0, trial_id, [{"prompt": prompt, "text": text}])
+    records.record_eval(storage, study, 0, trial_id, {"step": 0, text: prompt})
+    [row] = records.read_samples(storage, study)
     assert (row["prompt"], row["text"]) == (storable(prompt), storable(text))
-    assert st.read_evals(storage, study)[0]["metrics"][storable(text)] == storable(prompt)
+    assert records.read_evals(storage, study)[0]["metrics"][storable(text)] == storable(prompt)
 
 
 @SETTINGS
@@ -121,13 +121,13 @@ def test_a_copy_from_an_older_sqlite_database_follows_the_rule(tmp_path: Path,
     """SQLite took NUL before the rule: copying such rows into PostgreSQL must not fail."""
     old = st.open_storage(sqlite(tmp_path))
     with old.engine.begin() as conn:  # as the code before the rule wrote it
-        conn.execute(st.samples_table.insert(), [{
+        conn.execute(records.samples_table.insert(), [{
             "study_name": "old", "trial_number": 0, "trial_id": 1, "prompt": "<Q>\x00",
             "text": "a\x00b", "recorded_at": 0.0}])
     target = st.open_storage(pg_url)
     name = f"copied-{uuid_hex()}"
-    assert st.copy_study_records(old, "old", target, name, {0: (0, 1)}) == 1
-    [row] = st.read_samples(target, name)
+    assert records.copy_study_records(old, "old", target, name, {0: (0, 1)}) == 1
+    [row] = records.read_samples(target, name)
     assert (row["prompt"], row["text"]) == ("<Q>\ufffd", "a\ufffdb")
     target.engine.dispose()
 
@@ -184,11 +184,11 @@ def test_a_child_writing_nul_and_surrogates_completes(backend: str, tmp_path: Pa
     assert report.outcome == "complete" and t.values == [3.5]
     assert STORAGE_PROBLEMS not in t.user_attrs
     assert t.user_attrs["reason"] == f"done{REPLACEMENT}{REPLACEMENT}"
-    texts = {(s["prompt"], s["text"]) for s in st.read_samples(storage, name)}
+    texts = {(s["prompt"], s["text"]) for s in records.read_samples(storage, name)}
     assert texts == {("<Q>How\ufffd", "J\ufffd1\ufffd\x1b[2J")}
     # the report shows it as the terminal would: escape sequences as visible text
     html = samples_chart.render(samples_chart.data(
-        _frame(st.read_samples(storage, name)), _trials(report.number)))
+        _frame(records.read_samples(storage, name)), _trials(report.number)))
     assert "\\x1b[2J" in html and "\x1b" not in html
     storage.engine.dispose()
 
@@ -226,8 +226,8 @@ def test_refused_samples_and_evaluations_are_noted_not_fatal(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise refusal("sweeps_samples")
 
-    monkeypatch.setattr(st, "record_samples", refuse)
-    monkeypatch.setattr(st, "record_eval", refuse)
+    monkeypatch.setattr(records, "record_samples", refuse)
+    monkeypatch.setattr(records, "record_eval", refuse)
     report = run_trial(ctx, CPU, study.ask())
     t = study.get_trials()[report.number]
     assert report.outcome == "complete" and t.values == [3.5]  # judged on its metrics

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from lm.errors import SweepsError
+from sweeps import liveness, optuna_compat, records
 from sweeps import storage as st
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -144,15 +145,15 @@ def test_unreachable_server_is_one_masked_line() -> None:
 
 def test_record_and_read_rows(tmp_path: Path) -> None:
     storage = st.open_storage(sqlite_url(tmp_path / "r.db"))
-    st.ensure_tables(storage)  # idempotent
+    records.ensure_tables(storage)  # idempotent
     metrics = {"step": 2, "tokens": 4096, "train_loss": 3.0, "val_loss": 2.5, "val_bpb": 1.25,
                "unigram_gap": 0.4, "peak_mem_bytes": 123456789, "tokens_per_s": 1e4,
                "elapsed_s": 3.5, "top20_overlap": 0.3}
-    st.record_eval(storage, "s", 0, 1, metrics)
-    st.record_eval(storage.engine, "s", 0, 1, {"step": 3, "val_loss": float("nan"),
+    records.record_eval(storage, "s", 0, 1, metrics)
+    records.record_eval(storage.engine, "s", 0, 1, {"step": 3, "val_loss": float("nan"),
                                                "val_bpb": float("inf")})
-    st.record_eval(storage, "other", 0, 9, {"step": 0})
-    rows = st.read_evals(storage, "s")
+    records.record_eval(storage, "other", 0, 9, {"step": 0})
+    rows = records.read_evals(storage, "s")
     assert [r["step"] for r in rows] == [2, 3]
     first = rows[0]
     assert first["metrics"] == metrics
@@ -162,35 +163,35 @@ def test_record_and_read_rows(tmp_path: Path) -> None:
     assert rows[1]["val_loss"] is None and rows[1]["metrics"]["val_loss"] != rows[1]["metrics"][
         "val_loss"]
     assert rows[1]["val_bpb"] == float("inf")
-    assert st.read_evals(storage, "s", trial_number=5) == []
+    assert records.read_evals(storage, "s", trial_number=5) == []
 
-    st.record_samples(storage, "s", 0, 1, {"<Q>How do I": " fix it<A>", "<Q>What is": " x"},
+    records.record_samples(storage, "s", 0, 1, {"<Q>How do I": " fix it<A>", "<Q>What is": " x"},
                       tokens=4096, step=2)
-    st.record_samples(storage, "s", 1, 2, [{"prompt": "<Q>Why", "text": "é ✓"}])
-    samples = st.read_samples(storage, "s")
+    records.record_samples(storage, "s", 1, 2, [{"prompt": "<Q>Why", "text": "é ✓"}])
+    samples = records.read_samples(storage, "s")
     assert [(s["trial_number"], s["prompt"]) for s in samples] == [
         (0, "<Q>How do I"), (0, "<Q>What is"), (1, "<Q>Why")]
     assert samples[2]["text"] == "é ✓" and samples[0]["tokens"] == 4096
-    assert len(st.read_samples(storage, "s", trial_number=1)) == 1
+    assert len(records.read_samples(storage, "s", trial_number=1)) == 1
 
-    st.record_host(storage, "s", 0, 1, host="h1", pid=11)
-    st.record_host(storage, "s", 0, 1, host="h2", pid=22)  # replaces: one row per trial
-    hosts = st.read_hosts(storage, "s")
+    records.record_host(storage, "s", 0, 1, host="h1", pid=11)
+    records.record_host(storage, "s", 0, 1, host="h2", pid=22)  # replaces: one row per trial
+    hosts = records.read_hosts(storage, "s")
     assert [(h["host"], h["pid"]) for h in hosts] == [("h2", 22)]
-    st.record_host(storage, "s", 1, 2)
-    assert st.read_hosts(storage)[-1]["host"] == socket.gethostname()
-    assert st.read_hosts(storage)[-1]["pid"] == os.getpid()
+    records.record_host(storage, "s", 1, 2)
+    assert records.read_hosts(storage)[-1]["host"] == socket.gethostname()
+    assert records.read_hosts(storage)[-1]["pid"] == os.getpid()
 
-    st.delete_study_records(storage, "s")
-    assert st.read_evals(storage, "s") == [] and st.read_samples(storage, "s") == []
-    assert st.read_hosts(storage, "s") == [] and len(st.read_evals(storage, "other")) == 1
+    records.delete_study_records(storage, "s")
+    assert records.read_evals(storage, "s") == [] and records.read_samples(storage, "s") == []
+    assert records.read_hosts(storage, "s") == [] and len(records.read_evals(storage, "other")) == 1
 
 
 def test_open_engine_reads_without_optuna(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "e.db")
-    st.record_eval(st.open_storage(url), "s", 0, 1, {"step": 0, "val_bpb": 2.0})
+    records.record_eval(st.open_storage(url), "s", 0, 1, {"step": 0, "val_bpb": 2.0})
     engine = st.open_engine(url)
-    assert st.read_evals(engine, "s")[0]["val_bpb"] == 2.0
+    assert records.read_evals(engine, "s")[0]["val_bpb"] == 2.0
 
 
 # --- concurrency on SQLite ------------------------------------------------------------------------
@@ -206,12 +207,12 @@ def _worker(url: str, n_trials: int) -> str | None:
 
         def objective(trial: optuna.Trial) -> float:
             x = trial.suggest_float("x", -1, 1)
-            st.record_host(storage, "c", trial.number, trial._trial_id)
+            records.record_host(storage, "c", trial.number, trial._trial_id)
             for step in range(3):
                 trial.report(x * step, step)
-                st.record_eval(storage, "c", trial.number, trial._trial_id,
+                records.record_eval(storage, "c", trial.number, trial._trial_id,
                                {"step": step, "val_loss": x})
-            st.record_samples(storage, "c", trial.number, trial._trial_id, {"<Q>": "t"})
+            records.record_samples(storage, "c", trial.number, trial._trial_id, {"<Q>": "t"})
             return x * x
 
         study.optimize(objective, n_trials=n_trials)
@@ -230,20 +231,20 @@ def test_four_processes_never_see_a_locked_database(tmp_path: Path) -> None:
     storage = st.open_storage(url)
     trials = optuna.load_study(study_name="c", storage=storage).trials
     assert len(trials) == 80 and all(t.state == TrialState.COMPLETE for t in trials)
-    assert len(st.read_evals(storage, "c")) == 240
-    assert len(st.read_hosts(storage, "c")) == 80
+    assert len(records.read_evals(storage, "c")) == 240
+    assert len(records.read_hosts(storage, "c")) == 80
 
 
 # --- stale trials, retries ------------------------------------------------------------------------
 
 
 def test_pid_alive() -> None:
-    assert st.pid_alive(os.getpid())
-    assert st.pid_alive(os.getpid(), started_at=time.time())
-    assert not st.pid_alive(dead_pid())
+    assert liveness.pid_alive(os.getpid())
+    assert liveness.pid_alive(os.getpid(), started_at=time.time())
+    assert not liveness.pid_alive(dead_pid())
     if Path("/proc/self/stat").exists():
         # Recorded before this process started: the pid now names a different process.
-        assert not st.pid_alive(os.getpid(), started_at=time.time() - 10 * 365 * 86400)
+        assert not liveness.pid_alive(os.getpid(), started_at=time.time() - 10 * 365 * 86400)
 
 
 def test_stale_local_trials_fail_and_requeue(tmp_path: Path) -> None:
@@ -254,7 +255,7 @@ def test_stale_local_trials_fail_and_requeue(tmp_path: Path) -> None:
     def running(*, host: str, pid: int) -> optuna.Trial:
         trial = study.ask()
         trial.suggest_int("x", 0, 100)
-        st.record_host(storage, "q", trial.number, trial._trial_id, host=host, pid=pid)
+        records.record_host(storage, "q", trial.number, trial._trial_id, host=host, pid=pid)
         return trial
 
     gone = running(host=host, pid=dead_pid())
@@ -264,12 +265,12 @@ def test_stale_local_trials_fail_and_requeue(tmp_path: Path) -> None:
     study.tell(done, 1.0)
     unrecorded = study.ask()  # no host row: left to the heartbeat
 
-    stale = st.stale_local_trials(storage, "q", host)
+    stale = liveness.stale_local_trials(storage, "q", host)
     assert [t.number for t in stale] == [gone.number]
-    assert st.stale_local_trials(storage, study) == stale  # by Study, default host
+    assert liveness.stale_local_trials(storage, study) == stale  # by Study, default host
     assert {alive.number, elsewhere.number, unrecorded.number}.isdisjoint(t.number for t in stale)
 
-    assert st.fail_and_requeue(storage, "q", stale[0], max_retries=1)
+    assert liveness.fail_and_requeue(storage, "q", stale[0], max_retries=1)
     failed = storage.get_trial(gone._trial_id)
     assert failed.state == TrialState.FAIL and failed.user_attrs["outcome"] == "crashed"
     assert "worker" in failed.user_attrs["reason"]
@@ -278,17 +279,17 @@ def test_stale_local_trials_fail_and_requeue(tmp_path: Path) -> None:
     assert waiting[0].params == failed.params
     assert waiting[0].user_attrs == {"retries": 1, "retry_of": gone.number}
     # Failing it again (another process got there first) does nothing.
-    assert not st.fail_and_requeue(storage, "q", stale[0], max_retries=1)
+    assert not liveness.fail_and_requeue(storage, "q", stale[0], max_retries=1)
     assert len([t for t in study.get_trials() if t.state == TrialState.WAITING]) == 1
 
     # The re-queued trial is picked up next, with the same parameters.
     retry = study.ask()
     assert retry.number == waiting[0].number
     assert retry.suggest_int("x", 0, 100) == failed.params["x"]
-    st.record_host(storage, "q", retry.number, retry._trial_id, pid=dead_pid())
-    [again] = st.stale_local_trials(storage, "q")
+    records.record_host(storage, "q", retry.number, retry._trial_id, pid=dead_pid())
+    [again] = liveness.stale_local_trials(storage, "q")
     # max_retries=1: the second failure of the same parameters is not queued again.
-    assert not st.fail_and_requeue(storage, study, again, max_retries=1)
+    assert not liveness.fail_and_requeue(storage, study, again, max_retries=1)
     assert storage.get_trial(retry._trial_id).state == TrialState.FAIL
     assert not [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert storage.get_trial(retry._trial_id).system_attrs["retry_history"] == [gone.number]
@@ -303,12 +304,12 @@ def test_heartbeat_fails_and_requeues_a_silent_trial(tmp_path: Path) -> None:
         trial = study.ask()
     trial.suggest_int("x", 0, 100)
     trial.set_user_attr("outcome", "stale-attr-must-not-be-copied")
-    with st.heartbeat(storage, trial._trial_id):
+    with liveness.heartbeat(storage, trial._trial_id):
         time.sleep(3.0)  # longer than the grace period, but beating
-        st.fail_stale_trials(study)
+        liveness.fail_stale_trials(study)
         assert study.get_trials()[0].state == TrialState.RUNNING
     time.sleep(4.0)  # silent for twice the grace period (margin for a loaded machine)
-    st.fail_stale_trials(study)
+    liveness.fail_stale_trials(study)
     trials = study.get_trials()
     assert trials[0].state == TrialState.FAIL
     assert trials[1].state == TrialState.WAITING
@@ -318,13 +319,13 @@ def test_heartbeat_fails_and_requeues_a_silent_trial(tmp_path: Path) -> None:
 
 def test_heartbeat_without_heartbeats_is_a_no_op(tmp_path: Path) -> None:
     storage = st.open_storage(sqlite_url(tmp_path / "n.db"))
-    with st.heartbeat(storage, 1):
+    with liveness.heartbeat(storage, 1):
         pass
 
 
 def test_requeue_callback_is_optunas_kind() -> None:
-    callback = st.RequeueCallback(3)
-    assert isinstance(callback, st._RetryBase)
+    callback = liveness.RequeueCallback(3)
+    assert isinstance(callback, optuna_compat.RetryCallbackBase)
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------------
@@ -339,7 +340,7 @@ def _pg_worker(url: str) -> str | None:
 
         def objective(trial: optuna.Trial) -> float:
             x = trial.suggest_float("x", -1, 1)
-            st.record_eval(storage, "race", trial.number, trial._trial_id, {"step": 0,
+            records.record_eval(storage, "race", trial.number, trial._trial_id, {"step": 0,
                                                                             "val_loss": x})
             return x
 
@@ -359,14 +360,14 @@ def test_postgres_storage(pg_url: str) -> None:
     study = optuna.create_study(study_name="pg", storage=storage)
     trial = study.ask()
     trial.suggest_int("d_ff", 1, 8)
-    st.record_eval(storage, "pg", trial.number, trial._trial_id,
+    records.record_eval(storage, "pg", trial.number, trial._trial_id,
                    {"step": 0, "val_bpb": 1.5, "peak_mem_bytes": 2**40})
-    st.record_samples(storage, "pg", trial.number, trial._trial_id, {"<Q>": "ok"})
-    st.record_host(storage, "pg", trial.number, trial._trial_id, pid=dead_pid())
-    assert st.read_evals(storage, "pg")[0]["peak_mem_bytes"] == 2**40
-    assert st.read_samples(storage, "pg")[0]["text"] == "ok"
-    [stale] = st.stale_local_trials(storage, "pg")
-    assert st.fail_and_requeue(storage, "pg", stale)
+    records.record_samples(storage, "pg", trial.number, trial._trial_id, {"<Q>": "ok"})
+    records.record_host(storage, "pg", trial.number, trial._trial_id, pid=dead_pid())
+    assert records.read_evals(storage, "pg")[0]["peak_mem_bytes"] == 2**40
+    assert records.read_samples(storage, "pg")[0]["text"] == "ok"
+    [stale] = liveness.stale_local_trials(storage, "pg")
+    assert liveness.fail_and_requeue(storage, "pg", stale)
     assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
     storage.engine.dispose()
 
@@ -397,7 +398,7 @@ def test_postgres_three_workers_join_a_fresh_database(pg_url: str) -> None:
     storage = st.open_storage(pg_url)
     trials = optuna.load_study(study_name="race", storage=storage).trials
     assert len(trials) == 24 and len({t.number for t in trials}) == 24
-    assert len(st.read_evals(storage, "race")) == 24
+    assert len(records.read_evals(storage, "race")) == 24
     storage.engine.dispose()
 
 
@@ -415,19 +416,19 @@ def test_a_nul_in_a_sample_is_stored_on_postgres(pg_url: str) -> None:
     refused the row ("text fields cannot contain NUL"), and every worker stopped on it."""
     storage = st.open_storage(pg_url)
     sample = 'J\ufffd1ds\ufffd \rfM?"\x00\x1fi'
-    st.record_samples(storage, "nul", 0, 1, {"<Q>How\x00": sample}, tokens=4096, step=1)
-    st.record_eval(storage, "nul", 0, 1, {"step": 1, "note\x00": "a\x00b", "val_bpb": 8.0})
-    [row] = st.read_samples(storage, "nul")
+    records.record_samples(storage, "nul", 0, 1, {"<Q>How\x00": sample}, tokens=4096, step=1)
+    records.record_eval(storage, "nul", 0, 1, {"step": 1, "note\x00": "a\x00b", "val_bpb": 8.0})
+    [row] = records.read_samples(storage, "nul")
     assert row["text"] == sample.replace("\x00", "\ufffd")
     assert row["prompt"] == "<Q>How\ufffd"
-    assert st.read_evals(storage, "nul")[0]["metrics"]["note\ufffd"] == "a\ufffdb"
+    assert records.read_evals(storage, "nul")[0]["metrics"]["note\ufffd"] == "a\ufffdb"
     storage.engine.dispose()
 
 
 def test_a_count_beyond_bigint_stays_in_the_json_only(pg_url: str) -> None:
     storage = st.open_storage(pg_url)
-    st.record_eval(storage, "big", 0, 1, {"step": 1, "tokens": 2**70, "peak_mem_bytes": 1e30})
-    [row] = st.read_evals(storage, "big")
+    records.record_eval(storage, "big", 0, 1, {"step": 1, "tokens": 2**70, "peak_mem_bytes": 1e30})
+    [row] = records.read_evals(storage, "big")
     assert row["tokens"] is None and row["peak_mem_bytes"] is None
     assert row["metrics"]["tokens"] == 2**70
     storage.engine.dispose()

@@ -14,8 +14,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
+from sweeps import records, warm_start
 from sweeps import storage as st
-from sweeps import warm_start
 from sweeps.results import study_frame
 from sweeps.spec import read_spec
 from tests.sweeps.helpers import spec_dict, study_trials, sweeps_run, toml_text
@@ -128,7 +128,7 @@ def test_a_warm_started_study_runs_exactly_its_trials_on_top_of_the_carried_ones
     frame = study_frame(url, "warm")
     assert list(frame["carried_from"].fillna("")) == ["base#0", "base#1", "base#2", "", ""]
     engine = st.read_only_engine(url)
-    assert {r["trial_number"] for r in st.read_evals(engine, "warm")} == {0, 1, 2, 3, 4}
+    assert {r["trial_number"] for r in records.read_evals(engine, "warm")} == {0, 1, 2, 3, 4}
     engine.dispose()
     status = sweeps_run("status", "--storage", url, "--json", cwd=root)
     rows = {r["study"]: r for r in json.loads(status.stdout)}

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps import preflight
+from sweeps import preflight, records
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.space import trial_config
@@ -97,27 +97,6 @@ def test_a_trial_asked_beyond_the_budget_is_handed_back(tmp_path: Path) -> None:
     assert wk.budget_state(study.get_trials(), 3).holds(2)
 
 
-# --- devices -------------------------------------------------------------------------------------
-
-
-def test_cores_are_split_between_workers() -> None:
-    assert wk.split_cpus(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
-    assert wk.split_cpus(3, [0, 1]) == [[0], [1], [0]]
-    assert wk.split_cpus(1, [5]) == [[5]]
-
-
-def test_devices_one_gpu_each_or_a_share_of_the_cores(corpus: Path) -> None:
-    gpu_spec = read_spec(spec_dict("d", corpus, fixed={"device": "auto"}))
-    devices = wk.plan_devices(gpu_spec, 3, gpus=["0", "1"])
-    assert [d.env["CUDA_VISIBLE_DEVICES"] for d in devices] == ["0", "1", "0"]
-    assert {d.device for d in devices} == {"cuda"}
-    cpu_devices = wk.plan_devices(gpu_spec, 2, gpus=[])
-    assert all(d.device == "cpu" and d.cpus for d in cpu_devices)
-    assert sum(int(d.env["SWEEPS_NUM_THREADS"]) for d in cpu_devices) >= 2
-    cpu_spec = read_spec(spec_dict("d", corpus))  # device = "cpu" in the spec
-    assert {d.device for d in wk.plan_devices(cpu_spec, 2, gpus=["0"])} == {"cpu"}
-
-
 # --- a whole study (in this process) -------------------------------------------------------------
 
 
@@ -173,10 +152,10 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
         assert t.user_attrs["outcome"] == outcome_for(t.params), t.user_attrs["reason"]
     assert {r.number for r in results[0].reports} & {r.number for r in results[1].reports} == set()
     assert sorted(n for kind, n in events if kind == "end") == [0, 1, 2, 3, 4]
-    hosts = st.read_hosts(storage, "small")
+    hosts = records.read_hosts(storage, "small")
     launched = [t.number for t in trials if t.user_attrs["outcome"] != "predicted_oom"]
     assert sorted(h["trial_number"] for h in hosts) == [t.number for t in trials]
-    assert {e["trial_number"] for e in st.read_evals(storage, "small")} == set(launched)
+    assert {e["trial_number"] for e in records.read_evals(storage, "small")} == set(launched)
     assert study.user_attrs["memory_budget_bytes"] == (tiny + big) // 2
     # Resuming a finished study runs nothing and queues nothing again.
     wk.create_or_resume(spec, storage)
@@ -297,7 +276,7 @@ def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) ->
     assert len(trials) == 6  # nothing failed, nothing handed back and left waiting
     # No trial ran twice: one owner row per trial, one run directory per trial number.
     engine = sa.create_engine(st.normalize_url(pg_url))
-    hosts = st.read_hosts(engine, "pg")
+    hosts = records.read_hosts(engine, "pg")
     engine.dispose()
     assert sorted(h["trial_number"] for h in hosts) == list(range(6))
     results = sorted(int(p.parent.name) for p in (tmp_path / "runs" / "pg").glob(

@@ -1,0 +1,192 @@
+"""Whether a trial's worker is alive, and what happens to its trial when it is not.
+
+- Heartbeats: a trial whose worker stops beating for ``grace_period`` is failed by the next
+  worker that starts a trial (``fail_stale_trials``; ``Study.optimize`` does it itself, an
+  ask/tell loop must), and ``RequeueCallback`` queues its parameters again (at most
+  ``max_retries`` times). ``heartbeat`` beats for one trial of an ask/tell loop.
+- A dead worker on this host: ``stale_local_trials`` finds the RUNNING trials whose owner
+  (``sweeps_trial_hosts``, written by ``records.record_host``) is a process that no longer exists
+  (``pid_alive``, from ``/proc``: a reused pid counts as gone), and ``fail_and_requeue`` fails
+  and re-queues them at once (a resume after ``kill -9``), without waiting for the grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import sqlalchemy as sa
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from lm import outcomes
+from sweeps import optuna_compat, records
+
+StudyRef = str | optuna.Study
+
+
+class RequeueCallback(optuna_compat.RetryCallbackBase):
+    """Optuna's heartbeat retry callback, minus the failed run's user attributes.
+
+    Optuna's version copies ``user_attrs`` (here: outcome, reason, run dir of the dead run) into
+    the new trial, which would then look finished before it starts. This one queues the same
+    parameters with ``retries`` (how many times they have been re-queued) and ``retry_of`` (the
+    first trial number) as user attributes; Optuna's ``retry_history``/``retried_trial_number``
+    read it as usual.
+    """
+
+    def __init__(self, max_retry: int | None = 2) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            super().__init__(max_retry=max_retry)
+        self.max_retries = max_retry  # Optuna keeps its own copy private
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        requeue(study, trial, max_retries=self.max_retries)
+
+
+#: User attributes a re-queued trial keeps: ``sweeps confirm``'s link to the trial it confirms.
+REQUEUE_KEEPS = ("confirms",)
+
+
+def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None) -> bool:
+    """Queue ``trial``'s parameters again as a WAITING trial; False when it already was
+    re-queued ``max_retries`` times."""
+    history = [*trial.system_attrs.get("retry_history", []), trial.number]
+    if max_retries is not None and len(history) > max_retries:
+        return False
+    system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
+    # What the trial is, not what its run did, stays with the retry (a confirmation's link).
+    kept = {k: trial.user_attrs[k] for k in REQUEUE_KEEPS if k in trial.user_attrs}
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.WAITING,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs={**kept, "retries": len(history), "retry_of": history[0]},
+        system_attrs=system_attrs,
+    ))
+    return True
+
+
+@contextlib.contextmanager
+def heartbeat(storage: RDBStorage, trial_id: int) -> Iterator[None]:
+    """Record ``trial_id``'s heartbeat every ``heartbeat_interval`` seconds while inside.
+
+    ``Study.optimize`` does this itself; an ask/tell loop (the runner's) must, or its long trials
+    look dead after ``grace_period``. A no-op when the storage has no heartbeat.
+    """
+    interval = storage.get_heartbeat_interval()
+    if interval is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            # A database blip: the next beat tries again, well within the grace period.
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"sweeps-heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail trials whose heartbeat is older than the grace period and run the storage's callback
+    (re-queue); ``Study.optimize`` calls this before each trial, an ask/tell loop must."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def pid_alive(pid: int, started_at: float | None = None) -> bool:
+    """Whether process ``pid`` on this host still exists and is the one that was recorded (on
+    Linux a pid reused by a process started after ``started_at`` counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True  # no /proc: trust the signal check
+    state, start_ticks = stat
+    if state in ("Z", "X"):
+        return False  # a zombie is a finished process whose parent has not reaped it
+    if started_at is not None:
+        boot = _boot_time()
+        if boot is not None:
+            process_start = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+            if process_start > started_at + 2.0:
+                return False  # the recorded process is gone; its pid now names another one
+    return True
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
+    fields = text[text.rfind(")") + 2:].split()
+    return fields[0], int(fields[19])
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def stale_local_trials(storage: RDBStorage, study: StudyRef,
+                       host: str | None = None) -> list[FrozenTrial]:
+    """RUNNING trials of ``study`` owned (per ``sweeps_trial_hosts``) by a process of ``host``
+    (default: this machine) that no longer exists: safe to fail at once, without waiting for the
+    heartbeat grace period. Trials of other hosts are left to their heartbeats."""
+    host = host or socket.gethostname()
+    study_name = study if isinstance(study, str) else study.study_name
+    study_id = storage.get_study_id_from_name(study_name)
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    if not running:
+        return []
+    by_id = {optuna_compat.trial_id(t): t for t in running}
+    owners = records.read_hosts(storage, study_name, host=host, trial_ids=by_id)
+    return [by_id[o["trial_id"]] for o in owners
+            if not pid_alive(o["pid"], o["started_at"])]
+
+
+def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *,
+                     max_retries: int | None = 2, reason: str | None = None) -> bool:
+    """Fail a RUNNING trial whose worker is gone and queue its parameters again (if it was
+    re-queued fewer than ``max_retries`` times). Returns whether a new trial was queued; False
+    also when another process finished or failed the trial first."""
+    study_obj = study if isinstance(study, optuna.Study) else optuna.load_study(
+        study_name=study, storage=storage)
+    trial_id = optuna_compat.trial_id(trial)
+    why = reason or "its worker process ended without finishing it"
+    try:
+        storage.set_trial_user_attr(trial_id, "outcome", outcomes.CRASHED)
+        storage.set_trial_user_attr(trial_id, "reason", why)
+        if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            return False
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return requeue(study_obj, storage.get_trial(trial_id), max_retries=max_retries)
