@@ -30,6 +30,7 @@ import pandas as pd
 
 from lm import outcomes
 from lm.errors import SweepsError
+from sweeps import results
 
 #: The confidence of every interval shown (two-sided).
 CONFIDENCE = 0.95
@@ -594,8 +595,6 @@ def study_effects(storage: Any, name: str, *, baseline: str | None = None,
                   metric: str | None = None, level: float = 0.05) -> Effects:
     """``effects`` of a stored study: the baseline is ``--baseline`` (``FIELD=VALUE,...``),
     else the ``[ablation]`` spec's baseline; the metric the first objective, else val_bpb."""
-    from sweeps import results
-
     if not 0.0 < level < 1.0:
         raise SweepsError(f"--level must be between 0 and 1, got {level}")
     wanted = parse_baseline(baseline) if baseline is not None else None
@@ -608,3 +607,11 @@ def study_effects(storage: Any, name: str, *, baseline: str | None = None,
     column, direction = metric_of(data, metric)
     return effects(data.trials, study=name, baseline=wanted, metric=column,
                    direction=direction, level=level)
+
+
+def replicates_frame(storage: Any, study_name: str, metric: str = "val_bpb") -> pd.DataFrame:
+    """One row per configuration of a stored study (``replicates``): n, mean, sd, min, max of
+    ``metric``, the seeds and the trials."""
+    data = results.load(storage, study_name)
+    column, direction = metric_of(data, metric)
+    return replicates(data.trials, column, direction)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lm.errors import SweepsError
-from sweeps.launchers import load_prctl, set_parent_death_signal
+from sweeps.deathsig import load_prctl, set_parent_death_signal
 
 #: Modules the server imports before forking (everything a training child imports).
 PRELOAD = ("numpy", "torch", "torch.nn.functional", "torch.optim", "torch._dynamo", "tiktoken",

@@ -1,6 +1,6 @@
 """How a trial's child process starts: the ``Child``/``Launcher`` interface the runner uses, the
-plain subprocess launcher, the parent-death signal that keeps a child from outliving its
-orchestrator, and the choice between it and the preloaded fork server (``sweeps.forkserver``).
+plain subprocess launcher (a child never outlives its orchestrator: ``sweeps.deathsig``), and
+the choice between it and the preloaded fork server (``sweeps.forkserver``).
 
 Every child is ``python -m lm.train RUN_DIR`` (or the same entry forked from the fork server),
 leader of its own session and process group, so a prune signals the whole group.
@@ -14,42 +14,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from lm.errors import SweepsError
+from sweeps import forkserver
+from sweeps.deathsig import load_prctl, set_parent_death_signal
 
 #: ``sweeps run --launcher``: what ``auto`` may pick, and the two launchers.
 LAUNCHER_KINDS = ("auto", "fork", "subprocess")
-_PR_SET_PDEATHSIG = 1
-
-
-# --- the child's death with its parent -----------------------------------------------------------
-
-
-_prctl: Any = None
-
-
-def load_prctl() -> Any:
-    """libc's prctl, looked up once in the parent: ``dlopen`` after ``fork`` (in a
-    ``preexec_fn``) can deadlock when the parent has threads."""
-    global _prctl
-    if _prctl is None and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _prctl = False
-    return _prctl
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
-    """``prctl(PR_SET_PDEATHSIG, sig)`` for the calling process (Linux; False elsewhere). Call
-    ``load_prctl()`` before forking when this runs in a ``preexec_fn``."""
-    prctl = load_prctl()
-    if not prctl:
-        return False
-    return prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
 # --- launchers -----------------------------------------------------------------------------------
@@ -128,8 +100,6 @@ class SubprocessLauncher:
 def make_launcher(kind: str) -> Launcher:
     """A started launcher: ``fork`` (the fork server), ``subprocess``, or ``auto`` (the fork
     server where it works: Linux)."""
-    from sweeps import forkserver
-
     if kind == "auto":
         kind = "fork" if forkserver.available() else "subprocess"
     if kind == "fork":

@@ -243,9 +243,7 @@ def _copy(source: Any, name: str, target: Any, new: str) -> tuple[int, int, int]
     """(trials, sweeps_ rows, re-queued trials) of the copy; a failed copy is removed again."""
     import optuna
 
-    from sweeps.study import quiet_optuna
-
-    quiet_optuna()
+    optuna_compat.quiet_optuna()
     try:
         optuna.copy_study(from_study_name=name, from_storage=source, to_storage=target,
                           to_study_name=new)

@@ -179,3 +179,8 @@ def running_trials(conn: sa.Connection, study_id: int) -> int:
     t = TRIALS_TABLE
     return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(
         t.c.study_id == study_id, t.c.state == TrialState.RUNNING)).scalar_one())
+
+
+def quiet_optuna() -> None:
+    """Optuna's INFO lines (a trial finished, a study created) off: the CLI says what matters."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -364,14 +364,3 @@ def _samples(conn: sa.Connection, study: str) -> pd.DataFrame:
     frame = pd.DataFrame([tuple(r) for r in rows], columns=columns)
     frame["trial_number"] = frame["trial_number"].astype("int64")
     return frame
-
-
-def replicates_frame(storage: StorageLike, study_name: str,
-                     metric: str = "val_bpb") -> pd.DataFrame:
-    """One row per configuration (trials that differ only in ``seed`` are replicates): n, mean,
-    sd, min, max of ``metric``, the seeds and the trials (``sweeps.effects.replicates``)."""
-    from sweeps import effects
-
-    data = load(storage, study_name)
-    column, direction = effects.metric_of(data, metric)
-    return effects.replicates(data.trials, column, direction)

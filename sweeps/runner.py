@@ -60,6 +60,7 @@ from lm.run_files import (
     write_config,
 )
 from sweeps import fidelity, liveness, optuna_compat, records, storage, verdicts
+from sweeps.engines.slurm_job import trial_attrs as slurm_attrs
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -349,8 +350,6 @@ def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     if lease is None:
         yield None
         return
-    from sweeps.engines.slurm import trial_attrs as slurm_attrs  # the engines import this
-
     try:
         optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial), {
             "placed_on": lease.device.label, "reserved_mem_bytes": int(lease.bytes),

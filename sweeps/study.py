@@ -175,12 +175,6 @@ def check_corpus_fits(spec: StudySpec) -> None:
 # --- studies -------------------------------------------------------------------------------------
 
 
-def quiet_optuna() -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
 def open_existing(url: str) -> Any:
     """Optuna's storage on a database that must already exist, opened read-only (read-only
     commands): a SQLite file is neither created nor changed, even on a read-only mount."""
@@ -200,7 +194,9 @@ def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: in
 
     st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
                              max_retries=spec.limits.max_retries)
-    quiet_optuna()
+    from sweeps import optuna_compat
+
+    optuna_compat.quiet_optuna()
     carry = None if from_study is None else warm_start.read(st, spec, from_study, url)
     _, created = wk.create_or_resume(spec, st, n_trials=n_trials, carry=carry)
     return st, load_study(st, spec.name, url, spec), created
@@ -235,10 +231,11 @@ def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
     import optuna
     from optuna.trial import TrialState
 
+    from sweeps import optuna_compat
     from sweeps import storage as st_mod
     from sweeps import workers as wk
 
-    quiet_optuna()
+    optuna_compat.quiet_optuna()
     try:
         plain = optuna.load_study(study_name=name, storage=st)
     except KeyError:
@@ -351,9 +348,10 @@ def study_rows(st: Any) -> list[dict[str, Any]]:
     stored value gets a row saying so instead of failing every study's."""
     import sqlalchemy as sa
 
+    from sweeps import optuna_compat
     from sweeps.optuna_compat import STUDIES_TABLE
 
-    quiet_optuna()
+    optuna_compat.quiet_optuna()
     out = []
     # Names from the table itself, each study read on its own: Optuna's summaries parse every
     # study's attributes at once, so one damaged value made `status` fail for all studies.

@@ -134,3 +134,66 @@ def test_the_verdicts_module_is_sweeps_verdicts() -> None:
     docs = [REPO / "README.md", *sorted((REPO / "studies").rglob("*.md"))]
     assert [str(d.relative_to(REPO)) for d in docs
             if re.search(pattern, d.read_text(encoding="utf-8"))] == []
+
+
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_longer_than_800_lines() -> None:
+    long = [f"{p.relative_to(REPO)} ({n} lines)" for p in sources(*PACKAGES)
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert long == []
+
+
+def _module_names() -> dict[str, Path]:
+    out = {}
+    for p in sources(*PACKAGES):
+        name = ".".join(p.relative_to(REPO).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports anywhere in its code (function-level imports too:
+    a cycle dodged by importing inside a function is still a cycle), less imports under ``if
+    TYPE_CHECKING:`` (never run) and a module's imports of its own package."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+               and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            subs = [f"{node.module}.{a.name}" for a in node.names
+                    if f"{node.module}.{a.name}" in modules]
+            targets = subs if len(subs) == len(node.names) else [node.module, *subs]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                found.add(target)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    """Layers run one way: no two modules import each other, directly or through others, even
+    inside functions."""
+    modules = _module_names()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join((*path, start)))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, (*path, nxt)))
+    assert cycles == []

@@ -9,11 +9,15 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import typer
+
 from lm import outcomes
+from lm.errors import SweepsError
 from sweeps import study as study_service
-from sweeps.console import err_console, escape_controls, plain, write_line
+from sweeps.console import err_console, escape_controls, plain, print_summary, write_line
 
 if TYPE_CHECKING:
     import optuna
@@ -156,3 +160,28 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     if messages or dirty[0]:
         board.refresh(force=True)
         write_line(board.line())
+
+
+def summary(board: Board, study_dir: Path, results: list[Any],
+            flags: Any) -> None:
+    """The end of ``sweeps run`` (local or on Slurm): where the study stands, then one line for
+    a worker's error (exit 2) or a stop (exit 130)."""
+    board.refresh(force=True)
+    print_summary(f"study {board.study.study_name}", [
+        ("finished", f"{board.finished}/{board.n_trials}"),
+        ("outcomes", counts_text(study_service.ordered_counts(board.counts)) or "none"),
+        ("best", board.best),
+        ("runs", str(study_dir)),
+    ])
+    failed = [r for r in results if r.error]
+    if failed:
+        # One line; `sweeps --debug` shows the exception behind it, SQL and all.
+        raise SweepsError(f"a worker stopped on an error: {failed[0].error}") from getattr(
+            failed[0], "exception", None)
+    if flags.stop.is_set():
+        err_console.print("stopped; `sweeps run` again resumes the study", highlight=False)
+        raise typer.Exit(130)
+
+
+def counts_text(counts: dict[str, int], sep: str = ", ") -> str:
+    return sep.join(f"{o} {n}" for o, n in counts.items())

@@ -79,8 +79,7 @@ def run_slurm(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir:
     """Submit the array of workers and follow it until the study is done (Ctrl-C cancels)."""
     from sweeps import preflight
     from sweeps import workers as wk
-    from sweeps.cli.progress import Board, live_display
-    from sweeps.cli.study import _summary
+    from sweeps.cli.progress import Board, live_display, summary
     from sweeps.engines import slurm
 
     options, requests = requests_for(spec, values, cap, preflight.calibration_factor(study))
@@ -99,7 +98,7 @@ def run_slurm(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir:
         with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
             slurm.follow(job, study, target, flags.stop, board.say, tick,
                          on_event=board.on_event)
-    _summary(board, study_dir, [], flags)
+    summary(board, study_dir, [], flags)
 
 
 @app.command("slurm-script")

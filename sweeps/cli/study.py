@@ -27,7 +27,7 @@ from sweeps.cli.options import (
     WorkersOption,
     warn,
 )
-from sweeps.cli.progress import Board, live_display
+from sweeps.cli.progress import Board, counts_text, live_display, summary
 from sweeps.cli.slurm import (
     AccountOption,
     GpusPerJobOption,
@@ -229,7 +229,7 @@ def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers:
     with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
         results = wk.run_workers(spec, st, study, study_dir, options, flags, pool=pool,
                                  tick=tick)
-    _summary(board, study_dir, results, flags)
+    summary(board, study_dir, results, flags)
 
 
 def _run_ray(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir: Path,
@@ -248,30 +248,10 @@ def _run_ray(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir: 
         with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
             results = ray_engine.run_on_cluster(spec, st, study, url, study_dir, options,
                                                 flags, tick=tick, beats=beats)
-    _summary(board, study_dir, results, flags)
+    summary(board, study_dir, results, flags)
 
 
-def _summary(board: Board, study_dir: Path, results: list[Any],
-             flags: Any) -> None:
-    board.refresh(force=True)
-    print_summary(f"study {board.study.study_name}", [
-        ("finished", f"{board.finished}/{board.n_trials}"),
-        ("outcomes", _counts_text(service.ordered_counts(board.counts)) or "none"),
-        ("best", board.best),
-        ("runs", str(study_dir)),
-    ])
-    failed = [r for r in results if r.error]
-    if failed:
-        # One line; `sweeps --debug` shows the exception behind it, SQL and all.
-        raise SweepsError(f"a worker stopped on an error: {failed[0].error}") from getattr(
-            failed[0], "exception", None)
-    if flags.stop.is_set():
-        err_console.print("stopped; `sweeps run` again resumes the study", highlight=False)
-        raise typer.Exit(130)
 
-
-def _counts_text(counts: dict[str, int], sep: str = ", ") -> str:
-    return sep.join(f"{o} {n}" for o, n in counts.items())
 
 
 # --- the plan (--dry-run) ------------------------------------------------------------------------
@@ -330,7 +310,7 @@ def status(storage: StorageOption = None,
         table.add_column(col)
     for r in rows:
         table.add_row(plain(r["study"]), f"{r['finished']}/{r['n_trials']}",
-                      plain(_counts_text(r["outcomes"]) or "-"), plain(r["best"]),
+                      plain(counts_text(r["outcomes"]) or "-"), plain(r["best"]),
                       f"{r['calibration_factor']:.3g}")
     wide_console().print(table)
 

@@ -345,15 +345,6 @@ def in_allocation() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
-def trial_attrs() -> dict[str, str]:
-    """The user attributes that say which Slurm job ran a trial (none outside Slurm)."""
-    env = os.environ
-    if not env.get("SLURM_JOB_ID"):
-        return {}
-    if env.get("SLURM_ARRAY_JOB_ID"):
-        return {"slurm_job": f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID')}"}
-    return {"slurm_job": env["SLURM_JOB_ID"]}
-
 
 def allocation_pool(spec: Any, cap: int | None) -> local.MemoryPool:
     """This task's devices as the local engine's pools, sized by what Slurm allocated: its

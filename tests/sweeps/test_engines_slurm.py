@@ -19,7 +19,7 @@ import pytest
 from lm.errors import SweepsError
 from sweeps import preflight
 from sweeps import workers as wk
-from sweeps.engines import local, slurm
+from sweeps.engines import local, slurm, slurm_job
 from sweeps.space import trial_config
 from sweeps.spec import StudySpec, load_spec, read_spec
 from tests.sweeps import slurm_cluster
@@ -121,9 +121,9 @@ def test_a_task_packs_what_slurm_gave_it(corpus: Path, monkeypatch: pytest.Monke
     pool = slurm.allocation_pool(_spec(corpus), None)
     (device,) = pool.devices
     assert device.capacity == 1024 * MiB - slurm.WORKER_BYTES and len(device.cores) == 1
-    assert slurm.in_allocation() and slurm.trial_attrs() == {"slurm_job": "42_1"}
+    assert slurm.in_allocation() and slurm_job.trial_attrs() == {"slurm_job": "42_1"}
     monkeypatch.delenv("SLURM_JOB_ID")
-    assert slurm.trial_attrs() == {}
+    assert slurm_job.trial_attrs() == {}
 
 
 @pytest.mark.parametrize(("table", "cli", "error"), [
