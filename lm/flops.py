@@ -1,6 +1,6 @@
 """Training and evaluation FLOPs of one run, every term named (arithmetic, no torch).
 
-``estimate(cfg, tokens=)`` counts what ``python -m lm.train`` computes, so trials can be
+``count(cfg, tokens=)`` counts what ``python -m lm.train`` computes, so trials can be
 compared at equal compute and the scaling-law fits (``sweeps.scaling``) have an x axis.
 ``tests/lm/test_flops.py`` checks it against a hand count and against torch's own
 ``FlopCounterMode`` on ``lm.model.GPT``.
@@ -151,13 +151,13 @@ def trained(cfg: TrainConfig, result: dict[str, Any]) -> Flops:
     """The FLOPs a run spent, from its ``result.json`` (``RunResult.to_dict()``): the tokens it
     trained, its cooldown reads' included, its evaluations, its model's real vocabulary."""
     vocab = result.get("vocab_size")
-    return estimate(cfg, result.get("tokens_seen", 0),
+    return count(cfg, result.get("tokens_seen", 0),
                     n_evals=result.get("n_evals", 0) + result.get("n_reads", 0),
                     cooldown_tokens=result.get("cooldown_tokens_total", 0),
                     vocab_size=vocab if isinstance(vocab, int) else None)
 
 
-def estimate(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None = None,
+def count(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None = None,
              val_tokens: int | None = None, vocab_size: int | None = None,
              cooldown_tokens: int | None = None) -> Flops:
     """The FLOPs of training ``cfg`` on ``tokens`` targets (default: ``planned_tokens``) and

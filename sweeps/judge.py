@@ -110,7 +110,7 @@ class Judge:
         self.my_rungs = fidelity.decision_rungs(self.spec, self.study_rungs, self.trial.number,
                                                 cfg.max_tokens)
         self.rung_values, self.judged = {}, set()
-        estimate = flops.estimate(cfg)
+        estimate = flops.count(cfg)
         self.static = {"params": float(estimate.params), "flops": float(estimate.flops)}
 
     def __call__(self, row: Row, history: Sequence[Row]) -> Verdict | None:

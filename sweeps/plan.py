@@ -161,7 +161,7 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
         elif plan.fitted:
             flags.append(f"fitted ({', '.join(f'{k}={v}' for k, v in plan.fitted.items())}): "
                          "off its budget")
-        n = flops.estimate(cfg, 0, n_evals=0).params_non_embedding
+        n = flops.count(cfg, 0, n_evals=0).params_non_embedding
         out.append(GridCell(cell_budget, size, n, tokens, steps, plan.predicted_bytes, flags))
     return out
 
@@ -287,7 +287,7 @@ def _largest_rows(spec: StudySpec, device: str,
     point, cfg = largest_point(spec, device)
     if cfg is None:
         return None
-    est = preflight.estimate(cfg, device)
+    est = preflight.memory_estimate(cfg, device)
     plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
     verdict = ("fits" if plan.fits and not plan.fitted else
                f"fitted: {plan.fitted}" if plan.fits else "predicted_oom: never launched")
@@ -310,7 +310,7 @@ def largest_point(spec: StudySpec, device: str) -> tuple[dict[str, Any], Any]:
             cfg = trial_config(spec, point)
         except SweepsError:
             continue
-        total = preflight.estimate(cfg, device).total
+        total = preflight.memory_estimate(cfg, device).total
         if total > best[0]:
             best = (total, point, cfg)
     return best[1], best[2]

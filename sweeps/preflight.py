@@ -99,7 +99,7 @@ class Preflight(Protocol):
     def calibration_factor(self, study: optuna.Study) -> float: ...
 
 
-def estimate(cfg: TrainConfig, device: str, *,
+def memory_estimate(cfg: TrainConfig, device: str, *,
              launcher: str = "subprocess") -> memory.MemoryEstimate:
     """``lm.memory.estimate`` of ``cfg`` with its corpus's token counts (``lm.tokens``: from the
     token cache when it exists, else a guess from the corpus), the one way every plan asks."""
@@ -110,7 +110,7 @@ def estimate(cfg: TrainConfig, device: str, *,
 def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
             launcher: str = "subprocess") -> tuple[int, int]:
     """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
-    est = estimate(cfg, host.device_kind(device), launcher=launcher)
+    est = memory_estimate(cfg, host.device_kind(device), launcher=launcher)
     return est.calibrated(calibration), est.total
 
 
@@ -135,7 +135,7 @@ def plan_trial(
         return TrialPlan(c, fits, est.calibrated(calibration), est.total, budget_bytes, fitted,
                          reason, calibration, est.measured, est.measured_kind)
 
-    est = estimate(cfg, kind, launcher=launcher)
+    est = memory_estimate(cfg, kind, launcher=launcher)
     predicted = est.calibrated(calibration)
     if budget_bytes is None:
         return made(cfg, True, est, None, f"predicted {_hb(predicted)}; no memory budget")
@@ -152,7 +152,7 @@ def plan_trial(
         if smaller is None:
             break
         fitted_cfg = smaller
-        est = estimate(fitted_cfg, kind, launcher=launcher)
+        est = memory_estimate(fitted_cfg, kind, launcher=launcher)
         predicted = est.calibrated(calibration)
         if predicted <= budget_bytes:
             fitted = {"batch_size": fitted_cfg.batch_size, "grad_accum": fitted_cfg.grad_accum}

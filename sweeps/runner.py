@@ -107,7 +107,7 @@ class WorkerDevice:
     """Where one worker's children run: ``cpu`` or ``cuda``, their extra environment
     (``CUDA_VISIBLE_DEVICES``, ``SWEEPS_NUM_THREADS``) and CPU affinity."""
 
-    device: str = "cpu"
+    kind: str = "cpu"  # "cpu" or "cuda"; which GPU is in ``env``
     env: dict[str, str] = field(default_factory=dict)
     cpus: list[int] | None = None
     label: str = "cpu"
@@ -306,7 +306,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
         calibration = float(pre.calibration_factor(ctx.study))
     # Planned for the launcher that starts the child: a forked child's baseline is its own.
-    plan = pre.plan_trial(cfg, spec.limits, device=device.device, budget_bytes=ctx.budget_bytes,
+    plan = pre.plan_trial(cfg, spec.limits, device=device.kind, budget_bytes=ctx.budget_bytes,
                           calibration=calibration, launcher=ctx.launcher.kind)
     attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
                  predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
@@ -320,7 +320,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     note = verdicts.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
     if note is not None:
         attrs["under_trained"] = note
-    attrs["predicted_flops"] = predicted_flops = flops.estimate(cfg).flops
+    attrs["predicted_flops"] = predicted_flops = flops.count(cfg).flops
     over = over_compute_limit(predicted_flops, spec.limits)
     if over is not None:
         return _not_launched(ctx, trial, device, params, cfg, outcomes.PRUNED, over, attrs)
@@ -378,7 +378,7 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     attrs["config"] = cfg.to_dict()
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
-    attrs.update(_attempt_attrs(attempt, device.device))
+    attrs.update(_attempt_attrs(attempt, device.kind))
     if run.storage_problems:
         attrs[STORAGE_PROBLEMS] = capped(run.storage_problems)
     attrs.update(_compute_attrs(cfg, attempt, device))
@@ -443,11 +443,11 @@ def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfi
     the child turns into its caching allocator's share of the device (``lm.runtime``)."""
     if budget is None:
         return cfg
-    if device.device == "cuda":
+    if device.kind == "cuda":
         limit = int(budget) if cfg.cuda_memory_limit_bytes is None \
             else min(int(budget), cfg.cuda_memory_limit_bytes)
         return replace(cfg, cuda_memory_limit_bytes=limit)
-    if device.device != "cpu":
+    if device.kind != "cpu":
         return cfg
     limit = int(ctx.preflight.cpu_child_limit(budget, int(predicted)))
     if cfg.cpu_memory_limit_bytes is not None:
@@ -542,7 +542,7 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
     n_evals = r.get("n_evals") if isinstance(r.get("n_evals"), int) else len(a.history)
     n_reads, read_tokens = _count(r.get("n_reads")), _count(r.get("cooldown_tokens_total"))
     # A cooldown read's branch is compute the trial spent: its tokens and evaluation count.
-    f = flops.estimate(cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab,
+    f = flops.count(cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab,
                        cooldown_tokens=read_tokens)
     out: dict[str, Any] = {"flops": f.flops, "flops_per_token": f.flops_per_token,
                            "params_non_embedding": f.params_non_embedding,
@@ -563,7 +563,7 @@ def _count(value: Any) -> int:
 
 def _gpu_name(device: WorkerDevice, ran_on: str) -> str | None:
     """The product name of the GPU a CUDA child ran on (None on the CPU)."""
-    if device.device != "cuda" or not ran_on.startswith("cuda"):
+    if device.kind != "cuda" or not ran_on.startswith("cuda"):
         return None
     visible = device.env.get(host.VISIBLE_DEVICES_ENV, os.environ.get(host.VISIBLE_DEVICES_ENV))
     ids = [g.strip() for g in (visible or "").split(",") if g.strip()]

@@ -87,7 +87,7 @@ def estimate(
     cfg = train_config(config, overrides, corpus=NO_CORPUS)
     warn(cfg.budget_warnings())
     device = host.device_kind(cfg.device)
-    est = preflight.estimate(cfg, device, launcher=launcher)
+    est = preflight.memory_estimate(cfg, device, launcher=launcher)
     budget_bytes = plan.budget_bytes(budget, None, device, workers)
     fits = budget_bytes is None or est.total <= budget_bytes
     if as_json:

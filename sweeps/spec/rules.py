@@ -112,7 +112,7 @@ def check_compute_limit(spec: StudySpec) -> None:
             cfg = TrainConfig.from_dict(spec.trial_values(point))
         except SweepsError:
             continue
-        bound = flops.estimate(cfg, cfg.max_tokens, n_evals=0).flops
+        bound = flops.count(cfg, cfg.max_tokens, n_evals=0).flops
         if cheapest is None or bound < cheapest[0]:
             cheapest = (bound, point)
     limit = spec.limits.max_flops

@@ -503,7 +503,7 @@ def budget_tokens(cfg: TrainConfig, budget: float) -> int:
     number of optimizer steps (each ``flops_per_token x tokens_per_step``, ``lm.flops``) nearest
     to the budget, so a cell trains within half a step of it; 0 when not even half a step fits.
     Evaluation is not counted (the compute axis is training compute, as in ``lm.flops``)."""
-    per_step = flops.estimate(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
+    per_step = flops.count(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
     return round(budget / per_step) * cfg.tokens_per_step
 
 

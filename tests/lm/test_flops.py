@@ -37,7 +37,7 @@ def test_classic_configuration_matches_a_hand_count() -> None:
                                                          3_562_800)
 
     tokens = 247 * 16 * 254  # 16 x 254 tokens a step, 247 steps to pass 1,000,000
-    got = flops.estimate(cfg)
+    got = flops.count(cfg)
     assert got.params_non_embedding == n
     assert got.params_embedding == embedding
     assert got.params == param_breakdown(cfg.model_config())["total"]
@@ -59,16 +59,16 @@ def test_classic_configuration_matches_a_hand_count() -> None:
 
 
 def test_untied_head_is_an_embedding_parameter_and_the_same_compute() -> None:
-    tied = flops.estimate(cfg_of(**CLASSIC), 1000)
-    untied = flops.estimate(cfg_of(**CLASSIC, tie_weights=False), 1000)
+    tied = flops.count(cfg_of(**CLASSIC), 1000)
+    untied = flops.count(cfg_of(**CLASSIC, tie_weights=False), 1000)
     assert untied.params_embedding == tied.params_embedding + 300 * 200
     assert untied.params_non_embedding == tied.params_non_embedding
     assert untied.flops == tied.flops
 
 
 def test_checkpointing_recomputes_the_blocks_forward_not_the_head() -> None:
-    plain = flops.estimate(cfg_of(**CLASSIC), 1000)
-    ck = flops.estimate(cfg_of(**CLASSIC, checkpointing=True), 1000)
+    plain = flops.count(cfg_of(**CLASSIC), 1000)
+    ck = flops.count(cfg_of(**CLASSIC, checkpointing=True), 1000)
     blocks = 483_000 - 2 * 200  # N less the final LayerNorm
     down = 800 * 200 + 200  # the FFN's down projection: torch's checkpoint stops before it
     assert ck.recompute_per_token == 2 * (blocks - down) + 101_600 == 746_400
@@ -78,17 +78,17 @@ def test_checkpointing_recomputes_the_blocks_forward_not_the_head() -> None:
 
 
 def test_attention_term_grows_linearly_with_seq_len() -> None:
-    a = flops.estimate(cfg_of(seq_len=128), 1000)
-    b = flops.estimate(cfg_of(seq_len=256), 1000)
+    a = flops.count(cfg_of(seq_len=128), 1000)
+    b = flops.count(cfg_of(seq_len=256), 1000)
     assert b.attention_forward_per_token == 2 * a.attention_forward_per_token
     assert b.dense_forward_per_token == a.dense_forward_per_token
 
 
 def test_real_vocab_and_short_validation_split_are_used() -> None:
     cfg = cfg_of(**CLASSIC)
-    assert flops.estimate(cfg, 1000, vocab_size=280).head_params == 280 * 200
+    assert flops.count(cfg, 1000, vocab_size=280).head_params == 280 * 200
     # A validation split of 1,000 tokens holds (1000 - 1) // 254 = 3 windows, not 129.
-    assert flops.estimate(cfg, n_evals=2, val_tokens=1000).eval_tokens == 2 * 3 * 254
+    assert flops.count(cfg, n_evals=2, val_tokens=1000).eval_tokens == 2 * 3 * 254
 
 
 def _simulated_evals(cfg: TrainConfig) -> tuple[int, int]:
@@ -117,7 +117,7 @@ def test_planned_evals_follow_the_training_loop(batch: int, seq: int, max_tokens
 
 def test_bad_tokens_are_refused() -> None:
     with pytest.raises(SweepsError, match="tokens must be an integer >= 0"):
-        flops.estimate(cfg_of(), -1)
+        flops.count(cfg_of(), -1)
 
 
 # --- utilisation -------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def test_matmul_flops_match_torch_flop_counter(shape: dict[str, object]) -> None
     with FlopCounterMode(display=False) as counter:
         lm_loss(model, batch).backward()
     measured = counter.get_total_flops()
-    got = flops.estimate(cfg, 2 * cfg.seq_len)
+    got = flops.count(cfg, 2 * cfg.seq_len)
     masked_half = 3 * got.attention_forward_per_token * got.tokens
     if cfg.checkpointing:
         masked_half += got.attention_forward_per_token * got.tokens  # recomputed too
@@ -186,8 +186,8 @@ def test_cooldown_reads_are_training_compute() -> None:
                  eval_every_tokens=5_000, lr_schedule="wsd", cooldown_reads=[1_000, 2_050],
                  cooldown_fraction=0.5)
     assert flops.planned_reads(cfg) == (2, 500 + 1_100)  # 1,050 rounded up to whole steps
-    plain = flops.estimate(cfg, 10_000, n_evals=2)
-    got = flops.estimate(cfg)
+    plain = flops.count(cfg, 10_000, n_evals=2)
+    got = flops.count(cfg)
     assert got.cooldown_tokens == 1_600 and got.tokens == 10_000
     assert got.flops == got.flops_per_token * 11_600 == plain.flops * 11_600 // 10_000
     assert got.n_evals == 4  # two of its own, one per read
@@ -195,4 +195,4 @@ def test_cooldown_reads_are_training_compute() -> None:
               "vocab_size": 260}
     assert flops.trained(cfg, result) == got
     assert flops.trained(cfg_of(), {"tokens_seen": 1_000, "n_evals": 1}) \
-        == flops.estimate(cfg_of(), 1_000, n_evals=1)
+        == flops.count(cfg_of(), 1_000, n_evals=1)

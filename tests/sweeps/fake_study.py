@@ -329,7 +329,7 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
 
 def _compute(p: dict[str, Any], tokens: int, n_evals: int) -> dict[str, Any]:
     """What the runner records of a trial's compute (``lm.flops``)."""
-    f = flops.estimate(TrainConfig.from_dict(config_for(p)), tokens, n_evals=n_evals)
+    f = flops.count(TrainConfig.from_dict(config_for(p)), tokens, n_evals=n_evals)
     return {"flops": f.flops, "flops_per_token": f.flops_per_token,
             "params_non_embedding": f.params_non_embedding,
             "params_embedding": f.params_embedding, "eval_flops": f.eval_flops}

@@ -63,7 +63,7 @@ def test_flops_are_of_the_tokens_actually_trained() -> None:
     a = attempt({"tokens_seen": 8128, "n_evals": 2, "tokens_per_s": 1000.0, "device": "cpu",
                  "vocab_size": 280})
     got = runner._compute_attrs(CFG, a, WorkerDevice())
-    want = flops.estimate(CFG, 8128, n_evals=2, vocab_size=280)
+    want = flops.count(CFG, 8128, n_evals=2, vocab_size=280)
     assert got == {"flops": want.flops, "flops_per_token": want.flops_per_token,
                    "params_non_embedding": 483_000, "params_embedding": 280 * 200 + 254 * 200,
                    "eval_flops": want.eval_flops}  # no mfu on the CPU
@@ -109,7 +109,7 @@ def test_a_spec_whose_every_trial_is_over_the_limit_is_refused() -> None:
         read_spec(data, check_paths=False)
     cheapest = TrainConfig.from_dict({**read_spec(
         {**data, "limits": {}}, check_paths=False).base_values(), "d_ff": 64})
-    bound = flops.estimate(cheapest, cheapest.max_tokens).flops
+    bound = flops.count(cheapest, cheapest.max_tokens).flops
     # Just above the cheapest corner: accepted (the others are pruned one by one).
     read_spec({**data, "limits": {"max_flops": bound * 1.01}}, check_paths=False)
     with pytest.raises(SweepsError, match="max_flops"):

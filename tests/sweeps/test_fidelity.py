@@ -224,7 +224,7 @@ def test_cooldown_reads_are_what_a_rung_ranks(corpus: Path, tmp_path: Path,
             assert t.user_attrs[fidelity.RUNGS_ATTR][str(rung)] == [r["val_bpb"]]
         plain = [r for r in rows if "read" not in r]
         cfg = TrainConfig.from_dict(t.user_attrs["config"])
-        without_reads = flops.estimate(cfg, t.user_attrs["tokens_seen"], n_evals=len(plain),
+        without_reads = flops.count(cfg, t.user_attrs["tokens_seen"], n_evals=len(plain),
                                        cooldown_tokens=0)
         assert t.user_attrs["flops"] > without_reads.flops
         engine = st.open_storage(f"sqlite:///{tmp_path / 'sweeps.db'}").engine

@@ -49,8 +49,8 @@ def test_a_grid_expands_into_cells_that_spend_their_budget(corpus: Path) -> None
                                 "max_tokens", "seed"]
     for point in trials:
         cfg = trial_config(spec, point)  # the budget is the trial's, not a config field
-        per_step = flops.estimate(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
-        trained = flops.estimate(cfg).flops
+        per_step = flops.count(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
+        trained = flops.count(cfg).flops
         assert cfg.max_tokens % cfg.tokens_per_step == 0
         assert abs(trained - point[FLOPS_BUDGET]) <= per_step / 2
     # Bigger models get fewer tokens at a budget; a bigger budget gives each size more.
@@ -63,7 +63,7 @@ def test_a_grid_expands_into_cells_that_spend_their_budget(corpus: Path) -> None
 def test_budget_tokens_is_whole_steps_nearest_the_budget(corpus: Path) -> None:
     spec = read_spec(scaling_dict("iso", corpus))
     cfg = trial_config(spec, spec.initial_trials()[0])
-    per_token = flops.estimate(cfg, 0, n_evals=0).flops_per_token
+    per_token = flops.count(cfg, 0, n_evals=0).flops_per_token
     step = per_token * cfg.tokens_per_step
     assert budget_tokens(cfg, 10 * step) == 10 * cfg.tokens_per_step
     assert budget_tokens(cfg, 10.4 * step) == 10 * cfg.tokens_per_step
@@ -173,7 +173,7 @@ def test_the_dry_run_shows_the_grid_and_flags_untrainable_cells(corpus: Path) ->
     for cell, point in zip(cells, spec.initial_trials(), strict=True):
         assert cell.tokens == point["max_tokens"]
         assert cell.steps == -(-cell.tokens // 128)
-        assert cell.params_non_embedding == flops.estimate(
+        assert cell.params_non_embedding == flops.count(
             trial_config(spec, point), 0).params_non_embedding
     short = [c for c in cells if any("min_steps = 40" in f for f in c.flags)]
     assert short and all(c.steps < 40 for c in short)
@@ -243,7 +243,7 @@ def test_the_shipped_isoflop_study_can_be_fitted() -> None:
 
     spec = load_spec(Path(__file__).parents[2] / "studies" / "isoflop.toml", check_paths=False)
     assert spec.scaling is not None and len(spec.scaling.budgets) >= scaling.MIN_BUDGETS
-    sizes = {flops.estimate(trial_config(spec, p), 0).params_non_embedding
+    sizes = {flops.count(trial_config(spec, p), 0).params_non_embedding
              for p in spec.initial_trials()}
     assert len(sizes) >= scaling.MIN_SIZES and max(sizes) >= scaling.MIN_SIZE_RATIO * min(sizes)
     for point in spec.initial_trials():
