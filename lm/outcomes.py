@@ -64,7 +64,7 @@ VOCABULARY: tuple[Outcome, ...] = (
     Outcome(OOM, "PRUNED", "CUDA out of memory, MemoryError, a failed CPU allocation or the "
             "kernel's OOM killer", 3, infeasible=True, color="#d62728"),
     Outcome(UNIGRAM_COLLAPSE, "PRUNED", "after enough optimizer steps, predicts the corpus "
-            "unigram whatever the context, no better than the unigram", color="#9467bd"),
+            "unigram whatever the context, worse than the unigram", color="#9467bd"),
     Outcome(STALLED, "PRUNED", "after enough optimizer steps, predictions that ignore the context "
             "and are far from the unigram (near uniform, or stuck elsewhere): not learning",
             color="#c5b0d5"),

@@ -15,8 +15,9 @@ single-objective studies, then successive halving or Hyperband on tokens trained
   - ``unigram_collapse``: predictions that ignore the context (``mean_kl_to_mean``, nats, below
     ``max_context_kl``), whose mean is the corpus unigram (``kl_mean_to_unigram`` below
     ``max_unigram_kl``) and that are no better than it (``unigram_gap`` = unigram entropy - val
-    loss, below ``min_unigram_gap``): the classic failure, and the only thing called that;
-  - ``stalled``: context-free and no better than the unigram, but far from it (near uniform,
+    loss, below ``min_unigram_gap``, 0 by default: worse than it): the classic failure, and the
+    only thing called that;
+  - ``stalled``: context-free and worse than the unigram, but far from it (near uniform,
     or stuck elsewhere): not learning, which is not the same failure;
   - ``unk_dominated``: ``<unk>`` is the likeliest prediction at most positions
     (``unk_argmax_rate``) and most of what the model writes (``unk_rate_samples``): a capped word
@@ -166,9 +167,10 @@ def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
                 f"(limits {limits.max_unk_argmax:g} and {limits.max_unk_samples:g}): the capped "
                 "vocabulary's <unk> dominates what it predicts")
     context_kl, unigram_kl, gap = _stats(last)  # type: ignore[misc]
+    beaten = "worse than" if limits.min_unigram_gap == 0 else "not enough better than"
     common = (f"mean_kl_to_mean {context_kl:.4f} < {limits.max_context_kl:g} (its predictions "
-              f"ignore the context), unigram_gap {gap:.4f} < {limits.min_unigram_gap:g} (no "
-              "better than the unigram)")
+              f"ignore the context), unigram_gap {gap:.4f} < {limits.min_unigram_gap:g} "
+              f"({beaten} the unigram)")
     if outcome == outcomes.UNIGRAM_COLLAPSE:
         return (f"{where}: {common}, kl_mean_to_unigram {unigram_kl:.4f} < "
                 f"{limits.max_unigram_kl:g}: it predicts the corpus frequencies, whatever the "

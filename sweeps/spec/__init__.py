@@ -73,7 +73,7 @@ Example::
 
     [limits]
     memory_budget = "4GiB"
-    collapse = {min_unigram_gap = 0.05, min_steps = 200}
+    collapse = {min_unigram_gap = 0.0, min_steps = 200}
 """
 
 

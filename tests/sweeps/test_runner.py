@@ -554,7 +554,7 @@ def _row(step: int, tokens: int, val_bpb: float, *, collapsed: bool) -> dict[str
     return {"step": step, "tokens": tokens, "val_bpb": val_bpb, "val_loss": 2.5,
             "mean_kl_to_mean": 0.01 if collapsed else 1.0,
             "kl_mean_to_unigram": 0.1 if collapsed else 1.0,
-            "unigram_gap": 0.0 if collapsed else 0.5, "unigram_bpb": 3.68}
+            "unigram_gap": -0.05 if collapsed else 0.5, "unigram_bpb": 3.68}
 
 
 def test_a_verdict_at_the_last_evaluation_is_the_run_dirs_truth_and_its_value_the_last(
