@@ -75,11 +75,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from scipy import stats
 
 from lm import outcomes
 from lm.corpus import prepare
 from lm.errors import SweepsError
 from lm.tokens import load_tokens
+from sweeps import fidelity
 from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.launchers import make_launcher
@@ -99,7 +101,19 @@ STRATEGIES: tuple[tuple[str, str, dict[str, Any], int], ...] = (
                             "reduction_factor": 3}, 2),
     ("tpe+hyperband", "tpe", {"name": "hyperband", "min_tokens": FIRST_RUNG,
                               "reduction_factor": 3}, 2),
+    # Halving whose rungs are read after a cooldown branched from them (WSD schedule).
+    ("tpe+halving+cd", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
+                               "reduction_factor": 3, "read": "cooldown"}, 2),
+    # Unpruned TPE under WSD with a cooldown read at every rung: the reference's twin, for the
+    # rank correlation of a cooldown read with the end over every trial (no range restriction).
+    ("tpe-wsd-reads", "tpe", {"name": "none"}, 1),
 )
+#: [fixed] keys a strategy adds: the WSD schedule, and reads placed at the rungs (``RUNGS``).
+RUNGS = "<rungs>"
+FIXED_OF: dict[str, dict[str, Any]] = {
+    "tpe+halving+cd": {"lr_schedule": "wsd"},
+    "tpe-wsd-reads": {"lr_schedule": "wsd", "cooldown_reads": RUNGS},
+}
 #: The strategy every other is measured against: unpruned TPE.
 REFERENCE = "tpe"
 #: The project's target: the reference's best value within this share of its trial-seconds.
@@ -138,6 +152,14 @@ class Budget:
     min_tokens: int
     eval_every: int
 
+    def rungs(self) -> list[int]:
+        """The halving rungs of this budget (reduction factor 3)."""
+        out, rung = [], self.min_tokens
+        while rung < self.max_tokens:
+            out.append(rung)
+            rung *= 3
+        return out
+
     @classmethod
     def of(cls, tokens: int, divisor: int = 9) -> Budget:
         def whole(share: float) -> int:
@@ -161,7 +183,9 @@ def spec_for(strategy: tuple[str, str, dict[str, Any], int], rep: int, corpus: P
                   "pruner": pruner_table(pruner, budget), "n_trials": trials},
         "corpus": {"dir": str(corpus)},
         "fixed": {**FIXED, "seed": rep, "max_tokens": budget.max_tokens,
-                  "eval_every_tokens": budget.eval_every},
+                  "eval_every_tokens": budget.eval_every,
+                  **{k: budget.rungs() if v == RUNGS else v
+                     for k, v in FIXED_OF.get(name, {}).items()}},
         "space": SPACE,
         "limits": {"memory_budget": "4GiB"},
     })
@@ -230,6 +254,40 @@ def records(trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int,
             "reason": a.get("reason"), "params": t.params,
             "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
         })
+    return out
+
+
+def rung_read(trial: optuna.trial.FrozenTrial, rung: int) -> float | None:
+    """The trial's val_bpb read at ``rung``: its cooldown read there when it took one, else the
+    loss as it was (interpolated in log-tokens between the evaluations either side, as the
+    halving pruner reads it)."""
+    path = Path(trial.user_attrs.get("run_dir", "")) / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    reads = [r for r in rows if r.get("read") == "cooldown" and r["tokens"] >= rung]
+    if reads:
+        return float(reads[0]["val_bpb"])
+    plain = [r for r in rows if "read" not in r]
+    for before, row in zip([None, *plain], plain, strict=False):
+        if row["tokens"] >= rung:
+            return fidelity.at_tokens(before, row, rung, "val_bpb")
+    return None
+
+
+def rank_correlations(trials: list[optuna.trial.FrozenTrial],
+                      budget: Budget) -> list[tuple[int, float, int]]:
+    """(rung, Spearman's rho between the value read at the rung and the end val_bpb, n) over
+    the trials that completed their budget."""
+    out = []
+    done = [t for t in trials if t.user_attrs.get("outcome") == outcomes.COMPLETE
+            and isinstance(t.user_attrs.get("val_bpb"), float)]
+    for rung in budget.rungs():
+        pairs = [(v, t.user_attrs["val_bpb"]) for t in done
+                 if (v := rung_read(t, rung)) is not None]
+        if len(pairs) >= 3:
+            rho = stats.spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic
+            out.append((rung, float(rho), len(pairs)))
     return out
 
 
@@ -327,6 +385,20 @@ def print_summary(by_rep: list[dict[str, dict[str, Any]]]) -> None:
               f"{per_trial:>12}  {reached:<30}         {at}   {met:<10}   {shown}")
 
 
+def print_correlations(corr: dict[str, list[list[tuple[int, float, int]]]]) -> None:
+    """What a rung read predicts: Spearman's rho between each rung's value and the end, over
+    the trials that completed (in a halving study only the promoted ones: a narrower range)."""
+    print("\nrank correlation of the value read at a rung with the end val_bpb (Spearman's rho, "
+          "completed trials; per rep)")
+    for name, reps in corr.items():
+        if not reps:
+            continue
+        cells = "; ".join(", ".join(f"rung {r:,}: {rho:+.2f} (n {n})" for r, rho, n in rep)
+                          or "-" for rep in reps)
+        read = "cooldown" if name in FIXED_OF else "cosine, as it is"
+        print(f"  {name:<14} [{read}] {cells}")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
@@ -373,6 +445,7 @@ def main() -> None:
     budget = Budget.of(args.tokens, args.first_rung)
     all_records: list[dict[str, Any]] = []
     by_rep: list[dict[str, dict[str, Any]]] = []
+    corr: dict[str, list[list[tuple[int, float, int]]]] = {s[0]: [] for s in STRATEGIES}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-search-") as tmp:
         work = Path(tmp)
@@ -392,6 +465,7 @@ def main() -> None:
                         spec, f"sqlite:///{work / 'bench.db'}", work, launcher, args.workers)
                     recs[strategy[0]] = records(trials, strategy[0], rep, args.workers)
                     all_records += recs[strategy[0]]
+                    corr[strategy[0]].append(rank_correlations(trials, budget))
                 rows = {name: compare(r, recs[REFERENCE]) for name, r in recs.items()}
                 print_rep(rep, rows, walls)
                 by_rep.append(rows)
@@ -399,6 +473,7 @@ def main() -> None:
             with contextlib.suppress(Exception):
                 launcher.close()
     print_summary(by_rep)
+    print_correlations(corr)
     print(f"\ntotal wall {time.perf_counter() - started:.0f} s")
     if args.json is not None:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
