@@ -46,6 +46,15 @@ first 10 trials are random sampling with that seed, so the strategies of a rep s
 same configurations (with two workers, up to the interleaving) and differ by what they do next.
 For the reference's own row, "reached" is when it found its best.
 
+Two strategies use the WSD schedule (warm-up, stable, decay) instead of cosine:
+``tpe+halving+cd`` is successive halving whose rungs are read after a cooldown branched from
+them (``read = "cooldown"``), and ``tpe-wsd-reads`` is unpruned TPE with a cooldown read at
+every rung (its reads cost compute and are charged; nothing is stopped): the reference's twin,
+so that what a cooldown read predicts is measured over every trial, as a cosine mid-run read is
+over the reference's. After the tables, Spearman's rank correlation between the value read at
+each rung and the end val_bpb, over each study's completed trials (in a halving study only the
+promoted ones, a narrower range that says less).
+
 The halving strategies use the token-based pruners (``min_tokens``, ``reduction_factor``):
 rungs at min_tokens x 3**k below max_tokens, min_tokens = max_tokens / 9 (``--first-rung 9``:
 two rungs; ``--first-rung 3``: one, at a third) rounded to a multiple
