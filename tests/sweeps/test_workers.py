@@ -115,11 +115,14 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
     # learning rate; 6 ids (a word, four markers, <unk>) cannot: the default thresholds tell them
     # apart at the last evaluation of these 32-step trials (judged from step 20 on here; the
     # <unk> verdict is off: after 32 steps every word model still predicts <unk> everywhere).
+    # The 6-id model ends just above its unigram (a gap under 0.05 nats): min_unigram_gap 0.05
+    # calls it collapsed, as the default did before it became 0 (studies/README.md, collapse).
     data = spec_dict("small", corpus, fixed={"tokenizer": "word", "lr": 3e-2},
                      space={"vocab_size": {"choices": [6, 300, 600]},
                             "batch_size": {"choices": [8, 4096]}},
                      study={"n_trials": 5},
-                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0}},
+                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0,
+                                          "min_unigram_gap": 0.05}},
                      enqueue=[{"vocab_size": 6, "batch_size": 8},
                               {"vocab_size": 300, "batch_size": 4096},
                               {"vocab_size": 600, "batch_size": 8}])
