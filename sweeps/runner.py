@@ -540,8 +540,10 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
         return {}
     vocab = r.get("vocab_size") if isinstance(r.get("vocab_size"), int) else None
     n_evals = r.get("n_evals") if isinstance(r.get("n_evals"), int) else len(a.history)
-    n_reads, read_tokens = _count(r.get("n_reads")), _count(r.get("cooldown_tokens_total"))
     # A cooldown read's branch is compute the trial spent: its tokens and evaluation count.
+    # (``check_result`` already dropped a value of the wrong type; an older child has none.)
+    n_reads = max(0, r.get("n_reads") or 0)
+    read_tokens = max(0, r.get("cooldown_tokens_total") or 0)
     f = flops.count(cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab,
                        cooldown_tokens=read_tokens)
     out: dict[str, Any] = {"flops": f.flops, "flops_per_token": f.flops_per_token,
@@ -554,11 +556,6 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
         out["gpu_name"] = name
         out["mfu"] = flops.mfu(f.flops, tokens / tps, peak)
     return out
-
-
-def _count(value: Any) -> int:
-    """A count from a child's result, 0 when it is absent or not a count."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _gpu_name(device: WorkerDevice, ran_on: str) -> str | None:
