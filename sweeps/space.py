@@ -166,6 +166,14 @@ def make_sampler(spec: StudySpec,
                 constant_liar=True,
                 constraints_func=constraints_func,
             )
+        if s.name == "gp":
+            # Gaussian-process Bayesian optimisation (torch and scipy): fits few trials well;
+            # it has no constant liar, so parallel workers can propose neighbouring points.
+            require_scipy("gp")
+            return optuna.samplers.GPSampler(
+                seed=seed,
+                n_startup_trials=10 if s.n_startup_trials is None else s.n_startup_trials,
+                constraints_func=constraints_func, warn_independent_sampling=False)
         if s.name == "nsga2":
             # Optuna's default population (50) makes a 12-trial study pure random search.
             population = s.population_size or max(4, min(50, spec.study.n_trials // 4))
@@ -210,7 +218,7 @@ class _BruteForceSampler(_StopOutsideOptimize, optuna.samplers.BruteForceSampler
 
 
 def require_scipy(sampler: str) -> None:
-    """Optuna's QMC sampler imports scipy, which the project does not depend on."""
+    """Optuna's QMC and GP samplers import scipy."""
     import importlib.util
 
     if importlib.util.find_spec("scipy") is None:

@@ -12,7 +12,7 @@ STARTER_SPEC = """\
 [study]
 name = "starter"                 # its name in the database (sweeps.db here)
 objectives = ["val_bpb"]         # validation bits per byte, comparable across vocabularies
-sampler = "tpe"                  # the default; random, qmc, grid, nsga2 also work
+sampler = "tpe"                  # the default; gp, random, qmc, grid, nsga2 also work
 pruner = "median"                # the default: stop a trial trailing the others' median
 n_trials = 6
 

@@ -99,7 +99,7 @@ class SamplerSpec:
     """Which Optuna sampler, with the few options worth exposing."""
 
     name: str
-    n_startup_trials: int | None = None  # tpe: random trials before the model kicks in
+    n_startup_trials: int | None = None  # tpe, gp: random trials before the model kicks in
     multivariate: bool = True  # tpe: model parameters jointly (with group=True for conditions)
     population_size: int | None = None  # nsga2
     qmc_type: str = "sobol"  # qmc: sobol or halton
@@ -107,8 +107,8 @@ class SamplerSpec:
 
     def __post_init__(self) -> None:
         check_choice(self, "name", SAMPLERS)
-        if self.name == "qmc" and importlib.util.find_spec("scipy") is None:
-            raise FieldError("name", "sampler 'qmc' needs scipy, which is not installed; "
+        if self.name in ("qmc", "gp") and importlib.util.find_spec("scipy") is None:
+            raise FieldError("name", f"sampler {self.name!r} needs scipy, which is not installed; "
                              "`pip install scipy`, or use sampler = \"random\" or \"tpe\"")
         _optional_int(self, "n_startup_trials", 0)
         check_bool(self, "multivariate")

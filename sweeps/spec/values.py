@@ -25,7 +25,7 @@ METRICS: dict[str, str] = {
     "flops": "minimize",
 }
 DIRECTIONS = ("minimize", "maximize")
-SAMPLERS = ("tpe", "nsga2", "random", "qmc", "grid", "bruteforce")
+SAMPLERS = ("tpe", "gp", "nsga2", "random", "qmc", "grid", "bruteforce")
 QMC_TYPES = ("sobol", "halton")
 PRUNERS = ("median", "successive_halving", "hyperband", "none")
 #: ``[study] objectives`` when the spec gives none.

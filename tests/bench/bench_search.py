@@ -27,17 +27,19 @@ worker), it accumulates:
   fidelity; a collapsed or diverged one has none).
 
 The reference is the unpruned TPE study of the same rep (``tpe``: 40 trials by default; it is
-always run). For each strategy it prints the fraction of the reference's trial-seconds (and
-FLOPs) spent when it first reached the reference's best value (or "not reached", with the gap in
-bpb it ended at), its best value within 10 %, 20 %, 40 % and 100 % of the reference's
-trial-seconds, and whether it met the project's target: "reach the best value of an unpruned
+always run). ``gp``, Optuna's Gaussian-process sampler unpruned, is a second reference: another
+model of the objective, measured against the first like every other strategy. For each strategy
+it prints the fraction of the reference's trial-seconds (and FLOPs) spent when it first reached
+the reference's best value (or "not reached", with the gap in bpb it ended at), its best value
+within 10 %, 20 %, 40 % and 100 % of the reference's trial-seconds, and whether it met the
+project's target: "reach the best value of an unpruned
 40-trial TPE study with at most 40 % of its trial-seconds". Per rep, then the mean over reps.
 
 Two workers by default (``--workers 2``), each trial on one thread of its own core
 (``SWEEPS_NUM_THREADS=1``), all from one fork server: measured on a 2-core Xeon, a full-length
 trial spends 1.4-5 s in its training loop and 2-6 s from launch to end (median ~3.5-4 s) with
-two running at once, a 20-trial study takes 36-44 s, and a full run (3 reps x 5 strategies x 40
-trials) about 20 minutes. One worker would double that. With two, TPE proposes while a trial
+two running at once, a 20-trial study takes 36-44 s, and a full run (3 reps x 8 strategies x 40
+trials) about 30 minutes. One worker would double that. With two, TPE proposes while a trial
 still runs (constant liar), the two workers' draws interleave and the median pruner compares
 against whatever has finished, so a rerun is close to, not exactly, the same; ``--workers 1``
 makes every study reproducible (trial order = number order; training is deterministic).
@@ -63,8 +65,11 @@ of 512 tokens, and the evaluations every min_tokens. A checkout without them ski
 
     .venv/bin/python tests/bench/bench_search.py [--reps 3] [--trials 40] [--workers 2]
         [--tokens 36864] [--strategies random,tpe,tpe+median,...] [--quick] [--json OUT]
+        [--keep DIR]
 
-``--quick``: one rep of 8 trials per strategy (a smoke run of about a minute).
+``--quick``: one rep of 8 trials per strategy (a smoke run of about a minute). ``--keep DIR``:
+work in ``DIR`` (new) and keep it, so that ``bench_verdicts.py`` can rerun the trials a verdict
+stopped (``--storage sqlite:///DIR/bench.db``, studies ``search-<strategy>-rep<r>``).
 """
 
 from __future__ import annotations
@@ -105,6 +110,8 @@ FIRST_RUNG = "<first rung>"
 STRATEGIES: tuple[tuple[str, str, dict[str, Any], int], ...] = (
     ("random", "random", {"name": "none"}, 1),
     ("tpe", "tpe", {"name": "none"}, 1),
+    # Optuna's Gaussian-process sampler, unpruned: a second reference, the other model family.
+    ("gp", "gp", {"name": "none"}, 1),
     ("tpe+median", "tpe", {"name": "median"}, 1),
     ("tpe+halving", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
                             "reduction_factor": 3}, 2),
@@ -420,6 +427,9 @@ def parse_args() -> argparse.Namespace:
                         help="the halving strategies' first rung: max_tokens / this (default 9)")
     parser.add_argument("--quick", action="store_true", help="one rep of 8 trials")
     parser.add_argument("--json", type=Path, default=None, help="write every trial record here")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="work in this new directory and keep it (the studies' database "
+                             "bench.db and run directories, for bench_verdicts)")
     args = parser.parse_args()
     args.reps = args.reps or (1 if args.quick else 3)
     args.trials = args.trials or (8 if args.quick else 40)
@@ -456,8 +466,11 @@ def main() -> None:
     by_rep: list[dict[str, dict[str, Any]]] = []
     corr: dict[str, list[list[tuple[int, float, int]]]] = {s[0]: [] for s in STRATEGIES}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="sweeps-bench-search-") as tmp:
-        work = Path(tmp)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True)  # a new directory: its studies must not resume old ones
+    with (contextlib.nullcontext(str(args.keep)) if args.keep is not None
+          else tempfile.TemporaryDirectory(prefix="sweeps-bench-search-")) as tmp:
+        work = Path(tmp).resolve()
         corpus = prepare_data(work)
         chosen = choose(args.strategies, corpus, budget)
         print(f"{len(chosen)} strategies x {args.reps} rep(s) x {args.trials} trials of "

@@ -192,6 +192,7 @@ def test_ablation_space(corpus_dir: Path) -> None:
     ("nsga2", optuna.samplers.NSGAIISampler),
     ("random", optuna.samplers.RandomSampler),
     ("qmc", optuna.samplers.QMCSampler),
+    ("gp", optuna.samplers.GPSampler),
 ])
 def test_make_sampler(corpus_dir: Path, sampler: str, kind: type) -> None:
     spec = make_spec(corpus_dir, sampler=sampler)
