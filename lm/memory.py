@@ -20,6 +20,10 @@ each computed by one function below:
   also the low-precision copies of every matmul weight that autocast makes and autograd saves;
   P x 4 gradients, freed after every optimizer step (``zero_grad(set_to_none)``), so live at
   the loss-backward peak only when ``grad_accum > 1``; AdamW's two fp32 states, 2 x P x 4.
+- ``read_branch`` (``_read_branch``): a run with cooldown reads (``cooldown_reads``,
+  ``lm.cooldown``) keeps a copy of its weights and AdamW's states, 3 x P x 4, while a read's
+  branch trains and is evaluated, so every moment recurs on top of it. The copy is on the host:
+  on the CPU it counts (a CPU trial's limit holds it); on CUDA it costs the device nothing.
 - activations saved for backward (``_block`` per layer, ``_activations`` over all layers;
   ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings`` (the
   first block's input), ``residual`` (block input and mid-block sum, + the final LayerNorm's
@@ -145,6 +149,7 @@ TERM_ORDER = (
     "weights",
     "grads",
     "optimizer",
+    "read_branch",
     "embeddings",
     "residual",
     "norms",
@@ -305,8 +310,12 @@ def estimate(
         allocator = _cpu_allocator(moments, allocated)
     data = _data(cfg, s, counts.train_tokens if counts is not None else None, windows)
     overhead = _overhead(cfg, s.cuda, threads, launcher)
-    at.update(data=data.bytes, allocator=allocator.bytes, overhead=overhead.bytes)
+    branch = _read_branch(cfg, s, static)
+    allocated += branch
+    at.update(read_branch=branch, data=data.bytes, allocator=allocator.bytes,
+              overhead=overhead.bytes)
     sizes = {"weights": static.weights, "grads": static.grads, "optimizer": static.optimizer,
+             "read_branch": branch,
              **acts._asdict(), "logits": head.logits, "cross_entropy": head.cross_entropy,
              "evaluation": evaluation.bytes, "data": data.bytes,
              "allocator": allocator.bytes, "overhead": overhead.bytes}
@@ -381,6 +390,14 @@ class _Static(NamedTuple):
     params: int  # P
     matmul_params: int
     max_param: int  # bytes of the largest parameter tensor (heap or mmap on the CPU)
+
+
+def _read_branch(cfg: TrainConfig, s: _Shape, static: _Static) -> int:
+    """The host copy of the weights and AdamW's states a cooldown read keeps (``lm.snapshot``):
+    on the CPU it is the child's memory; on CUDA none of the device's."""
+    if not cfg.cooldown_reads or s.cuda:
+        return 0
+    return 3 * static.params * 4
 
 
 def _weights_and_optimizer(s: _Shape, params: int) -> _Static:
@@ -677,6 +694,8 @@ def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluati
                     {"P": static.params, "L": L, "T": T, "matmul_params": static.matmul_params}),
         "grads": ("P x 4", {"P": static.params}),
         "optimizer": ("2 x P x 4", {"P": static.params}),
+        "read_branch": ("3 x P x 4 with cooldown reads on the CPU, else 0 (a host copy)",
+                        {"P": static.params}),
         "embeddings": ("B x T x C x 4" + (" x 2 (dropout)" if s.dropout else ""),
                        {"B": B, "T": T, "C": C}),
         "residual": ("(L + 1) x B x T x C x 4" if ck else "(2L + 1) x B x T x C x 4",

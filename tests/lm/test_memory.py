@@ -41,6 +41,19 @@ def test_bf16_logits_are_the_low_precision_copy_plus_the_fp32_upcast() -> None:
     assert est.term("logits").bytes == 16 * 128 * 4096 * (2 + 4)
 
 
+def test_cooldown_reads_add_the_host_copy_of_weights_and_adamw_on_the_cpu_only() -> None:
+    plain = cfg_of(lr_schedule="wsd", max_tokens=1_000_000)
+    reads = cfg_of(lr_schedule="wsd", max_tokens=1_000_000, cooldown_reads=[100_000, 300_000])
+    params = param_breakdown(plain.model_config())["total"]
+    cpu = estimate(reads, "cpu")
+    assert cpu.term("read_branch").bytes == cpu.term("read_branch").at_peak == 3 * params * 4
+    assert cpu.total - estimate(plain, "cpu").total == 3 * params * 4
+    assert estimate(plain, "cpu").term("read_branch").bytes == 0
+    # On CUDA the copy is on the host: the device's estimate does not move.
+    assert estimate(reads, "cuda").term("read_branch").bytes == 0
+    assert estimate(reads, "cuda").total == estimate(plain, "cuda").total
+
+
 def test_naive_scores_grow_with_t_squared_and_sdpa_has_no_t_squared_term() -> None:
     def scores(attention: str, t: int) -> int:
         return estimate(cfg_of(attention=attention, seq_len=t), "cpu").term(
