@@ -249,3 +249,28 @@ def test_measured_peak_within_20_percent(point: dict, memory_corpus: Path, tmp_p
     assert result["outcome"] == "complete", (result["reason"], proc.stderr[-500:])
     ratio = est.total / result["peak_mem_bytes"]
     assert 0.8 <= ratio <= 1.2, (ratio, est.total, result["peak_mem_bytes"], est.peak_moment)
+
+
+def test_measured_cooldown_reads_cost_the_predicted_copy(memory_corpus: Path,
+                                                         tmp_path: Path) -> None:
+    """Ground truth for ``read_branch``: the same run with and without reads, measured."""
+    b, t = 4, 64
+    base = {"corpus": str(memory_corpus), "device": "cpu", "tokenizer": "byte",
+            "vocab_size": 260, "d_model": 512, "n_heads": 4, "d_ff": 2048, "n_layers": 2,
+            "seq_len": t, "batch_size": b, "max_tokens": 8 * b * t, "eval_every_tokens": 10**12,
+            "eval_tokens": b * t, "warmup_tokens": 0, "sample_tokens": 2, "lr_schedule": "wsd"}
+    peaks, predicted = {}, 0
+    for name, extra in (("plain", {}), ("reads", {"cooldown_reads": [2 * b * t, 4 * b * t]})):
+        cfg = TrainConfig.from_dict({**base, **extra})
+        predicted = max(predicted, estimate(cfg, "cpu").term("read_branch").bytes)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg.to_dict()))
+        subprocess.run([sys.executable, "-m", "lm.train", str(tmp_path / name)], cwd=REPO,
+                       env={**os.environ, "SWEEPS_NUM_THREADS": "1"}, capture_output=True,
+                       timeout=300, check=True)
+        result = json.loads((tmp_path / name / "result.json").read_text())
+        assert result["outcome"] == "complete", result["reason"]
+        peaks[name] = result["peak_mem_bytes"]
+    # 6.5M parameters: a 78 MB copy, far above the few MiB runs of one config differ by.
+    assert predicted > 70e6
+    assert 0.8 <= (peaks["reads"] - peaks["plain"]) / predicted <= 1.2, (peaks, predicted)
