@@ -16,6 +16,11 @@ have reached, against what the reruns showed. That is the table the defaults are
 
     SWEEPS_STORAGE=sqlite:///data/studies.db python tests/bench/bench_verdicts.py collapse \
         [--longer 4] [--runs-dir runs] [--out runs/bench-verdicts]
+    python tests/bench/bench_verdicts.py 'search-tpe-rep*' --storage sqlite:///KEPT/bench.db
+
+Studies are named or given as shell patterns (``search-*``: the studies ``bench_search.py
+--keep KEPT`` kept). A run of the benchmark's ``search-*`` studies reruns many small trials
+(2 to 20 s each here).
 
 Needs the studies' run directories (``trials/<n>/metrics.jsonl``, where the verdict's evaluation
 is) and their database. One rerun at a time, one thread (``SWEEPS_NUM_THREADS=1``); on the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import json
 import os
 import subprocess
@@ -170,7 +176,12 @@ def main() -> None:
     a = p.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = resolve_storage_url(a.storage, None)
-    found = [s for name in a.studies
+    names = optuna.get_all_study_names(open_storage(url))
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in a.studies)]
+    missing = [p for p in a.studies if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if missing:
+        raise SystemExit(f"no study matches {', '.join(missing)} in {url}")
+    found = [s for name in sorted(chosen)
              for s in stopped_trials(url, name, a.runs_dir, a.longer, a.out)]
     report(found, a.gaps)
 
