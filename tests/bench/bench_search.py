@@ -69,7 +69,13 @@ of 512 tokens, and the evaluations every min_tokens. A checkout without them ski
 
 ``--quick``: one rep of 8 trials per strategy (a smoke run of about a minute). ``--keep DIR``:
 work in ``DIR`` (new) and keep it, so that ``bench_verdicts.py`` can rerun the trials a verdict
-stopped (``--storage sqlite:///DIR/bench.db``, studies ``search-<strategy>-rep<r>``).
+stopped (``--storage sqlite:///DIR/bench.db``, studies ``search-<strategy>-rep<r>``), and
+``--reread DIR`` (with the run's ``--tokens``) prints its rank correlations again.
+
+Where the trials took cooldown reads, the correlation line also gives the same trials' loss as
+it was at the rung (under WSD, at the stable rate) and a 95 % bootstrap interval
+(``scipy.stats.bootstrap``, paired) of the difference: the read against no read, on the same
+trials, which two studies' correlations cannot separate from what each sampler drew.
 """
 
 from __future__ import annotations
@@ -193,9 +199,8 @@ def spec_for(strategy: tuple[str, str, dict[str, Any], int], rep: int, corpus: P
              trials: int, budget: Budget) -> StudySpec:
     name, sampler, pruner, factor = strategy
     trials *= factor
-    study_name = f"search-{name.replace('+', '-')}-rep{rep}"
     return read_spec({
-        "study": {"name": study_name, "sampler": sampler, "seed": SEED_BASE + rep,
+        "study": {"name": study_name(name, rep), "sampler": sampler, "seed": SEED_BASE + rep,
                   "pruner": pruner_table(pruner, budget), "n_trials": trials},
         "corpus": {"dir": str(corpus)},
         "fixed": {**FIXED, "seed": rep, "max_tokens": budget.max_tokens,
@@ -273,16 +278,17 @@ def records(trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int,
     return out
 
 
-def rung_read(trial: optuna.trial.FrozenTrial, rung: int) -> float | None:
-    """The trial's val_bpb read at ``rung``: its cooldown read there when it took one, else the
-    loss as it was (interpolated in log-tokens between the evaluations either side, as the
-    halving pruner reads it)."""
+def rung_read(trial: optuna.trial.FrozenTrial, rung: int, *,
+              cooldown: bool = True) -> float | None:
+    """The trial's val_bpb read at ``rung``: its cooldown read there when it took one (and
+    ``cooldown``), else the loss as it was (interpolated in log-tokens between the evaluations
+    either side, as the halving pruner reads it)."""
     path = Path(trial.user_attrs.get("run_dir", "")) / "metrics.jsonl"
     if not path.is_file():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     reads = [r for r in rows if r.get("read") == "cooldown" and r["tokens"] >= rung]
-    if reads:
+    if reads and cooldown:
         return float(reads[0]["val_bpb"])
     plain = [r for r in rows if "read" not in r]
     for before, row in zip([None, *plain], plain, strict=False):
@@ -291,19 +297,57 @@ def rung_read(trial: optuna.trial.FrozenTrial, rung: int) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class RankCorrelation:
+    """Spearman's rho between the value read at a rung and the end val_bpb, over ``n`` trials
+    that completed; where the trials took cooldown reads, also the rho of the same trials' loss
+    as it was at the rung (under WSD: at the stable rate) and a 95 % bootstrap interval of the
+    difference (paired: the same trials resampled for both)."""
+
+    rung: int
+    rho: float
+    n: int
+    plain: float | None = None
+    diff_ci: tuple[float, float] | None = None
+
+    def text(self) -> str:
+        out = f"rung {self.rung:,}: {self.rho:+.2f}"
+        if self.plain is not None and self.diff_ci is not None:
+            lo, hi = self.diff_ci
+            out += (f" (as it was {self.plain:+.2f}; difference {self.rho - self.plain:+.2f}, "
+                    f"95% CI {lo:+.2f} .. {hi:+.2f})")
+        return out + f" (n {self.n})"
+
+
 def rank_correlations(trials: list[optuna.trial.FrozenTrial],
-                      budget: Budget) -> list[tuple[int, float, int]]:
-    """(rung, Spearman's rho between the value read at the rung and the end val_bpb, n) over
-    the trials that completed their budget."""
+                      budget: Budget) -> list[RankCorrelation]:
+    """Per rung, what the value read there predicts of the end, over the trials that completed
+    their budget (``RankCorrelation``)."""
     out = []
     done = [t for t in trials if t.user_attrs.get("outcome") == outcomes.COMPLETE
             and isinstance(t.user_attrs.get("val_bpb"), float)]
+    reads = bool(done) and any(t.user_attrs.get("config", {}).get("cooldown_reads")
+                               for t in done)
     for rung in budget.rungs():
-        pairs = [(v, t.user_attrs["val_bpb"]) for t in done
-                 if (v := rung_read(t, rung)) is not None]
-        if len(pairs) >= 3:
-            rho = stats.spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic
-            out.append((rung, float(rho), len(pairs)))
+        triples = [(v, p, t.user_attrs["val_bpb"]) for t in done
+                   if (v := rung_read(t, rung)) is not None
+                   and (p := rung_read(t, rung, cooldown=False)) is not None]
+        if len(triples) < 3:
+            continue
+        read, plain, end = ([x[i] for x in triples] for i in range(3))
+        rho = float(stats.spearmanr(read, end).statistic)
+        if not reads or read == plain:
+            out.append(RankCorrelation(rung, rho, len(triples)))
+            continue
+
+        def gain(a: Any, b: Any, c: Any) -> float:
+            return float(stats.spearmanr(a, c).statistic - stats.spearmanr(b, c).statistic)
+
+        ci = stats.bootstrap((read, plain, end), gain, paired=True, vectorized=False,
+                             n_resamples=2000, random_state=0).confidence_interval
+        out.append(RankCorrelation(rung, rho, len(triples),
+                                   float(stats.spearmanr(plain, end).statistic),
+                                   (float(ci.low), float(ci.high))))
     return out
 
 
@@ -401,18 +445,17 @@ def print_summary(by_rep: list[dict[str, dict[str, Any]]]) -> None:
               f"{per_trial:>12}  {reached:<30}         {at}   {met:<10}   {shown}")
 
 
-def print_correlations(corr: dict[str, list[list[tuple[int, float, int]]]]) -> None:
+def print_correlations(corr: dict[str, list[list[RankCorrelation]]]) -> None:
     """What a rung read predicts: Spearman's rho between each rung's value and the end, over
-    the trials that completed (in a halving study only the promoted ones: a narrower range)."""
+    the trials that completed (in a halving study only the promoted ones: a narrower range).
+    Under cooldown reads, beside it the same trials' loss as it was at the rung."""
     print("\nrank correlation of the value read at a rung with the end val_bpb (Spearman's rho, "
-          "completed trials; per rep)")
+          "completed trials; one line per rep)")
     for name, reps in corr.items():
-        if not reps:
-            continue
-        cells = "; ".join(", ".join(f"rung {r:,}: {rho:+.2f} (n {n})" for r, rho, n in rep)
-                          or "-" for rep in reps)
         read = "cooldown" if name in FIXED_OF else "cosine, as it is"
-        print(f"  {name:<14} [{read}] {cells}")
+        for rep, rows in enumerate(reps):
+            cells = ", ".join(c.text() for c in rows) or "-"
+            print(f"  {name:<14} rep {rep} [{read}] {cells}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -427,6 +470,9 @@ def parse_args() -> argparse.Namespace:
                         help="the halving strategies' first rung: max_tokens / this (default 9)")
     parser.add_argument("--quick", action="store_true", help="one rep of 8 trials")
     parser.add_argument("--json", type=Path, default=None, help="write every trial record here")
+    parser.add_argument("--reread", type=Path, default=None,
+                        help="run nothing: print the rank correlations of the studies a run "
+                             "with --keep kept in this directory (give its --tokens)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="work in this new directory and keep it (the studies' database "
                              "bench.db and run directories, for bench_verdicts)")
@@ -456,15 +502,39 @@ def prepare_data(work: Path) -> Path:
     return corpus
 
 
+def study_name(strategy: str, rep: int) -> str:
+    return f"search-{strategy.replace('+', '-')}-rep{rep}"
+
+
+def reread(kept: Path, budget: Budget) -> None:
+    """The rank correlations of a kept run's studies (``--reread``), from its database."""
+    storage = st.open_storage(f"sqlite:///{kept.resolve() / 'bench.db'}")
+    names = set(optuna.get_all_study_names(storage))
+    corr: dict[str, list[list[RankCorrelation]]] = {}
+    for strategy, *_ in STRATEGIES:
+        rep = 0
+        while study_name(strategy, rep) in names:
+            study = optuna.load_study(study_name=study_name(strategy, rep), storage=storage)
+            trials = [t for t in study.get_trials(deepcopy=False) if t.state in wk.FINISHED]
+            corr.setdefault(strategy, []).append(rank_correlations(trials, budget))
+            rep += 1
+    if not corr:
+        sys.exit(f"{kept}: no study of this benchmark in {kept / 'bench.db'}")
+    print_correlations(corr)
+
+
 def main() -> None:
     args = parse_args()
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.reread is not None:
+        reread(args.reread, Budget.of(args.tokens, args.first_rung))
+        return
     os.environ.setdefault("SWEEPS_NUM_THREADS", "1")
     budget = Budget.of(args.tokens, args.first_rung)
     all_records: list[dict[str, Any]] = []
     by_rep: list[dict[str, dict[str, Any]]] = []
-    corr: dict[str, list[list[tuple[int, float, int]]]] = {s[0]: [] for s in STRATEGIES}
+    corr: dict[str, list[list[RankCorrelation]]] = {s[0]: [] for s in STRATEGIES}
     started = time.perf_counter()
     if args.keep is not None:
         args.keep.mkdir(parents=True)  # a new directory: its studies must not resume old ones
