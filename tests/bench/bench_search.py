@@ -38,8 +38,8 @@ project's target: "reach the best value of an unpruned
 Two workers by default (``--workers 2``), each trial on one thread of its own core
 (``SWEEPS_NUM_THREADS=1``), all from one fork server: measured on a 2-core Xeon, a full-length
 trial spends 1.4-5 s in its training loop and 2-6 s from launch to end (median ~3.5-4 s) with
-two running at once, a 20-trial study takes 36-44 s, and a full run (3 reps x 8 strategies x 40
-trials) about 30 minutes. One worker would double that. With two, TPE proposes while a trial
+two running at once, a 20-trial study takes 36-44 s, and a full run (3 reps x 9 strategies x 40
+trials) about 25 minutes. One worker would double that. With two, TPE proposes while a trial
 still runs (constant liar), the two workers' draws interleave and the median pruner compares
 against whatever has finished, so a rerun is close to, not exactly, the same; ``--workers 1``
 makes every study reproducible (trial order = number order; training is deterministic).
@@ -48,14 +48,15 @@ first 10 trials are random sampling with that seed, so the strategies of a rep s
 same configurations (with two workers, up to the interleaving) and differ by what they do next.
 For the reference's own row, "reached" is when it found its best.
 
-Two strategies use the WSD schedule (warm-up, stable, decay) instead of cosine:
-``tpe+halving+cd`` is successive halving whose rungs are read after a cooldown branched from
-them (``read = "cooldown"``), and ``tpe-wsd-reads`` is unpruned TPE with a cooldown read at
-every rung (its reads cost compute and are charged; nothing is stopped): the reference's twin,
-so that what a cooldown read predicts is measured over every trial, as a cosine mid-run read is
-over the reference's. After the tables, Spearman's rank correlation between the value read at
-each rung and the end val_bpb, over each study's completed trials (in a halving study only the
-promoted ones, a narrower range that says less).
+Three strategies use the WSD schedule (warm-up, stable, decay) instead of cosine:
+``tpe+halving+wsd`` is successive halving with its rungs read as they are (at the stable rate),
+``tpe+halving+cd`` the same whose rungs are read after a cooldown branched from them (``read =
+"cooldown"``): the pair separates the read from the schedule; and ``tpe-wsd-reads`` is unpruned
+TPE with a cooldown read at every rung (its reads cost compute and are charged; nothing is
+stopped): the reference's twin, so that what a cooldown read predicts is measured over every
+trial, as a cosine mid-run read is over the reference's. After the tables, Spearman's rank
+correlation between the value read at each rung and the end val_bpb, over each study's completed
+trials (in a halving study only the promoted ones, a narrower range that says less).
 
 The halving strategies use the token-based pruners (``min_tokens``, ``reduction_factor``):
 rungs at min_tokens x 3**k below max_tokens, min_tokens = max_tokens / 9 (``--first-rung 9``:
@@ -123,6 +124,9 @@ STRATEGIES: tuple[tuple[str, str, dict[str, Any], int], ...] = (
                             "reduction_factor": 3}, 2),
     ("tpe+hyperband", "tpe", {"name": "hyperband", "min_tokens": FIRST_RUNG,
                               "reduction_factor": 3}, 2),
+    # Halving under WSD with its rungs read as they are: the schedule without the read.
+    ("tpe+halving+wsd", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
+                                "reduction_factor": 3}, 2),
     # Halving whose rungs are read after a cooldown branched from them (WSD schedule).
     ("tpe+halving+cd", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
                                "reduction_factor": 3, "read": "cooldown"}, 2),
@@ -133,6 +137,7 @@ STRATEGIES: tuple[tuple[str, str, dict[str, Any], int], ...] = (
 #: [fixed] keys a strategy adds: the WSD schedule, and reads placed at the rungs (``RUNGS``).
 RUNGS = "<rungs>"
 FIXED_OF: dict[str, dict[str, Any]] = {
+    "tpe+halving+wsd": {"lr_schedule": "wsd"},
     "tpe+halving+cd": {"lr_schedule": "wsd"},
     "tpe-wsd-reads": {"lr_schedule": "wsd", "cooldown_reads": RUNGS},
 }
@@ -452,7 +457,8 @@ def print_correlations(corr: dict[str, list[list[RankCorrelation]]]) -> None:
     print("\nrank correlation of the value read at a rung with the end val_bpb (Spearman's rho, "
           "completed trials; one line per rep)")
     for name, reps in corr.items():
-        read = "cooldown" if name in FIXED_OF else "cosine, as it is"
+        read = ("cooldown" if any(c.plain is not None for rows in reps for c in rows)
+                else f"{FIXED_OF.get(name, {}).get('lr_schedule', 'cosine')}, as it is")
         for rep, rows in enumerate(reps):
             cells = ", ".join(c.text() for c in rows) or "-"
             print(f"  {name:<14} rep {rep} [{read}] {cells}")
