@@ -167,8 +167,10 @@ def make_sampler(spec: StudySpec,
                 constraints_func=constraints_func,
             )
         if s.name == "gp":
-            # Gaussian-process Bayesian optimisation (torch and scipy): fits few trials well;
-            # it has no constant liar, so parallel workers can propose neighbouring points.
+            # Gaussian-process Bayesian optimisation (torch and scipy). It models the completed
+            # trials (and the running ones, so parallel workers spread out) and nothing else: a
+            # trial the verdicts or a pruner stopped is invisible to it, so it can propose the
+            # same failing region again (measured: studies/README.md, search efficiency).
             require_scipy("gp")
             return optuna.samplers.GPSampler(
                 seed=seed,
