@@ -71,13 +71,16 @@ of 512 tokens, and the evaluations every min_tokens. A checkout without them ski
 ``--quick``: one rep of 8 trials per strategy (a smoke run of about a minute). ``--keep DIR``:
 work in ``DIR`` (new) and keep it, so that ``bench_verdicts.py`` can rerun the trials a verdict
 stopped (``--storage sqlite:///DIR/bench.db``, studies ``search-<strategy>-rep<r>``), and
-``--reread DIR`` (with the run's ``--tokens``) prints its rank correlations again.
+``--reread DIR`` (with the run's ``--tokens``) prints its rank correlations (and the schedule
+pairs below) again.
 
 Where the trials took cooldown reads, the correlation line also gives the same trials' loss as
 it was at the rung (under WSD, at the stable rate) and a 95 % bootstrap interval
 (``scipy.stats.bootstrap``, paired) of the difference: the read against no read, on the same
-trials, which two studies' correlations cannot separate from what each sampler drew.
-"""
+trials, which two studies' correlations cannot separate from what each sampler drew. Last, the
+schedule alone: the reference's and ``tpe-wsd-reads``' trials with the same parameters in a rep
+(the seeded startup draws, and later ones where TPE agreed) are one configuration and seed
+trained under cosine and under WSD; their paired end values (Wilcoxon's signed-rank test). """
 
 from __future__ import annotations
 
@@ -464,6 +467,30 @@ def print_correlations(corr: dict[str, list[list[RankCorrelation]]]) -> None:
             print(f"  {name:<14} rep {rep} [{read}] {cells}")
 
 
+def print_schedule_pairs(recs: list[dict[str, Any]]) -> None:
+    """The schedule alone: trials of the reference (cosine) and of its WSD twin
+    (``tpe-wsd-reads``, whose reads do not change how a trial ends) with the same parameters in
+    the same rep (the seeded startup draws, and TPE's where they agree) are the same
+    configuration and seed trained under the two schedules. Their end val_bpb, paired
+    (Wilcoxon's signed-rank test)."""
+    twin = "tpe-wsd-reads"
+
+    def key(r: dict[str, Any]) -> str:
+        return json.dumps([r["rep"], r["params"]], sort_keys=True)
+
+    cosine = {key(r): r for r in recs if r["strategy"] == REFERENCE
+              and r["outcome"] == outcomes.COMPLETE}
+    diffs = [r["val_bpb"] - cosine[key(r)]["val_bpb"] for r in recs
+             if r["strategy"] == twin and r["outcome"] == outcomes.COMPLETE and key(r) in cosine]
+    if len(diffs) < 6:
+        return
+    test = stats.wilcoxon(diffs)
+    print(f"\nthe same configuration and seed under WSD and under cosine ({twin} against "
+          f"{REFERENCE}, {len(diffs)} pairs): WSD ends lower in {sum(d < 0 for d in diffs)}; "
+          f"median difference {statistics.median(diffs):+.4f} bpb (range {min(diffs):+.4f} .. "
+          f"{max(diffs):+.4f}); Wilcoxon p = {test.pvalue:.2g}")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
@@ -517,16 +544,19 @@ def reread(kept: Path, budget: Budget) -> None:
     storage = st.open_storage(f"sqlite:///{kept.resolve() / 'bench.db'}")
     names = set(optuna.get_all_study_names(storage))
     corr: dict[str, list[list[RankCorrelation]]] = {}
+    recs: list[dict[str, Any]] = []
     for strategy, *_ in STRATEGIES:
         rep = 0
         while study_name(strategy, rep) in names:
             study = optuna.load_study(study_name=study_name(strategy, rep), storage=storage)
             trials = [t for t in study.get_trials(deepcopy=False) if t.state in wk.FINISHED]
             corr.setdefault(strategy, []).append(rank_correlations(trials, budget))
+            recs += records(trials, strategy, rep, workers=2)
             rep += 1
     if not corr:
         sys.exit(f"{kept}: no study of this benchmark in {kept / 'bench.db'}")
     print_correlations(corr)
+    print_schedule_pairs(recs)
 
 
 def main() -> None:
@@ -572,6 +602,7 @@ def main() -> None:
                 launcher.close()
     print_summary(by_rep)
     print_correlations(corr)
+    print_schedule_pairs(all_records)
     print(f"\ntotal wall {time.perf_counter() - started:.0f} s")
     if args.json is not None:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
