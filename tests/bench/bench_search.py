@@ -80,7 +80,8 @@ it was at the rung (under WSD, at the stable rate) and a 95 % bootstrap interval
 trials, which two studies' correlations cannot separate from what each sampler drew. Last, the
 schedule alone: the reference's and ``tpe-wsd-reads``' trials with the same parameters in a rep
 (the seeded startup draws, and later ones where TPE agreed) are one configuration and seed
-trained under cosine and under WSD; their paired end values (Wilcoxon's signed-rank test). """
+trained under cosine and under WSD; their paired end values (Wilcoxon's signed-rank test).
+"""
 
 from __future__ import annotations
 
@@ -286,15 +287,18 @@ def records(trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int,
     return out
 
 
-def rung_read(trial: optuna.trial.FrozenTrial, rung: int, *,
-              cooldown: bool = True) -> float | None:
-    """The trial's val_bpb read at ``rung``: its cooldown read there when it took one (and
-    ``cooldown``), else the loss as it was (interpolated in log-tokens between the evaluations
-    either side, as the halving pruner reads it)."""
+def metrics_rows(trial: optuna.trial.FrozenTrial) -> list[dict[str, Any]] | None:
+    """The trial's ``metrics.jsonl`` rows (None when its run directory has none)."""
     path = Path(trial.user_attrs.get("run_dir", "")) / "metrics.jsonl"
     if not path.is_file():
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rung_read(rows: list[dict[str, Any]], rung: int, *, cooldown: bool = True) -> float | None:
+    """A trial's val_bpb read at ``rung`` from its ``metrics.jsonl`` ``rows``: its cooldown read
+    there when it took one (and ``cooldown``), else the loss as it was (interpolated in
+    log-tokens between the evaluations either side, as the halving pruner reads it)."""
     reads = [r for r in rows if r.get("read") == "cooldown" and r["tokens"] >= rung]
     if reads and cooldown:
         return float(reads[0]["val_bpb"])
@@ -332,19 +336,19 @@ def rank_correlations(trials: list[optuna.trial.FrozenTrial],
     """Per rung, what the value read there predicts of the end, over the trials that completed
     their budget (``RankCorrelation``)."""
     out = []
-    done = [t for t in trials if t.user_attrs.get("outcome") == outcomes.COMPLETE
-            and isinstance(t.user_attrs.get("val_bpb"), float)]
-    reads = bool(done) and any(t.user_attrs.get("config", {}).get("cooldown_reads")
-                               for t in done)
+    done = [(rows, t.user_attrs["val_bpb"]) for t in trials
+            if t.user_attrs.get("outcome") == outcomes.COMPLETE
+            and isinstance(t.user_attrs.get("val_bpb"), float)
+            and (rows := metrics_rows(t)) is not None]
     for rung in budget.rungs():
-        triples = [(v, p, t.user_attrs["val_bpb"]) for t in done
-                   if (v := rung_read(t, rung)) is not None
-                   and (p := rung_read(t, rung, cooldown=False)) is not None]
+        triples = [(v, p, end) for rows, end in done
+                   if (v := rung_read(rows, rung)) is not None
+                   and (p := rung_read(rows, rung, cooldown=False)) is not None]
         if len(triples) < 3:
             continue
         read, plain, end = ([x[i] for x in triples] for i in range(3))
         rho = float(stats.spearmanr(read, end).statistic)
-        if not reads or read == plain:
+        if read == plain:  # no cooldown reads: nothing to compare
             out.append(RankCorrelation(rung, rho, len(triples)))
             continue
 

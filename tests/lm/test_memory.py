@@ -226,6 +226,19 @@ MEASURED = [
 ]
 
 
+def train_child(cfg: TrainConfig, out: Path, threads: int) -> dict:
+    """``python -m lm.train`` on ``cfg`` in ``out``; its ``result.json`` (stderr's tail under
+    ``"stderr"``), which must say ``complete``."""
+    out.mkdir(exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict()))
+    proc = subprocess.run([sys.executable, "-m", "lm.train", str(out)], cwd=REPO,
+                          env={**os.environ, "SWEEPS_NUM_THREADS": str(threads)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    result = json.loads((out / "result.json").read_text())
+    assert result["outcome"] == "complete", (result["reason"], proc.stderr[-500:])
+    return result
+
+
 @pytest.mark.parametrize("point", MEASURED, ids=["small", "naive-T1024", "bf16-logits"])
 def test_measured_peak_within_20_percent(point: dict, memory_corpus: Path, tmp_path: Path) -> None:
     from sweeps.preflight import cpu_child_limit
@@ -241,12 +254,7 @@ def test_measured_peak_within_20_percent(point: dict, memory_corpus: Path, tmp_p
     # Under the limit the runner gives a trial whose budget is exactly its prediction.
     limited = dataclasses.replace(cfg, cpu_memory_limit_bytes=cpu_child_limit(est.total,
                                                                               est.total))
-    (tmp_path / "config.json").write_text(json.dumps(limited.to_dict()))
-    proc = subprocess.run([sys.executable, "-m", "lm.train", str(tmp_path)], cwd=REPO,
-                          env={**os.environ, "SWEEPS_NUM_THREADS": "2"}, capture_output=True,
-                          text=True, timeout=300, check=False)
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["outcome"] == "complete", (result["reason"], proc.stderr[-500:])
+    result = train_child(limited, tmp_path, threads=2)
     ratio = est.total / result["peak_mem_bytes"]
     assert 0.8 <= ratio <= 1.2, (ratio, est.total, result["peak_mem_bytes"], est.peak_moment)
 
@@ -263,14 +271,7 @@ def test_measured_cooldown_reads_cost_the_predicted_copy(memory_corpus: Path,
     for name, extra in (("plain", {}), ("reads", {"cooldown_reads": [2 * b * t, 4 * b * t]})):
         cfg = TrainConfig.from_dict({**base, **extra})
         predicted = max(predicted, estimate(cfg, "cpu").term("read_branch").bytes)
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(cfg.to_dict()))
-        subprocess.run([sys.executable, "-m", "lm.train", str(tmp_path / name)], cwd=REPO,
-                       env={**os.environ, "SWEEPS_NUM_THREADS": "1"}, capture_output=True,
-                       timeout=300, check=True)
-        result = json.loads((tmp_path / name / "result.json").read_text())
-        assert result["outcome"] == "complete", result["reason"]
-        peaks[name] = result["peak_mem_bytes"]
+        peaks[name] = train_child(cfg, tmp_path / name, threads=1)["peak_mem_bytes"]
     # 6.5M parameters: a 78 MB copy, far above the few MiB runs of one config differ by.
     assert predicted > 70e6
     assert 0.8 <= (peaks["reads"] - peaks["plain"]) / predicted <= 1.2, (peaks, predicted)
