@@ -41,6 +41,7 @@ class Branchable(Protocol):
 
     cfg: TrainConfig
     tokens: int
+    lr_sum: float
 
     def take(self) -> dict[str, Any]:
         """The trainable state, copied (``lm.snapshot.Trainables.take(copy=True)``)."""
@@ -64,16 +65,18 @@ def read(run: Branchable) -> dict[str, Any]:
     saved = run.take()
     global_rngs = random.getstate(), np.random.get_state()
     tokens, loss_sum, steps = start, 0.0, 0
+    lr_sum = run.lr_sum  # the branch's, added to the run's as the WSD run's would be
     lr = schedule.cooldown_lr(start, start, span, cfg)
     # No try/finally: a branch that fails (diverges, runs out of memory, is interrupted) ends
     # the run, whose state is then not trained on again.
     while tokens < start + span:
         lr = schedule.cooldown_lr(tokens, start, span, cfg)
         loss_sum += run.optimizer_step(lr, steps + 1)
+        lr_sum += lr
         steps += 1
         tokens += cfg.tokens_per_step
     row = run.measure(lr, loss_sum / steps if steps else math.nan)
     run.put(saved)
     random.setstate(global_rngs[0])
     np.random.set_state(global_rngs[1])
-    return {**row, "read": READ_COOLDOWN, "cooldown_tokens": tokens - start}
+    return {**row, "lr_sum": lr_sum, "read": READ_COOLDOWN, "cooldown_tokens": tokens - start}

@@ -70,6 +70,7 @@ METRIC_TYPES: dict[str, type] = {
     "step": int,
     "tokens": int,
     "lr": float,
+    "lr_sum": float,
     "train_loss": float,
     "val_loss": float,
     "val_bpb": float,

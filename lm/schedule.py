@@ -13,6 +13,11 @@ schedule without training.
 A **cooldown read** at ``p`` tokens (``lm.cooldown``) decays over ``c = cooldown_tokens(cfg,
 p)`` tokens from ``p``: ``cooldown_lr`` is, step for step, the rate of a WSD run with
 ``max_tokens = p + c`` whose decay covers its last ``c`` tokens, so the read measures that run.
+
+**How far the weights could have moved** (``lr_sum``): AdamW moves each weight by about ``lr``
+at most per step (its update is ``lr`` times a ratio of gradient moments near 1 or below), so the
+learning rate summed over the steps taken bounds how far training can have taken a weight from
+its initial value. The verdicts on predictions (``sweeps.verdicts``) wait for it, as for steps.
 """
 
 from __future__ import annotations
@@ -36,6 +41,18 @@ def lr_at(tokens: int, cfg: TrainConfig) -> float:
     progress = min((tokens - cfg.warmup_tokens) / span, 1.0)
     low = cfg.lr * MIN_LR_FRACTION
     return low + 0.5 * (cfg.lr - low) * (1.0 + math.cos(math.pi * progress))
+
+
+def lr_sum(tokens: int, cfg: TrainConfig, *, stop_at: float | None = None) -> float:
+    """The learning rate summed over the optimizer steps that train the first ``tokens`` tokens
+    (the steps that start before ``tokens``). With ``stop_at``, the sum as soon as it reaches
+    that value (a bound is all a caller needs; a long run's full sum takes a pass per step)."""
+    total, step = 0.0, cfg.tokens_per_step
+    for start in range(0, int(tokens), step):
+        total += lr_at(start, cfg)
+        if stop_at is not None and total >= stop_at:
+            break
+    return total
 
 
 def cooldown_lr(tokens: int, start: int, span: int, cfg: TrainConfig) -> float:

@@ -67,7 +67,7 @@ from lm.runtime import (
     resolve_device,
     signals_interrupt,
 )
-from lm.schedule import lr_at, read_points
+from lm.schedule import lr_at, lr_sum, read_points
 from lm.snapshot import Trainables, load_resume, on_host, save_atomic
 
 Progress = Callable[[int, int], None]
@@ -433,6 +433,8 @@ class _RunState:
         self.checkpoint_tokens = 0
         self.cooldown_tokens_total = 0
         self.n_reads = 0
+        #: The learning rate summed over the steps taken (``lm.schedule.lr_sum``).
+        self.lr_sum = 0.0
 
     def where(self) -> str:
         return f"step {self.step} ({self.tokens:,} tokens)"
@@ -487,6 +489,7 @@ class _RunState:
         self.cooldown_tokens_total = resume.get("cooldown_tokens_total", 0)
         self.n_reads = resume.get("n_reads", 0)
         self.resumed_from_tokens = self.checkpoint_tokens = self.tokens
+        self.lr_sum = lr_sum(self.tokens, self.cfg)
         keep_metrics_until(self.run_dir, self.tokens)
 
     # -- the loop --
@@ -513,6 +516,7 @@ class _RunState:
         t0 = time.monotonic()
         while self.tokens < cfg.max_tokens:
             loss_sum += self.optimizer_step(lr := lr_at(self.tokens, cfg))
+            self.lr_sum += lr
             self.step += 1
             self.tokens += cfg.tokens_per_step
             loss_n += 1
@@ -648,6 +652,7 @@ class _RunState:
             "step": self.step,
             "tokens": self.tokens,
             "lr": lr,
+            "lr_sum": self.lr_sum,
             "train_loss": train_loss,
             "val_loss": vals["val_loss"],
             "val_bpb": vals["val_bpb"],

@@ -15,6 +15,7 @@ from lm.schedule import (
     decay_factor,
     decay_tokens,
     lr_at,
+    lr_sum,
 )
 
 #: 100 tokens per step (batch 1 x seq_len 100).
@@ -70,3 +71,19 @@ def test_a_read_inside_the_warm_up_keeps_warming_while_it_decays() -> None:
     cfg = make(lr_schedule="wsd", cooldown_fraction=1.0)
     assert cooldown_lr(400, 400, 400, cfg) == lr_at(400, cfg)
     assert cooldown_lr(600, 400, 400, cfg) == pytest.approx(lr_at(600, cfg) * (1 - math.sqrt(0.5)))
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_lr_sum_adds_the_rate_of_every_step_taken(schedule: str) -> None:
+    """The sum the verdicts wait for: one term per optimizer step that starts before ``tokens``
+    (100 tokens per step here), each the rate that step trains at."""
+    cfg = make(lr_schedule=schedule)
+    assert lr_sum(0, cfg) == 0.0
+    assert lr_sum(100, cfg) == lr_at(0, cfg)
+    assert lr_sum(150, cfg) == lr_at(0, cfg) + lr_at(100, cfg)  # a step started before 150
+    whole = lr_sum(10_000, cfg)
+    assert whole == pytest.approx(sum(lr_at(t, cfg) for t in range(0, 10_000, 100)))
+    assert 0.1 * 100 < whole < 100  # under lr 1.0 for each of the 100 steps, over the floor
+    # It stops as soon as the sum reaches the bound asked for: within one step of it.
+    bounded = lr_sum(10_000, cfg, stop_at=5.0)
+    assert 5.0 <= bounded < 5.0 + 1.0

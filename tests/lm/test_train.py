@@ -27,7 +27,7 @@ from lm.errors import SweepsError
 from lm.generate import generate
 from lm.model import GPT
 from lm.run_files import METRIC_KEYS, RunResult, read_result
-from lm.schedule import lr_at
+from lm.schedule import lr_at, lr_sum
 from lm.tokens import load_tokens
 from lm.train import accumulate_gradients, lm_loss, main, run
 
@@ -192,6 +192,9 @@ def test_run_files_follow_the_trial_contract(trained: tuple[Path, RunResult]) ->
         assert [s["prompt"] for s in row["samples"]] == list(cfg.sample_prompts)
         assert row["peak_mem_bytes"] > 0 and row["tokens_per_s"] > 0
         assert row["unk_rate_targets"] == 0.0  # BPE is lossless
+        # The learning rate summed over the steps taken, as the schedule says it (the verdicts
+        # wait for it; a resumed run recomputes it, and test_resume compares rows exactly).
+        assert row["lr_sum"] == pytest.approx(lr_sum(row["tokens"], cfg), rel=1e-12)
     on_disk = json.loads((run_dir / "result.json").read_text())
     assert set(on_disk) == RESULT_KEYS
     assert read_result(run_dir) == RunResult.from_dict(on_disk) == result
