@@ -133,14 +133,15 @@ class GridCell:
 
 def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[GridCell]:
     """Each cell of the grid with what makes it untrainable, flagged before anything runs: fewer
-    optimizer steps than ``limits.collapse.min_steps`` (its verdicts cannot be judged), a
+    optimizer steps than ``limits.collapse.min_steps`` or a learning rate summed over them
+    below ``min_lr_sum`` (its verdicts cannot be judged), a
     warm-up as long as the run (the learning rate never peaks), or a predicted peak over the
     memory budget (never launched; with ``oom_policy = "fit"`` a fitted batch or checkpointing,
     which changes its FLOPs per token, so it misses its budget)."""
     from lm import flops
     from sweeps import preflight
     from sweeps.space import trial_config
-    from sweeps.verdicts import planned_steps
+    from sweeps.verdicts import planned_steps, under_trained_note
 
     assert spec.scaling is not None
     collapse, out = spec.limits.collapse, []
@@ -152,8 +153,11 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
         steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
         flags = []
-        if collapse.enabled and steps < collapse.min_steps:
-            flags.append(f"{steps} steps < limits.collapse.min_steps = {collapse.min_steps}")
+        if under_trained_note(cfg, collapse) is not None:
+            flags.append(f"{steps} steps < limits.collapse.min_steps = {collapse.min_steps}"
+                         if steps < collapse.min_steps else
+                         f"lr summed over its steps < limits.collapse.min_lr_sum = "
+                         f"{collapse.min_lr_sum:g}")
         if cfg.max_tokens <= cfg.warmup_tokens:
             flags.append(f"max_tokens <= warmup_tokens = {cfg.warmup_tokens:,}")
         if not plan.fits:
@@ -195,40 +199,68 @@ def carry_rows(spec: StudySpec, url: str, from_study: str) -> list[tuple[str, ob
 # --- optimizer steps ------------------------------------------------------------------------------
 
 
+def point_config(spec: StudySpec, point: dict[str, Any]) -> TrainConfig | None:
+    """The config one point of the space makes, or None when it makes no valid one."""
+    from sweeps.space import trial_config
+
+    try:
+        return trial_config(spec, point)
+    except SweepsError:
+        return None
+
+
 def point_steps(spec: StudySpec, point: dict[str, Any]) -> int | None:
     """The optimizer steps one point of the space gets from its ``max_tokens``, or None when the
     point makes no valid config."""
-    from sweeps.space import trial_config
     from sweeps.verdicts import planned_steps
 
-    try:
-        cfg = trial_config(spec, point)
-    except SweepsError:
-        return None
-    return planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    cfg = point_config(spec, point)
+    return None if cfg is None else planned_steps(cfg.max_tokens, cfg.tokens_per_step)
 
 
 def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     """The dry run's lines on optimizer steps: their range over the space (its grid, or a
-    seeded sample), and the points too short to be judged (fewer than ``min_steps``)."""
+    seeded sample), and the points that cannot be judged: fewer than ``min_steps``, or a
+    learning rate summed over their steps below ``min_lr_sum``."""
+    from lm.schedule import lr_sum
+    from sweeps.verdicts import planned_steps
+
     points, how = sample_points(spec, samples, 0)
-    steps = [(p, n) for p in points or [{}] if (n := point_steps(spec, p)) is not None]
+    steps = [(p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)
+             for p in points or [{}] if (cfg := point_config(spec, p)) is not None]
     if not steps:
         return []
-    low, high = min(n for _, n in steps), max(n for _, n in steps)
+    low, high = min(n for _, n, _ in steps), max(n for _, n, _ in steps)
     rows: list[tuple[str, object]] = [
         ("optimizer steps", f"{low:,} to {high:,} per trial over the {how} "
                             "(max_tokens / (batch_size x seq_len x grad_accum))")]
     limits = spec.limits.collapse
-    short = [(p, n) for p, n in steps if limits.enabled and n < limits.min_steps]
+    if not limits.enabled:
+        return rows
+    short = [(p, n) for p, n, _ in steps if n < limits.min_steps]
     if short:
         point, n = min(short, key=lambda pn: pn[1])
-        shown = " ".join(f"{k}={v}" for k, v in point.items()) or "(fixed only)"
         rows.append(("too few steps to judge",
                      f"{len(short)} of {len(steps)} points get fewer than limits.collapse."
-                     f"min_steps = {limits.min_steps} (fewest: {shown}: {n} steps); they run "
-                     "unjudged, marked under_trained: raise max_tokens or shrink the batch"))
+                     f"min_steps = {limits.min_steps} (fewest: {_shown(point)}: {n} steps); they "
+                     "run unjudged, marked under_trained: raise max_tokens or shrink the batch"))
+    sums = [(p, lr_sum(cfg.max_tokens, cfg, stop_at=limits.min_lr_sum))
+            for p, n, cfg in steps if n >= limits.min_steps]
+    slow = [(p, total) for p, total in sums if total < limits.min_lr_sum]
+    if slow:
+        point, total = min(slow, key=lambda pt: pt[1])
+        rows.append(("too small a rate to judge",
+                     f"{len(slow)} of {len(steps)} points sum their learning rate over their "
+                     f"steps to less than limits.collapse.min_lr_sum = {limits.min_lr_sum:g} "
+                     f"(smallest: {_shown(point)}: {total:.3g}); their weights cannot move far "
+                     "enough to tell a collapse from a slow start, so they run unjudged, marked "
+                     "under_trained: raise lr or max_tokens"))
     return rows
+
+
+def _shown(point: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in point.items()) or "(fixed only)"
 
 
 def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
@@ -397,6 +429,7 @@ def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, 
     from sweeps import preflight
     from sweeps.space import trial_config
     from sweeps.spec import load_spec
+    from sweeps.verdicts import planned_steps, under_trained_note
 
     spec = load_spec(spec_path, check_paths=False)
     points, how = sample_points(spec, samples, seed)
@@ -417,13 +450,13 @@ def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, 
             budget_b = budget_bytes(budget, spec.limits, device, workers)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget_b,
                                     launcher=launcher)
-        steps = point_steps(spec, params)
         row.update(valid=True, device=device, predicted_bytes=plan.predicted_bytes,
-                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason, steps=steps,
-                   under_trained=spec.limits.collapse.enabled
-                   and steps is not None and steps < spec.limits.collapse.min_steps)
+                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason,
+                   steps=planned_steps(cfg.max_tokens, cfg.tokens_per_step),
+                   under_trained=under_trained_note(cfg, spec.limits.collapse) is not None)
         rows.append(row)
     return {"study": spec.name, "points": how, "budget_bytes": budget_b,
             "oom_policy": spec.limits.oom_policy, "fit": sum(1 for r in rows if r.get("fits")),
             "min_steps": spec.limits.collapse.min_steps,
+            "min_lr_sum": spec.limits.collapse.min_lr_sum,
             "under_trained": sum(1 for r in rows if r.get("under_trained")), "rows": rows}

@@ -317,7 +317,7 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
         attrs["fitted"] = dict(plan.fitted)
     cfg = plan.cfg
     attrs["planned_steps"] = verdicts.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
-    note = verdicts.under_trained_note(attrs["planned_steps"], spec.limits.collapse)
+    note = verdicts.under_trained_note(cfg, spec.limits.collapse)
     if note is not None:
         attrs["under_trained"] = note
     attrs["predicted_flops"] = predicted_flops = flops.count(cfg).flops

@@ -5,8 +5,10 @@ checks both, and that it passes ``sweeps run --dry-run``)."""
 from __future__ import annotations
 
 #: Six trials on a synthetic corpus in a couple of minutes on 2 cores. 8 x 64 = 512 tokens per
-#: optimizer step, so 120,000 tokens are 235 steps: past the collapse rule's 200-step minimum, so
-#: every trial is judged (a shorter budget runs unjudged, marked under_trained).
+#: optimizer step, so 120,000 tokens are 235 steps: past the collapse rule's 200-step minimum,
+#: and the smallest lr, 0.005, sums to 0.64 over them, past its min_lr_sum of 0.5 (0.003 would
+#: not: 0.39), so every trial is judged (a shorter budget or a smaller lr runs unjudged, marked
+#: under_trained).
 STARTER_SPEC = """\
 # A study: 6 trials on a synthetic corpus, on the CPU, in a few minutes.
 [study]
@@ -36,7 +38,7 @@ eval_tokens = 8_192
 [space]                          # what the sampler picks for each trial
 vocab_size = [512, 1024, 2048]
 d_ff = [32, 128]
-lr = [0.003, 0.01, 0.03]
+lr = [0.005, 0.01, 0.03]
 
 [limits]
 memory_budget = "1GiB"           # a trial predicted above it is never launched

@@ -10,7 +10,10 @@ single-objective studies, then successive halving or Hyperband on tokens trained
   far for ``patience`` evaluations in a row. (A non-finite *training* loss is caught by the child
   itself: it ends with outcome ``diverged``.)
 - Verdicts on what the model predicts (``CollapseLimits``), never before ``min_steps`` optimizer
-  steps: a model judged after 3 or 19 steps has not been trained, whatever it predicts. Then, for
+  steps, nor before its learning rate summed over them (``lr_sum``, ``lm.schedule``) reaches
+  ``min_lr_sum``: a model judged after 3 or 19 steps has not been trained, whatever it predicts,
+  and nor has one whose rate was so small that its weights cannot have moved far from their
+  initial values (AdamW moves a weight by about ``lr`` at most per step). Then, for
   ``patience`` evaluations in a row:
   - ``unigram_collapse``: predictions that ignore the context (``mean_kl_to_mean``, nats, below
     ``max_context_kl``), whose mean is the corpus unigram (``kl_mean_to_unigram`` below
@@ -22,11 +25,12 @@ single-objective studies, then successive halving or Hyperband on tokens trained
   - ``unk_dominated``: ``<unk>`` is the likeliest prediction at most positions
     (``unk_argmax_rate``) and most of what the model writes (``unk_rate_samples``): a capped word
     vocabulary whose accuracy is about its share of ``<unk>`` targets.
-  A trial whose budget cannot reach ``min_steps`` steps (``planned_steps``) is never judged: it
-  runs to the end with an ``under_trained`` note (``under_trained_note``), and its value is told
-  to the sampler like any other, since at equal tokens it is an honest point.
+  A trial whose budget cannot reach ``min_steps`` steps (``planned_steps``) or ``min_lr_sum``
+  is never judged: it runs to the end with an ``under_trained`` note (``under_trained_note``),
+  and its value is told to the sampler like any other, since at equal tokens it is an honest
+  point.
 
-Everything here is a pure function of plain dicts: no Optuna trial, no files.
+Everything here is a pure function of plain dicts and configs: no Optuna trial, no files.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lm import outcomes
+from lm.config import TrainConfig
+from lm.schedule import lr_sum
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
 
 Row = Mapping[str, Any]
@@ -85,12 +91,33 @@ def planned_steps(max_tokens: int, tokens_per_step: int) -> int:
     return -(-int(max_tokens) // max(1, int(tokens_per_step)))
 
 
-def under_trained_note(steps: int, limits: CollapseLimits) -> str | None:
-    """Why a trial of ``steps`` optimizer steps cannot be judged, or None when it can."""
-    if not limits.enabled or steps >= limits.min_steps:
+def under_trained_note(cfg: TrainConfig, limits: CollapseLimits) -> str | None:
+    """Why a trial of configuration ``cfg`` cannot be judged at any evaluation (too few optimizer
+    steps, or too small a learning rate summed over them), or None when it can."""
+    if not limits.enabled:
         return None
-    return (f"{steps} optimizer steps, fewer than the {limits.min_steps} needed to judge "
-            "its predictions (limits.collapse.min_steps); it runs to the end unjudged")
+    steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    if steps < limits.min_steps:
+        return (f"{steps} optimizer steps, fewer than the {limits.min_steps} needed to judge "
+                "its predictions (limits.collapse.min_steps); it runs to the end unjudged")
+    total = lr_sum(cfg.max_tokens, cfg, stop_at=limits.min_lr_sum)
+    if total < limits.min_lr_sum:
+        return (f"its learning rate summed over its {steps:,} optimizer steps is {total:.3g}, "
+                f"below the {limits.min_lr_sum:g} needed to judge its predictions "
+                "(limits.collapse.min_lr_sum: AdamW moves a weight by about lr at most per "
+                "step, so its weights cannot move far from where they started); it runs to the "
+                "end unjudged")
+    return None
+
+
+def trained_enough(row: Row, limits: CollapseLimits) -> bool:
+    """Whether an evaluation comes late enough to judge what the model predicts: ``min_steps``
+    optimizer steps, and ``min_lr_sum`` when the row has ``lr_sum`` (rows written before the
+    child logged it are judged on steps alone)."""
+    step, total = row.get("step"), row.get("lr_sum")
+    if not isinstance(step, int) or step < limits.min_steps:
+        return False
+    return not _finite(total) or total >= limits.min_lr_sum
 
 
 def _stats(row: Row) -> tuple[float, float, float] | None:
@@ -101,9 +128,9 @@ def _stats(row: Row) -> tuple[float, float, float] | None:
 
 def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
     """The verdict one evaluation supports (an outcome of ``lm.outcomes.PREDICTION_VERDICTS``),
-    or None: not judged before ``min_steps``, nor on statistics it lacks."""
-    step = row.get("step")
-    if not isinstance(step, int) or step < limits.min_steps:
+    or None: not judged before ``min_steps`` and ``min_lr_sum`` (``trained_enough``), nor on
+    statistics it lacks."""
+    if not trained_enough(row, limits):
         return None
     argmax, samples = row.get("unk_argmax_rate"), row.get("unk_rate_samples")
     if _finite(argmax) and _finite(samples) and argmax > limits.max_unk_argmax \
@@ -158,7 +185,9 @@ def collapse(history: Sequence[Row], limits: CollapseLimits, *,
 
 
 def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
-    where = f"after {last['step']:,} optimizer steps ({_tokens(last)} tokens)"
+    total = last.get("lr_sum")
+    summed = f", learning rate summed to {total:.3g}" if _finite(total) else ""
+    where = f"after {last['step']:,} optimizer steps ({_tokens(last)} tokens{summed})"
     if outcome == outcomes.UNK_DOMINATED:
         targets = last.get("unk_rate_targets")
         share = f" (<unk> is {targets:.0%} of the targets)" if _finite(targets) else ""

@@ -169,11 +169,13 @@ def _print_feasibility(t: dict[str, Any]) -> None:
             fits = (f"yes, fitted to batch_size {r['fitted']['batch_size']} x grad_accum "
                     f"{r['fitted']['grad_accum']}")
         steps = "-" if r["steps"] is None else f"{r['steps']:,}" + (
-            " (too few)" if r["under_trained"] else "")
+            " (unjudged)" if r["under_trained"] else "")
         table.add_row(str(i), point, human_bytes(r["predicted_bytes"]), steps, fits)
     wide_console().print(table)
     console.print(f"{t['fit']} of {len(rows)} points fit", highlight=False)
     if t["under_trained"]:
         console.print(f"{t['under_trained']} of {len(rows)} points get fewer than "
-                      f"limits.collapse.min_steps = {t['min_steps']} optimizer steps: they run "
-                      "unjudged, marked under_trained", highlight=False)
+                      f"limits.collapse.min_steps = {t['min_steps']} optimizer steps, or a "
+                      "learning rate summed over them below limits.collapse.min_lr_sum = "
+                      f"{t['min_lr_sum']:g}: they run unjudged, marked under_trained",
+                      highlight=False)

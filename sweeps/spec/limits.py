@@ -28,8 +28,12 @@ class CollapseLimits:
       stuck elsewhere);
     - ``unk_dominated``: ``<unk>`` is the likeliest prediction at more than ``max_unk_argmax`` of
       the positions, and more than ``max_unk_samples`` of what the model writes (1.0: off).
-    A trial whose token budget cannot reach ``min_steps`` runs to the end unjudged, marked
-    ``under_trained``. ``MIN_STEPS`` is justified in ``studies/README.md`` (collapse findings).
+    Nor before the learning rate summed over the steps taken (``lm.schedule.lr_sum``) reaches
+    ``min_lr_sum``: AdamW moves a weight by about ``lr`` at most per step, so a small rate over a
+    few hundred steps leaves the weights near where they started, on the unigram plateau whatever
+    the configuration could do later. A trial whose budget cannot reach ``min_steps`` or
+    ``min_lr_sum`` runs to the end unjudged, marked ``under_trained``. Both defaults are
+    justified in ``studies/README.md`` (collapse).
     With ``min_loss_drop`` set, neither ``unigram_collapse`` nor ``stalled`` stops a trial whose
     ``val_loss`` still fell by that many nats or more since the evaluation before the
     ``patience`` ones (a slow learning rate on its way to or off the plateau); at its last
@@ -45,6 +49,12 @@ class CollapseLimits:
     # rerun 4x longer (gap +0.80), while both lr 0.3 seeds stayed context-free below the unigram
     # (tests/bench/bench_verdicts.py; studies/README.md, collapse).
     min_unigram_gap: float = 0.0
+    # On the history dump the search benchmark's slow learners (lr 1.4e-4 to 5e-4) were called
+    # collapsed at lr sums 0.02 to 0.07 and, rerun 4x longer, used their context from 0.12 to
+    # 0.23; the real collapses (lr 0.2 to 0.3) were judged at 30 to 69, the capped vocabulary's
+    # <unk> at 2.0. 0.5 is twice the slowest escape and a quarter of the smallest real verdict
+    # (tests/bench/bench_verdicts.py; studies/README.md, collapse).
+    min_lr_sum: float = 0.5
     max_context_kl: float = 0.05
     max_unigram_kl: float = 0.5
     max_unk_argmax: float = 0.5
@@ -56,6 +66,7 @@ class CollapseLimits:
         check_bool(self, "enabled")
         check_int(self, "min_steps", 1)
         check_number(self, "min_unigram_gap", minimum=0.0)
+        check_number(self, "min_lr_sum", minimum=0.0)
         check_number(self, "max_context_kl", minimum=0.0)
         check_number(self, "max_unigram_kl", minimum=0.0)
         check_number(self, "max_unk_argmax", minimum=0.0, maximum=1.0)

@@ -185,3 +185,18 @@ def test_a_budget_shorter_than_warmup_or_eval_interval_is_warned_of(tmp_path: Pa
     proc = sweeps("estimate", str(spec), "--warmup-tokens", "100", "--eval-every-tokens", "1000",
                   "--json")
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+def test_points_that_cannot_be_judged_are_marked(tmp_path: Path) -> None:
+    """Too few optimizer steps (batch 1000: 4 steps) or too small a learning rate summed over
+    them (lr 1e-6 over 3,938 steps: 0.004) are both marked: those trials run unjudged."""
+    spec = write_spec(tmp_path, extra="\n[space.lr]\nchoices = [1e-6, 1e-2]\n")
+    out = json.loads(sweeps("estimate", str(spec), "--json").stdout)
+    marked = {(r["params"]["batch_size"], r["params"]["lr"]): r["under_trained"]
+              for r in out["rows"]}
+    assert marked == {(1, 1e-6): True, (1, 1e-2): False, (1000, 1e-6): True,
+                      (1000, 1e-2): True}
+    assert out["under_trained"] == 6 and out["min_lr_sum"] == 0.5
+    text = " ".join(sweeps("estimate", str(spec)).stdout.split())
+    assert "3,938 (unjudged)" in text and "6 of 8 points get fewer than" in text
+    assert "below limits.collapse.min_lr_sum = 0.5: they run unjudged" in text

@@ -68,6 +68,8 @@ MALFORMED = [
     ("unreachable server", {"study": "storage = 'postgresql://alice:hunter2@127.0.0.1:1/db'"},
      ["alice:***@127.0.0.1:1", "cannot open storage"]),
     ("not TOML", {"extra": "[space.d_ff"}, ["not valid TOML"]),
+    ("negative min_lr_sum", {"extra": "[limits.collapse]\nmin_lr_sum = -1"},
+     ["min_lr_sum", "-1"]),
     # Gaps that used to pass --dry-run and crash every trial, or print a traceback after the
     # database existed (the hardening pass):
     ("ordering against a string", {"d_ff": "choices = [32]\nwhen = \"d_model > 'abc'\""},
@@ -306,4 +308,22 @@ def test_dry_run_warns_about_points_too_short_to_judge(corpus: Path, tmp_path: P
     assert "optimizer steps 2 to 2 per trial" in out
     assert "2 of 2 points get fewer than limits.collapse.min_steps = 200" in out
     assert "d_ff=32: 2 steps" in out and "under_trained" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
+
+
+def test_dry_run_warns_about_points_whose_rate_is_too_small_to_judge(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    # 16 tokens per step: 512 steps, enough; but lr 1e-5 over them sums to about 0.005.
+    (tmp_path / "spec.toml").write_text(spec_text(
+        corpus, fixed="max_tokens = 8192\nbatch_size = 1\nseq_len = 16\nwarmup_tokens = 0\n"
+                      "lr = 1e-5"))
+    assert main("run", "spec.toml", "--dry-run") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "optimizer steps 512 to 512 per trial" in out
+    assert "too few steps to judge" not in out
+    assert ("2 of 2 points sum their learning rate over their steps to less than "
+            "limits.collapse.min_lr_sum = 0.5") in out
+    assert "d_ff=32: 0.00" in out and "under_trained" in out and "raise lr or max_tokens" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]

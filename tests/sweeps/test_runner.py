@@ -268,10 +268,12 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
                                                         fork_server: Any, unk_limit: float,
                                                         expected: str, words: str) -> None:
     # Six ids: <pad> <Q> <A> <D> <unk> and one word. Every target is a marker or <unk>, so the
-    # best the model can do is the unigram, and <unk> is what it predicts. Judged from step 20.
+    # best the model can do is the unigram, and <unk> is what it predicts. Judged from step 20
+    # and a learning rate summed to 0.02 (lr 3e-3 sums to under 0.1 by step 32).
     data = spec_dict("collapse", corpus, space={"vocab_size": {"choices": [6, 300]}},
                      fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
-                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": unk_limit}})
+                     limits={"collapse": {"min_steps": 20, "min_lr_sum": 0.02,
+                                          "max_unk_argmax": unk_limit}})
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"vocab_size": 6})
     ctx = context(spec, storage, study, tmp_path, fork_server)
@@ -299,6 +301,28 @@ def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, co
     assert report.outcome == "complete", report.reason  # 32 steps: never judged
     assert t.user_attrs["planned_steps"] == 32
     assert t.user_attrs["under_trained"].startswith("32 optimizer steps, fewer than the 200")
+
+
+@pytest.mark.study
+def test_a_trial_whose_rate_is_too_small_to_judge_runs_unjudged(tmp_path: Path, corpus: Path,
+                                                                 fork_server: Any) -> None:
+    """The collapsed configuration above, judged from step 20 but with the default
+    ``min_lr_sum``: lr 3e-3 over its 125 steps sums to 0.21, not 0.5, so it is never judged; it ends
+    complete, marked under_trained, and its value is the sampler's like any other."""
+    data = spec_dict("slow", corpus, space={"vocab_size": {"choices": [6]}},
+                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
+                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0}})
+    spec, storage, study = open_study(tmp_path, data)
+    report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "complete", report.reason
+    assert t.state == TrialState.COMPLETE and t.value == t.user_attrs["val_bpb"]
+    note = t.user_attrs["under_trained"]
+    assert note.startswith("its learning rate summed over its 125 optimizer steps is 0.207"), note
+    assert "below the 0.5 needed to judge" in note
+    rows = records.read_evals(storage, "slow", t.number)
+    last = rows[-1]["metrics"]
+    assert last["step"] == 125 and last["lr_sum"] == pytest.approx(0.207, abs=5e-4)
 
 
 @pytest.mark.study

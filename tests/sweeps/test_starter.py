@@ -18,6 +18,7 @@ def test_init_writes_a_spec_that_passes_the_dry_run(tmp_path: Path) -> None:
     plan = sweeps("run", "spec.toml", "--dry-run", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
     assert "warning" not in plan.stderr and "too few steps" not in plan.stdout
+    assert "too small a rate" not in plan.stdout  # every trial can be judged
     assert "fits" in plan.stdout and "starter" in plan.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]  # the dry run wrote nothing
     spec = load_spec(tmp_path / "spec.toml")

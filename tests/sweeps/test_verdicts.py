@@ -10,6 +10,7 @@ near-uniform case (kl_mean_to_unigram 3.26 nats). Judged with the spec's default
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from lm import outcomes
+from lm.config import TrainConfig
 from sweeps import verdicts
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
 
@@ -93,23 +95,58 @@ def test_a_really_collapsed_model_is_unigram_collapse() -> None:
 #: The collapse study's verdict evaluations (history dump, BPE 2048, step 293, seeds 0 and 1),
 #: checked against reruns 4x longer (tests/bench/bench_verdicts.py): lr 0.3 stayed context-free
 #: below the unigram; lr 3e-4 learned (gap +0.80, mean_kl_to_mean 0.50 at step 1,563).
-LR_0_3 = [{"step": 293, "tokens": 150_016, "unigram_gap": g, "kl_mean_to_unigram": k,
-           "mean_kl_to_mean": 0.0000} for g, k in ((-0.1944, 0.1645), (-0.1381, 0.1127))]
-LR_3E_4 = [{"step": 293, "tokens": 150_016, "unigram_gap": g, "kl_mean_to_unigram": k,
-            "mean_kl_to_mean": c} for g, k, c in ((0.0085, 0.0257, 0.0104),
-                                                  (0.0236, 0.0327, 0.0204))]
+#: ``lr_sum``: the learning rate summed over the 293 steps (``lm.schedule.lr_sum``, warm-up
+#: 10k tokens, cosine over 200k).
+LR_0_3 = [{"step": 293, "tokens": 150_016, "lr_sum": 59.89, "unigram_gap": g,
+           "kl_mean_to_unigram": k, "mean_kl_to_mean": 0.0000}
+          for g, k in ((-0.1944, 0.1645), (-0.1381, 0.1127))]
+LR_3E_4 = [{"step": 293, "tokens": 150_016, "lr_sum": 0.0599, "unigram_gap": g,
+            "kl_mean_to_unigram": k, "mean_kl_to_mean": c}
+           for g, k, c in ((0.0085, 0.0257, 0.0104), (0.0236, 0.0327, 0.0204))]
 
 
 def test_a_collapse_is_still_called_and_a_slow_learner_no_longer_is() -> None:
     limits = CollapseLimits()
-    assert limits.min_unigram_gap == 0.0
+    assert limits.min_unigram_gap == 0.0 and limits.min_lr_sum == 0.5
     for row in LR_0_3:
         assert verdicts.prediction_verdict(row, limits) == "unigram_collapse"
     for row in LR_3E_4:
         assert verdicts.prediction_verdict(row, limits) is None
-        # the old default called it collapsed: the bench's two wrong verdicts
-        assert verdicts.prediction_verdict(row, CollapseLimits(min_unigram_gap=0.05)) \
+        # the old defaults called it collapsed: the bench's two wrong verdicts
+        assert verdicts.prediction_verdict(row, CollapseLimits(min_unigram_gap=0.05,
+                                                               min_lr_sum=0.0)) \
             == "unigram_collapse"
+        # and either default alone spares it
+        assert verdicts.prediction_verdict(row, CollapseLimits(min_unigram_gap=0.05)) is None
+        assert verdicts.prediction_verdict(row, CollapseLimits(min_lr_sum=0.0)) is None
+
+
+#: The search benchmark's verdict evaluations (history dump, micro-batch 4 x seq_len 32, step 224
+#: of 288, no warm-up), checked against reruns 4x longer (tests/bench/bench_verdicts.py): at lr
+#: 5.0e-4, below the unigram and context-free, it used its context from step 544 of the longer
+#: rerun (lr sum 0.23); at lr 0.25, context-free at every evaluation of both reruns.
+SLOW = {"step": 224, "tokens": 28_672, "lr_sum": 0.0748, "unigram_gap": -0.0343,
+        "kl_mean_to_unigram": 0.1575, "mean_kl_to_mean": 0.0000}
+FAST = {"step": 224, "tokens": 28_672, "lr_sum": 37.91, "unigram_gap": -0.0800,
+        "kl_mean_to_unigram": 0.1812, "mean_kl_to_mean": 0.0000}
+
+
+def test_too_small_a_rate_is_not_judged_whatever_it_predicts() -> None:
+    """Below the unigram and context-free, like a collapse, but its weights cannot have moved
+    far: ``min_lr_sum`` spares it, as ``min_steps`` spares a model after 16 steps."""
+    limits = CollapseLimits()
+    assert verdicts.prediction_verdict(SLOW, limits) is None
+    assert verdicts.prediction_verdict(SLOW, CollapseLimits(min_lr_sum=0.07)) \
+        == "unigram_collapse"
+    assert verdicts.prediction_verdict(FAST, limits) == "unigram_collapse"
+    verdict = verdicts.collapse([FAST], limits)
+    assert verdict is not None and "learning rate summed to 37.9" in verdict.reason
+    # A row written before the child logged lr_sum is judged on steps alone.
+    assert verdicts.prediction_verdict({k: v for k, v in SLOW.items() if k != "lr_sum"},
+                                       limits) == "unigram_collapse"
+    # The gate holds for every verdict on predictions, <unk> too.
+    assert verdicts.prediction_verdict({**UNK, "lr_sum": 0.1}, limits) is None
+    assert verdicts.prediction_verdict({**UNK, "lr_sum": 0.5}, limits) == "unk_dominated"
 
 
 def test_a_model_judged_before_min_steps_is_never_collapsed() -> None:
@@ -215,15 +252,36 @@ def test_project_rules_check_divergence_first() -> None:
     assert verdicts.project_rules([HEALTHY], limits) is None
 
 
+def config(**overrides: object) -> TrainConfig:
+    return TrainConfig.from_dict({"corpus": "data/c", "tokenizer": "byte", "vocab_size": 260,
+                                  "seq_len": 64, "batch_size": 256, "grad_accum": 4, "lr": 0.01,
+                                  "warmup_tokens": 0, "max_tokens": 300_000, **overrides})
+
+
 def test_planned_steps_and_the_under_trained_note() -> None:
     # The issue's shapes: micro-batch 256 x seq_len 64 x 4 accumulation on a 300k budget.
     steps = verdicts.planned_steps(300_000, 256 * 64 * 4)
     assert steps == 5
-    note = verdicts.under_trained_note(steps, CollapseLimits())
+    note = verdicts.under_trained_note(config(), CollapseLimits())
     assert note is not None and note.startswith("5 optimizer steps, fewer than the 200")
-    assert verdicts.under_trained_note(200, CollapseLimits()) is None
-    assert verdicts.under_trained_note(5, CollapseLimits(enabled=False)) is None
+    long = config(batch_size=4, grad_accum=1)  # 256 tokens per step: 1,172 steps
+    assert verdicts.under_trained_note(long, CollapseLimits()) is None  # lr sum ~7
+    assert verdicts.under_trained_note(config(), CollapseLimits(enabled=False)) is None
     assert verdicts.planned_steps(1000, 512) == 2  # the child steps until it has trained 1000
+
+
+def test_a_budget_whose_rate_cannot_sum_to_min_lr_sum_runs_unjudged() -> None:
+    """The benchmark's lr 5.0e-4 over its 288 steps sums to 0.079: never judged, it runs to the
+    end and its value is told to the sampler, marked under_trained."""
+    slow = config(batch_size=4, grad_accum=1, seq_len=32, lr=4.98e-4, max_tokens=36_864)
+    note = verdicts.under_trained_note(slow, CollapseLimits())
+    assert note is not None
+    assert note.startswith("its learning rate summed over its 288 optimizer steps is 0.0791, "
+                           "below the 0.5 needed to judge"), note
+    assert "limits.collapse.min_lr_sum" in note and note.endswith("it runs to the end unjudged")
+    assert verdicts.under_trained_note(slow, CollapseLimits(min_lr_sum=0.07)) is None
+    assert verdicts.under_trained_note(dataclasses.replace(slow, lr=0.01),
+                                       CollapseLimits()) is None
 
 
 # --- how outcomes are told -----------------------------------------------------------------------
