@@ -13,8 +13,9 @@ models early in training, where the best ones are those that leave the unigram p
 (val_bpb from ~3.0, the unigram's, down to ~2.78). The project's own rules apply to every
 strategy (memory, collapse, divergence: the default ``[limits]``); collapse is judged only after
 200 optimizer steps, which only batch_size 4 reaches (288 steps; 8 and 16 run unjudged:
-``under_trained``), and a very low or very high lr at batch_size 4 is then often told
-``unigram_collapse`` (it has not left the plateau at step 224).
+``under_trained``), and only once the learning rate summed over the steps reaches
+``min_lr_sum`` (a low lr at batch_size 4 never does: it runs unjudged too); a very high lr at
+batch_size 4 is then often told ``unigram_collapse`` (context-free at step 224).
 
 Per strategy and rep, in the order trials ended (``datetime_complete``; trial number with one
 worker), it accumulates:

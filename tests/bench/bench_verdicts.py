@@ -5,17 +5,25 @@ a good region: the stopped trial is told to the sampler as pruned. For every tri
 studies that a verdict on predictions stopped (``lm.outcomes.PREDICTION_VERDICTS``:
 ``unigram_collapse``, ``stalled``, ``unk_dominated``), this reruns its exact configuration alone
 (``sweeps train --config``: same seed, same data, no verdicts) twice: to its own full token budget
-and to ``--longer`` times that. A verdict was **right** when the rerun's last evaluation still
-shows the failure it named, **wrong** when it does not (the model left the plateau, or `<unk>`
-stopped dominating): judged by the verdict rules themselves (``prediction_verdict``) at the
-study's own limits, with ``min_steps`` waived (a rerun's last evaluation is past it anyway).
+and to ``--longer`` times that. A verdict was **right** when both reruns still show the failure
+it named, **wrong** when one does not: for ``unigram_collapse`` and ``stalled`` (the model learns
+nothing from its context), when a rerun used its context above the unigram at any evaluation
+(``mean_kl_to_mean >= max_context_kl`` and ``unigram_gap >= min_unigram_gap``, the study's
+limits); for ``unk_dominated``, when the rules (``prediction_verdict``, ``min_steps`` and
+``min_lr_sum`` waived) no longer call the rerun's last evaluation that. It also counts by the
+rules alone, where a context-free model a few hundredths of a nat above the unigram counts as
+having learned.
 
 It then re-judges the stopped trials' own evaluations (the one the verdict was reached at) under
-candidate settings of ``min_unigram_gap`` (``--gaps``): which verdicts each setting would still
-have reached, against what the reruns showed. That is the table the defaults are set from.
+candidate settings of ``min_unigram_gap`` (``--gaps``) and of ``min_lr_sum`` (``--lr-sums``:
+the learning rate summed over the steps taken, ``lm.schedule.lr_sum``): which verdicts each
+setting would still have reached, against what the reruns showed. That is the table the defaults
+are set from. For each stopped trial it prints the learning rate summed when it was judged, and
+when its longer rerun first used its context (``mean_kl_to_mean >= max_context_kl``) above the
+unigram: how far a slow learner's weights had to be able to move before it left the plateau.
 
     SWEEPS_STORAGE=sqlite:///data/studies.db python tests/bench/bench_verdicts.py collapse \
-        [--longer 4] [--runs-dir runs] [--out runs/bench-verdicts]
+        [--longer 4] [--runs-dir runs] [--out runs/bench-verdicts] [--lr-sums 0.25 0.5 1]
     python tests/bench/bench_verdicts.py 'search-tpe-rep*' --storage sqlite:///KEPT/bench.db
 
 Studies are named or given as shell patterns (``search-*``: the studies ``bench_search.py
@@ -42,7 +50,9 @@ from typing import Any
 import optuna
 
 from lm import outcomes
+from lm.config import TrainConfig
 from lm.run_files import METRICS_FILE, loads_child
+from lm.schedule import lr_sum
 from sweeps.spec import CollapseLimits
 from sweeps.storage import open_storage, resolve_storage_url
 from sweeps.verdicts import prediction_verdict
@@ -55,6 +65,7 @@ class Rerun:
     tokens: int
     last: dict[str, Any]  # the rerun's last evaluation
     verdict: str | None  # what the rules say of it (None: it learned)
+    left: dict[str, Any] | None  # its first evaluation that used its context above the unigram
 
 
 @dataclasses.dataclass
@@ -80,6 +91,24 @@ def limits_of(study: optuna.Study) -> CollapseLimits:
     return CollapseLimits(**stored)
 
 
+def with_lr_sum(history: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows with ``lr_sum`` (a child before it logged it: from the schedule)."""
+    cfg = TrainConfig.from_dict(config)
+    return [r if _number(r.get("lr_sum")) else {**r, "lr_sum": lr_sum(int(r["tokens"]), cfg)}
+            for r in history]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def left_plateau(history: list[dict[str, Any]], limits: CollapseLimits) -> dict[str, Any] | None:
+    """The first evaluation that uses its context and beats the unigram, or None."""
+    return next((r for r in history if _number(r.get("mean_kl_to_mean"))
+                 and _number(r.get("unigram_gap")) and r["mean_kl_to_mean"] >= limits.max_context_kl
+                 and r["unigram_gap"] >= limits.min_unigram_gap), None)
+
+
 def rerun(config: dict[str, Any], max_tokens: int, out: Path) -> list[dict[str, Any]]:
     """``sweeps train`` on ``config`` with ``max_tokens``; its evaluations (reused when a
     previous run of this benchmark finished it)."""
@@ -95,10 +124,19 @@ def rerun(config: dict[str, Any], max_tokens: int, out: Path) -> list[dict[str, 
                               text=True)
         if proc.returncode != 0 or not done.exists():
             raise SystemExit(f"rerun {out} failed ({proc.returncode}): {proc.stderr[-400:]}")
-    return rows(out / METRICS_FILE)
+    return with_lr_sum(rows(out / METRICS_FILE), {**config, "max_tokens": max_tokens})
 
 
 def judge(row: dict[str, Any], limits: CollapseLimits) -> str | None:
+    """What the rules say of ``row``, however early it is (``min_steps`` and ``min_lr_sum``
+    waived: the ground truth is what the model predicts at the end, not whether it may be
+    judged yet)."""
+    return prediction_verdict({**row, "step": max(int(row["step"]), limits.min_steps),
+                               "lr_sum": None}, limits)
+
+
+def gated(row: dict[str, Any], limits: CollapseLimits) -> str | None:
+    """What the rules say of ``row`` as a study would judge it (``min_lr_sum`` applied)."""
     return prediction_verdict({**row, "step": max(int(row["step"]), limits.min_steps)}, limits)
 
 
@@ -117,52 +155,84 @@ def stopped_trials(url: str, name: str, runs_dir: Path, longer: int,
         if not history or not isinstance(config, dict):
             print(f"{name} #{t.number}: no metrics.jsonl or config; skipped")
             continue
+        history = with_lr_sum(history, config)
         budget = int(config["max_tokens"])
         reruns = []
         for tokens in (budget, budget * longer):
             evals = rerun(config, tokens, out / name / f"{t.number}-{tokens}")
-            reruns.append(Rerun(tokens, evals[-1], judge(evals[-1], limits)))
+            reruns.append(Rerun(tokens, evals[-1], judge(evals[-1], limits),
+                                left_plateau(evals, limits)))
         found.append(Stopped(name, t.number, outcome, dict(t.params), history[-1], limits,
                              reruns))
     return found
 
 
 def fmt(row: dict[str, Any]) -> str:
-    return (f"step {row['step']:,}: val_bpb {row['val_bpb']:.3f}, gap {row['unigram_gap']:+.3f}, "
-            f"ctx {row['mean_kl_to_mean']:.3f}"
+    return (f"step {row['step']:,} (lr sum {row['lr_sum']:.3g}): val_bpb {row['val_bpb']:.3f}, "
+            f"gap {row['unigram_gap']:+.3f}, ctx {row['mean_kl_to_mean']:.3f}"
             + (f", unk argmax {row['unk_argmax_rate']:.0%}"
                if row.get("unk_argmax_rate") is not None else ""))
 
 
-def report(found: list[Stopped], gaps: list[float]) -> None:
+def failed(s: Stopped, r: Rerun) -> bool:
+    """Whether rerun ``r`` still shows the failure ``s``'s verdict named (see the module)."""
+    return r.verdict is not None if s.outcome == outcomes.UNK_DOMINATED else r.left is None
+
+
+def right(s: Stopped) -> bool:
+    return all(failed(s, r) for r in s.reruns)
+
+
+def report(found: list[Stopped], gaps: list[float], sums: list[float]) -> None:
     print("\n| study | trial | params | verdict | judged at | rerun to its budget | "
           "rerun to x longer | right? |")
     print("|---|---|---|---|---|---|---|---|")
     for s in found:
-        right = all(r.verdict is not None for r in s.reruns)
         print(f"| {s.study} | {s.number} | {s.params} | `{s.outcome}` | {fmt(s.judged)} | "
-              + " | ".join(f"{r.tokens:,} tokens, {fmt(r.last)}: "
-                           f"{r.verdict or 'learned'}" for r in s.reruns)
-              + f" | {'right' if right else 'wrong'} |")
-    print("\nPer verdict (right: both reruns still show a failure; wrong: the longer one learned):")
+              + " | ".join(f"{r.tokens:,} tokens, {fmt(r.last)}: {r.verdict or 'no verdict'}"
+                           + ("" if r.left is None else f", used its context from step "
+                                                        f"{r.left['step']:,}")
+                           for r in s.reruns)
+              + f" | {'right' if right(s) else 'wrong'} |")
+    print("\nPer verdict (right: both reruns still show the failure; by the rules: their last "
+          "evaluations still get a verdict):")
     for outcome in outcomes.PREDICTION_VERDICTS:
         mine = [s for s in found if s.outcome == outcome]
         if mine:
-            right = sum(all(r.verdict is not None for r in s.reruns) for s in mine)
-            print(f"  {outcome}: {right} right, {len(mine) - right} wrong")
-    print("\nRe-judging each stopped trial's own evaluation with min_unigram_gap set to:")
+            n_right = sum(right(s) for s in mine)
+            by_rules = sum(all(r.verdict is not None for r in s.reruns) for s in mine)
+            print(f"  {outcome}: {n_right} right, {len(mine) - n_right} wrong; by the rules "
+                  f"{by_rules} right, {len(mine) - by_rules} wrong")
+    print("\nThe learning rate summed when judged, and when the longer rerun left the plateau "
+          "(its first evaluation using its context above the unigram):")
+    for s in sorted(found, key=lambda s: s.judged["lr_sum"]):
+        left = s.reruns[-1].left
+        where = (f"left at step {left['step']:,}, lr sum {left['lr_sum']:.3g}" if left
+                 else "never left it")
+        lr = f" lr {s.params['lr']:.3g}" if _number(s.params.get("lr")) else ""
+        print(f"  {s.study} #{s.number}{lr}: `{s.outcome}` at step "
+              f"{s.judged['step']:,}, lr sum {s.judged['lr_sum']:.3g}; {where}; "
+              f"{'right' if right(s) else 'wrong'}")
+    print("\nRe-judging each stopped trial's own evaluation with min_unigram_gap set to "
+          "(min_lr_sum waived):")
     for gap in gaps:
-        right = wrong = kept = 0
-        for s in found:
-            verdict = judge(s.judged, dataclasses.replace(s.limits, min_unigram_gap=gap))
-            if verdict is None:
-                continue
-            kept += 1
-            learned = s.reruns[-1].verdict is None
-            wrong += learned
-            right += not learned
-        print(f"  {gap:g}: {kept} of {len(found)} still stopped; {right} of them right, "
-              f"{wrong} wrong (the longer rerun learned)")
+        kept = [s for s in found
+                if judge(s.judged, dataclasses.replace(s.limits, min_unigram_gap=gap))]
+        tally(gap, found, kept)
+    print("\nRe-judging each stopped trial's own evaluation with min_lr_sum set to (at its "
+          "study's min_unigram_gap; spared: no longer stopped there):")
+    for bound in sums:
+        tally(bound, found, [s for s in found
+                             if gated(s.judged, dataclasses.replace(s.limits, min_lr_sum=bound))])
+
+
+def tally(setting: float, found: list[Stopped], kept: list[Stopped]) -> None:
+    spared = [s for s in found if s not in kept]
+    n_right = sum(right(s) for s in kept)
+    learned = sum(not right(s) for s in spared)
+    print(f"  {setting:g}: {len(kept)} of {len(found)} still stopped, {n_right} of them right "
+          f"and {len(kept) - n_right} wrong; of the {len(spared)} spared, {learned} learned in "
+          "a rerun")
 
 
 def main() -> None:
@@ -173,6 +243,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/bench-verdicts"))
     p.add_argument("--longer", type=int, default=4)
     p.add_argument("--gaps", type=float, nargs="+", default=[0.05, 0.02, 0.0])
+    p.add_argument("--lr-sums", type=float, nargs="+", default=[0.0, 0.25, 0.5, 1.0, 2.0])
     a = p.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = resolve_storage_url(a.storage, None)
@@ -183,7 +254,7 @@ def main() -> None:
         raise SystemExit(f"no study matches {', '.join(missing)} in {url}")
     found = [s for name in sorted(chosen)
              for s in stopped_trials(url, name, a.runs_dir, a.longer, a.out)]
-    report(found, a.gaps)
+    report(found, a.gaps, a.lr_sums)
 
 
 if __name__ == "__main__":
