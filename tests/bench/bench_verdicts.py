@@ -21,6 +21,8 @@ setting would still have reached, against what the reruns showed. That is the ta
 are set from. For each stopped trial it prints the learning rate summed when it was judged, and
 when its longer rerun first used its context (``mean_kl_to_mean >= max_context_kl``) above the
 unigram: how far a slow learner's weights had to be able to move before it left the plateau.
+Last, the trials ``min_lr_sum`` spared: complete trials the rules without it would have stopped,
+each with what it did in the rest of its own budget (its own run is the ground truth there).
 
     SWEEPS_STORAGE=sqlite:///data/studies.db python tests/bench/bench_verdicts.py collapse \
         [--longer 4] [--runs-dir runs] [--out runs/bench-verdicts] [--lr-sums 0.25 0.5 1]
@@ -55,7 +57,7 @@ from lm.run_files import METRICS_FILE, loads_child
 from lm.schedule import lr_sum
 from sweeps.spec import CollapseLimits
 from sweeps.storage import open_storage, resolve_storage_url
-from sweeps.verdicts import prediction_verdict
+from sweeps.verdicts import collapse, prediction_verdict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,6 +158,11 @@ def stopped_trials(url: str, name: str, runs_dir: Path, longer: int,
             print(f"{name} #{t.number}: no metrics.jsonl or config; skipped")
             continue
         history = with_lr_sum(history, config)
+        # The evaluation the verdict was reached at: the child may have written one more before
+        # it was stopped.
+        step = t.user_attrs.get("last_eval_step")
+        if isinstance(step, int):
+            history = [r for r in history if r["step"] <= step] or history
         budget = int(config["max_tokens"])
         reruns = []
         for tokens in (budget, budget * longer):
@@ -165,6 +172,54 @@ def stopped_trials(url: str, name: str, runs_dir: Path, longer: int,
         found.append(Stopped(name, t.number, outcome, dict(t.params), history[-1], limits,
                              reruns))
     return found
+
+
+@dataclasses.dataclass
+class Spared:
+    study: str
+    number: int
+    params: dict[str, Any]
+    verdict: str  # what the rules would have said without min_lr_sum
+    at: dict[str, Any]  # the evaluation they would have said it at
+    left: dict[str, Any] | None  # its first later evaluation using its context above the unigram
+    last: dict[str, Any]
+
+
+def spared_trials(url: str, name: str, runs_dir: Path) -> list[Spared]:
+    """The complete trials of a study that the rules without ``min_lr_sum`` would have stopped
+    (``sweeps.verdicts.collapse`` on each prefix of the history, patience and all): their own
+    run to the end is the ground truth, no rerun needed."""
+    study = optuna.load_study(study_name=name, storage=open_storage(url))
+    limits = limits_of(study)
+    ungated = dataclasses.replace(limits, min_lr_sum=0.0)
+    found = []
+    for t in study.get_trials(deepcopy=False):
+        config = t.user_attrs.get("config")
+        if t.user_attrs.get("outcome") != outcomes.COMPLETE or not isinstance(config, dict):
+            continue
+        run_dir = Path(t.user_attrs.get("run_dir") or runs_dir / name / "trials" / str(t.number))
+        history = with_lr_sum(rows(run_dir / METRICS_FILE), config)
+        for i in range(1, len(history) + 1):
+            verdict = collapse(history[:i], ungated)
+            if verdict is not None and collapse(history[:i], limits) is None:
+                found.append(Spared(name, t.number, dict(t.params), verdict.outcome,
+                                    history[i - 1], left_plateau(history[i:], limits),
+                                    history[-1]))
+                break
+    return found
+
+
+def report_spared(spared: list[Spared]) -> None:
+    print(f"\nSpared by min_lr_sum: {len(spared)} complete trials the rules without it would "
+          "have stopped, and what each did in the rest of its own budget:")
+    for s in sorted(spared, key=lambda s: s.at["lr_sum"]):
+        lr = f" lr {s.params['lr']:.3g}" if _number(s.params.get("lr")) else ""
+        where = (f"used its context from step {s.left['step']:,} (lr sum "
+                 f"{s.left['lr_sum']:.3g})" if s.left else "never used its context")
+        print(f"  {s.study} #{s.number}{lr}: would be `{s.verdict}` at step {s.at['step']:,} "
+              f"(lr sum {s.at['lr_sum']:.3g}); {where}; ended at {fmt(s.last)}")
+    left = sum(s.left is not None for s in spared)
+    print(f"  {left} of {len(spared)} left the plateau within their own budget")
 
 
 def fmt(row: dict[str, Any]) -> str:
@@ -255,6 +310,7 @@ def main() -> None:
     found = [s for name in sorted(chosen)
              for s in stopped_trials(url, name, a.runs_dir, a.longer, a.out)]
     report(found, a.gaps, a.lr_sums)
+    report_spared([s for name in sorted(chosen) for s in spared_trials(url, name, a.runs_dir)])
 
 
 if __name__ == "__main__":
