@@ -141,7 +141,7 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
     from lm import flops
     from sweeps import preflight
     from sweeps.space import trial_config
-    from sweeps.verdicts import planned_steps, under_trained_note
+    from sweeps.verdicts import planned_steps, unreachable
 
     assert spec.scaling is not None
     collapse, out = spec.limits.collapse, []
@@ -153,11 +153,12 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
         steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
         flags = []
-        if under_trained_note(cfg, collapse) is not None:
+        short = unreachable(cfg, collapse)
+        if short is not None:
             flags.append(f"{steps} steps < limits.collapse.min_steps = {collapse.min_steps}"
-                         if steps < collapse.min_steps else
-                         f"lr summed over its steps < limits.collapse.min_lr_sum = "
-                         f"{collapse.min_lr_sum:g}")
+                         if short[0] == "min_steps" else
+                         f"lr summed over its steps {short[1]:.3g} < limits.collapse.min_lr_sum "
+                         f"= {collapse.min_lr_sum:g}")
         if cfg.max_tokens <= cfg.warmup_tokens:
             flags.append(f"max_tokens <= warmup_tokens = {cfg.warmup_tokens:,}")
         if not plan.fits:
@@ -222,8 +223,7 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     """The dry run's lines on optimizer steps: their range over the space (its grid, or a
     seeded sample), and the points that cannot be judged: fewer than ``min_steps``, or a
     learning rate summed over their steps below ``min_lr_sum``."""
-    from lm.schedule import lr_sum
-    from sweeps.verdicts import planned_steps
+    from sweeps.verdicts import planned_steps, unreachable
 
     points, how = sample_points(spec, samples, 0)
     steps = [(p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)
@@ -235,18 +235,16 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
         ("optimizer steps", f"{low:,} to {high:,} per trial over the {how} "
                             "(max_tokens / (batch_size x seq_len x grad_accum))")]
     limits = spec.limits.collapse
-    if not limits.enabled:
-        return rows
-    short = [(p, n) for p, n, _ in steps if n < limits.min_steps]
+    unjudged = [(p, short) for p, _, cfg in steps if (short := unreachable(cfg, limits))]
+    short = [(p, n) for p, (limit, n) in unjudged if limit == "min_steps"]
     if short:
         point, n = min(short, key=lambda pn: pn[1])
         rows.append(("too few steps to judge",
                      f"{len(short)} of {len(steps)} points get fewer than limits.collapse."
-                     f"min_steps = {limits.min_steps} (fewest: {_shown(point)}: {n} steps); they "
-                     "run unjudged, marked under_trained: raise max_tokens or shrink the batch"))
-    sums = [(p, lr_sum(cfg.max_tokens, cfg, stop_at=limits.min_lr_sum))
-            for p, n, cfg in steps if n >= limits.min_steps]
-    slow = [(p, total) for p, total in sums if total < limits.min_lr_sum]
+                     f"min_steps = {limits.min_steps} (fewest: {_shown(point)}: {n:.0f} steps); "
+                     "they run unjudged, marked under_trained: raise max_tokens or shrink the "
+                     "batch"))
+    slow = [(p, total) for p, (limit, total) in unjudged if limit == "min_lr_sum"]
     if slow:
         point, total = min(slow, key=lambda pt: pt[1])
         rows.append(("too small a rate to judge",

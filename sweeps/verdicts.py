@@ -91,23 +91,35 @@ def planned_steps(max_tokens: int, tokens_per_step: int) -> int:
     return -(-int(max_tokens) // max(1, int(tokens_per_step)))
 
 
-def under_trained_note(cfg: TrainConfig, limits: CollapseLimits) -> str | None:
-    """Why a trial of configuration ``cfg`` cannot be judged at any evaluation (too few optimizer
-    steps, or too small a learning rate summed over them), or None when it can."""
+def unreachable(cfg: TrainConfig, limits: CollapseLimits) -> tuple[str, float] | None:
+    """The limit a trial of configuration ``cfg`` never reaches, so that it is never judged, and
+    how far it gets: ``("min_steps", its optimizer steps)`` or ``("min_lr_sum", its learning rate
+    summed over them)``; None when it can be judged (or the verdicts are off)."""
     if not limits.enabled:
         return None
     steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     if steps < limits.min_steps:
+        return "min_steps", steps
+    total = lr_sum(cfg.max_tokens, cfg, stop_at=limits.min_lr_sum)
+    return ("min_lr_sum", total) if total < limits.min_lr_sum else None
+
+
+def under_trained_note(cfg: TrainConfig, limits: CollapseLimits) -> str | None:
+    """Why a trial of configuration ``cfg`` cannot be judged at any evaluation (too few optimizer
+    steps, or too small a learning rate summed over them), or None when it can."""
+    short = unreachable(cfg, limits)
+    if short is None:
+        return None
+    limit, reached = short
+    steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    if limit == "min_steps":
         return (f"{steps} optimizer steps, fewer than the {limits.min_steps} needed to judge "
                 "its predictions (limits.collapse.min_steps); it runs to the end unjudged")
-    total = lr_sum(cfg.max_tokens, cfg, stop_at=limits.min_lr_sum)
-    if total < limits.min_lr_sum:
-        return (f"its learning rate summed over its {steps:,} optimizer steps is {total:.3g}, "
-                f"below the {limits.min_lr_sum:g} needed to judge its predictions "
-                "(limits.collapse.min_lr_sum: AdamW moves a weight by about lr at most per "
-                "step, so its weights cannot move far from where they started); it runs to the "
-                "end unjudged")
-    return None
+    return (f"its learning rate summed over its {steps:,} optimizer steps is {reached:.3g}, "
+            f"below the {limits.min_lr_sum:g} needed to judge its predictions "
+            "(limits.collapse.min_lr_sum: AdamW moves a weight by about lr at most per "
+            "step, so its weights cannot move far from where they started); it runs to the "
+            "end unjudged")
 
 
 def trained_enough(row: Row, limits: CollapseLimits) -> bool:
