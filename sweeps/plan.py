@@ -236,24 +236,27 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
                             "(max_tokens / (batch_size x seq_len x grad_accum))")]
     limits = spec.limits.collapse
     unjudged = [(p, short) for p, _, cfg in steps if (short := unreachable(cfg, limits))]
-    short = [(p, n) for p, (limit, n) in unjudged if limit == "min_steps"]
-    if short:
-        point, n = min(short, key=lambda pn: pn[1])
-        rows.append(("too few steps to judge",
-                     f"{len(short)} of {len(steps)} points get fewer than limits.collapse."
-                     f"min_steps = {limits.min_steps} (fewest: {_shown(point)}: {n:.0f} steps); "
-                     "they run unjudged, marked under_trained: raise max_tokens or shrink the "
-                     "batch"))
-    slow = [(p, total) for p, (limit, total) in unjudged if limit == "min_lr_sum"]
-    if slow:
-        point, total = min(slow, key=lambda pt: pt[1])
-        rows.append(("too small a rate to judge",
-                     f"{len(slow)} of {len(steps)} points sum their learning rate over their "
-                     f"steps to less than limits.collapse.min_lr_sum = {limits.min_lr_sum:g} "
-                     f"(smallest: {_shown(point)}: {total:.3g}); their weights cannot move far "
-                     "enough to tell a collapse from a slow start, so they run unjudged, marked "
-                     "under_trained: raise lr or max_tokens"))
+    for limit, title, says in _UNJUDGED:
+        hit = [(p, value) for p, (which, value) in unjudged if which == limit]
+        if hit:
+            point, value = min(hit, key=lambda pv: pv[1])
+            rows.append((title, says.format(k=len(hit), n=len(steps), point=_shown(point),
+                                            value=value, limits=limits)))
     return rows
+
+
+#: The dry run's line for the points that never reach each limit (``verdicts.unreachable``).
+_UNJUDGED = (
+    ("min_steps", "too few steps to judge",
+     "{k} of {n} points get fewer than limits.collapse.min_steps = {limits.min_steps} (fewest: "
+     "{point}: {value:.0f} steps); they run unjudged, marked under_trained: raise max_tokens or "
+     "shrink the batch"),
+    ("min_lr_sum", "too small a rate to judge",
+     "{k} of {n} points sum their learning rate over their steps to less than "
+     "limits.collapse.min_lr_sum = {limits.min_lr_sum:g} (smallest: {point}: {value:.3g}); their "
+     "weights cannot move far enough to tell a collapse from a slow start, so they run "
+     "unjudged, marked under_trained: raise lr or max_tokens"),
+)
 
 
 def _shown(point: dict[str, Any]) -> str:

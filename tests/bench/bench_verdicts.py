@@ -46,10 +46,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from lm import outcomes
 from lm.config import TrainConfig
@@ -142,14 +144,14 @@ def gated(row: dict[str, Any], limits: CollapseLimits) -> str | None:
     return prediction_verdict({**row, "step": max(int(row["step"]), limits.min_steps)}, limits)
 
 
-def stopped_trials(url: str, name: str, runs_dir: Path, longer: int,
-                   out: Path) -> list[Stopped]:
-    study = optuna.load_study(study_name=name, storage=open_storage(url))
-    limits = limits_of(study)
-    found = []
+def histories(study: optuna.Study, runs_dir: Path,
+              ended: Collection[str]) -> Iterator[tuple[FrozenTrial, dict[str, Any],
+                                                      list[dict[str, Any]]]]:
+    """Each trial of ``study`` that ended as one of ``ended``, with its config and its
+    evaluations (``lr_sum`` filled in, ``with_lr_sum``)."""
+    name = study.study_name
     for t in study.get_trials(deepcopy=False):
-        outcome = t.user_attrs.get("outcome")
-        if outcome not in outcomes.PREDICTION_VERDICTS:
+        if t.user_attrs.get("outcome") not in ended:
             continue
         run_dir = Path(t.user_attrs.get("run_dir") or runs_dir / name / "trials" / str(t.number))
         history = rows(run_dir / METRICS_FILE)
@@ -157,7 +159,15 @@ def stopped_trials(url: str, name: str, runs_dir: Path, longer: int,
         if not history or not isinstance(config, dict):
             print(f"{name} #{t.number}: no metrics.jsonl or config; skipped")
             continue
-        history = with_lr_sum(history, config)
+        yield t, config, with_lr_sum(history, config)
+
+
+def stopped_trials(study: optuna.Study, runs_dir: Path, longer: int,
+                   out: Path) -> list[Stopped]:
+    name, limits = study.study_name, limits_of(study)
+    found = []
+    for t, config, history in histories(study, runs_dir, outcomes.PREDICTION_VERDICTS):
+        outcome = t.user_attrs["outcome"]
         # The evaluation the verdict was reached at: the child may have written one more before
         # it was stopped.
         step = t.user_attrs.get("last_eval_step")
@@ -185,20 +195,14 @@ class Spared:
     last: dict[str, Any]
 
 
-def spared_trials(url: str, name: str, runs_dir: Path) -> list[Spared]:
+def spared_trials(study: optuna.Study, runs_dir: Path) -> list[Spared]:
     """The complete trials of a study that the rules without ``min_lr_sum`` would have stopped
     (``sweeps.verdicts.collapse`` on each prefix of the history, patience and all): their own
     run to the end is the ground truth, no rerun needed."""
-    study = optuna.load_study(study_name=name, storage=open_storage(url))
-    limits = limits_of(study)
+    name, limits = study.study_name, limits_of(study)
     ungated = dataclasses.replace(limits, min_lr_sum=0.0)
     found = []
-    for t in study.get_trials(deepcopy=False):
-        config = t.user_attrs.get("config")
-        if t.user_attrs.get("outcome") != outcomes.COMPLETE or not isinstance(config, dict):
-            continue
-        run_dir = Path(t.user_attrs.get("run_dir") or runs_dir / name / "trials" / str(t.number))
-        history = with_lr_sum(rows(run_dir / METRICS_FILE), config)
+    for t, _, history in histories(study, runs_dir, (outcomes.COMPLETE,)):
         for i in range(1, len(history) + 1):
             verdict = collapse(history[:i], ungated)
             if verdict is not None and collapse(history[:i], limits) is None:
@@ -302,15 +306,16 @@ def main() -> None:
     a = p.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = resolve_storage_url(a.storage, None)
-    names = optuna.get_all_study_names(open_storage(url))
+    storage = open_storage(url)
+    names = optuna.get_all_study_names(storage)
     chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in a.studies)]
     missing = [p for p in a.studies if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if missing:
         raise SystemExit(f"no study matches {', '.join(missing)} in {url}")
-    found = [s for name in sorted(chosen)
-             for s in stopped_trials(url, name, a.runs_dir, a.longer, a.out)]
-    report(found, a.gaps, a.lr_sums)
-    report_spared([s for name in sorted(chosen) for s in spared_trials(url, name, a.runs_dir)])
+    studies = [optuna.load_study(study_name=name, storage=storage) for name in sorted(chosen)]
+    report([s for study in studies for s in stopped_trials(study, a.runs_dir, a.longer, a.out)],
+           a.gaps, a.lr_sums)
+    report_spared([s for study in studies for s in spared_trials(study, a.runs_dir)])
 
 
 if __name__ == "__main__":
