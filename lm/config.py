@@ -28,13 +28,31 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCHEDULES = ("cosine", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+#: The units a budget can be given in, in the order of each ``BUDGETS`` entry.
+BUDGET_UNITS = ("tokens", "bytes", "flops")
+#: Each quantity a run is scheduled by, and its field in each unit (None: not in that unit).
+BUDGETS: dict[str, tuple[str, str | None, str | None]] = {
+    "max": ("max_tokens", "max_bytes", "max_flops"),
+    "eval_every": ("eval_every_tokens", "eval_every_bytes", "eval_every_flops"),
+    "warmup": ("warmup_tokens", "warmup_bytes", "warmup_flops"),
+    "eval": ("eval_tokens", "eval_bytes", None),
+}
+#: In tokens, when no unit gives the quantity.
+BUDGET_DEFAULTS = {"max": 1_000_000, "eval_every": 250_000, "warmup": 50_000, "eval": 32_768}
+#: The smallest value of each (an evaluation needs two targets; a warm-up may be none).
+BUDGET_MINIMUMS = {"max": 1, "eval_every": 1, "warmup": 0, "eval": 2}
+#: Every field of ``BUDGETS`` but the token counts, and the derivation's record: absent from
+#: resume checkpoints written before they existed, so left out of ``computation()`` at None.
+BUDGET_EXTRA_FIELDS = (*(f for fields in BUDGETS.values() for f in fields[1:] if f),
+                       "derived", "bytes_per_token")
 #: The largest seed torch's generators take (an unsigned 64-bit integer).
 MAX_SEED = 2**64 - 1
 
 
-def _help(text: str) -> Any:
-    """Field metadata read by the CLI (``sweeps.cli.options``) for each generated flag."""
-    return {"help": text}
+def _help(text: str, *, set_by_tool: bool = False) -> Any:
+    """Field metadata read by the CLI (``sweeps.cli.options``) for each generated flag (none for
+    a field the tool sets)."""
+    return {"help": text, "set_by_tool": set_by_tool}
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -126,6 +144,19 @@ SCHEDULE_FIELDS = ("lr_schedule", "decay_fraction", "decay_shape", "cooldown_rea
                    "cooldown_fraction")
 
 
+def default_of(f: dataclasses.Field) -> Any:
+    """A ``TrainConfig`` field's default as a user sees it: a budget's token count is None in
+    the dataclass (another unit may give it) and its default is ``BUDGET_DEFAULTS``'."""
+    for quantity, fields in BUDGETS.items():
+        if f.name == fields[0]:
+            return BUDGET_DEFAULTS[quantity]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
 def _jsonish(value: Any) -> Any:
     """A default as ``to_dict`` writes it (a tuple as a list)."""
     return list(value) if isinstance(value, tuple) else value
@@ -156,8 +187,26 @@ class TrainConfig:
     grad_accum: int = field(default=1, metadata=_help("Micro-batches per optimizer step."))
     lr: float = field(default=1e-3, metadata=_help("Peak learning rate (AdamW)."))
     weight_decay: float = field(default=0.1, metadata=_help("AdamW decay of matrix weights."))
-    warmup_tokens: int = field(default=50_000, metadata=_help("Linear warm-up length in tokens."))
-    max_tokens: int = field(default=1_000_000, metadata=_help("Training budget in tokens."))
+    # The budget and the points that follow it, each in one unit of three (``BUDGETS``): tokens
+    # (the default), training text in bytes, or training FLOPs. A field left None takes its
+    # default in tokens (``BUDGET_DEFAULTS``) unless another unit gives it; given in bytes or
+    # FLOPs, the token count is worked out per trial (``lm.budget.resolve``) and listed in
+    # ``derived``. At equal tokens a larger vocabulary sees more text: equal bytes compare
+    # vocabularies on the same text, equal FLOPs at the same compute.
+    warmup_tokens: int | None = field(
+        default=None, metadata=_help("Linear warm-up length in tokens."))
+    warmup_bytes: int | None = field(
+        default=None, metadata=_help("Warm-up length in bytes of training text."))
+    warmup_flops: float | None = field(
+        default=None, metadata=_help("Warm-up length in training FLOPs."))
+    max_tokens: int | None = field(
+        default=None, metadata=_help("Training budget in tokens."))
+    max_bytes: int | None = field(
+        default=None, metadata=_help("Training budget in bytes of training text (equal text "
+                                     "for every tokenizer and vocabulary)."))
+    max_flops: float | None = field(
+        default=None, metadata=_help("Training budget in training FLOPs (lm.flops; equal "
+                                     "compute for every model)."))
     lr_schedule: Literal["cosine", "wsd"] = field(
         default="cosine",
         metadata=_help("After the warm-up: cosine to lr/10, or wsd (warm-up, stable, decay to 0 "
@@ -193,11 +242,21 @@ class TrainConfig:
     )
     grad_clip: float = field(default=1.0, metadata=_help("Gradient norm clip (0 turns it off)."))
     seed: int = field(default=0, metadata=_help("Seed of init, batches and samples."))
-    eval_every_tokens: int = field(
-        default=250_000, metadata=_help("Evaluate every this many training tokens.")
+    eval_every_tokens: int | None = field(
+        default=None, metadata=_help("Evaluate every this many training tokens.")
     )
-    eval_tokens: int = field(
-        default=32_768, metadata=_help("Size of the fixed validation subset in tokens.")
+    eval_every_bytes: int | None = field(
+        default=None, metadata=_help("Evaluate every this many bytes of training text.")
+    )
+    eval_every_flops: float | None = field(
+        default=None, metadata=_help("Evaluate every this many training FLOPs.")
+    )
+    eval_tokens: int | None = field(
+        default=None, metadata=_help("Size of the fixed validation subset in tokens.")
+    )
+    eval_bytes: int | None = field(
+        default=None, metadata=_help("Size of the fixed validation subset in bytes of text "
+                                     "(the same text for every tokenizer).")
     )
     device: str = field(default="auto", metadata=_help("auto, cpu, cuda or cuda:N."))
     cpu_memory_limit_bytes: int | None = field(
@@ -221,6 +280,14 @@ class TrainConfig:
         metadata=_help("Save a resume checkpoint at the first evaluation after every this many "
                        "training tokens (none turns it off)."),
     )
+    # Set by the tool, not a knob: which token counts were worked out from a budget in bytes or
+    # FLOPs, and the training split's bytes per token they were worked out with.
+    derived: tuple[str, ...] = field(
+        default=(), metadata=_help("Token fields worked out from bytes or FLOPs (set by the "
+                                   "tool).", set_by_tool=True))
+    bytes_per_token: float | None = field(
+        default=None, metadata=_help("Bytes of training text per token the derivation used "
+                                     "(set by the tool).", set_by_tool=True))
 
     def __post_init__(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus:
@@ -237,16 +304,13 @@ class TrainConfig:
         check_int(self, "grad_accum", 1)
         check_number(self, "lr", positive=True)
         check_number(self, "weight_decay", minimum=0.0)
-        check_int(self, "warmup_tokens", 0)
-        check_int(self, "max_tokens", 1)
+        self._validate_budgets()
         self._validate_schedule()
         if self.max_wall_s is not None:
             check_number(self, "max_wall_s", positive=True)
         check_choice(self, "precision", PRECISIONS)
         check_number(self, "grad_clip", minimum=0.0)
         check_int(self, "seed", 0, MAX_SEED)
-        check_int(self, "eval_every_tokens", 1)
-        check_int(self, "eval_tokens", 2)
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
             raise SweepsError(
                 f"device must be auto, cpu, cuda or cuda:N, got device={self.device!r}"
@@ -272,6 +336,55 @@ class TrainConfig:
         if self.checkpoint_every_tokens is not None:
             check_int(self, "checkpoint_every_tokens", 1)
 
+    def _validate_budgets(self) -> None:
+        """Each budget quantity in one unit (``BUDGETS``); its token count defaulted, given, or
+        ``derived`` from the unit that governs it. An unresolved config (a count in bytes or
+        FLOPs, its tokens not worked out yet) is valid: ``lm.budget.resolve`` completes it."""
+        derived = self.derived
+        if isinstance(derived, list):
+            derived = tuple(derived)
+            object.__setattr__(self, "derived", derived)
+        token_fields = [fields[0] for fields in BUDGETS.values()]
+        if not isinstance(derived, tuple) or any(d not in token_fields for d in derived):
+            raise SweepsError(f"derived must list token fields ({', '.join(token_fields)}), got "
+                              f"derived={derived!r}")
+        for quantity, fields in BUDGETS.items():
+            names = [f for f in fields if f is not None]
+            given = [f for f in names if getattr(self, f) is not None and f not in derived]
+            if len(given) > 1:
+                shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in given)
+                raise SweepsError(f"give one of {', '.join(names)}, got {shown}: exactly one "
+                                  "unit governs each budget (the others are worked out)")
+            for name in given:
+                minimum = BUDGET_MINIMUMS[quantity]
+                if name.endswith("_flops"):
+                    check_number(self, name, positive=minimum > 0, minimum=0.0)
+                else:
+                    check_int(self, name, minimum)
+            tokens = fields[0]
+            if tokens in derived:
+                if not given:
+                    raise SweepsError(f"derived lists {tokens}, but no "
+                                      f"{' or '.join(names[1:])} is given to derive it from")
+                check_int(self, tokens, BUDGET_MINIMUMS[quantity])
+            elif not given:
+                object.__setattr__(self, tokens, BUDGET_DEFAULTS[quantity])
+        if self.bytes_per_token is not None:
+            check_number(self, "bytes_per_token", positive=True)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether every budget has its token count (``lm.budget.resolve`` gives them)."""
+        return all(getattr(self, fields[0]) is not None for fields in BUDGETS.values())
+
+    def budget_unit(self, quantity: str = "max") -> str:
+        """The unit that governs ``quantity`` (``BUDGETS``): tokens, bytes or flops."""
+        fields = BUDGETS[quantity]
+        for unit, name in zip(BUDGET_UNITS, fields, strict=True):
+            if name is not None and getattr(self, name) is not None and name not in self.derived:
+                return unit
+        return "tokens"
+
     def _validate_schedule(self) -> None:
         check_choice(self, "lr_schedule", LR_SCHEDULES)
         check_number(self, "decay_fraction", positive=True, below=1.0)
@@ -287,7 +400,8 @@ class TrainConfig:
                               f"cooldown_reads={reads!r}")
         for i, tokens in enumerate(reads):
             require_int(tokens, "cooldown_reads", 1)
-            if tokens >= self.max_tokens:  # the run's own end is cooled down already
+            # The run's own end is cooled down already.
+            if self.max_tokens is not None and tokens >= self.max_tokens:
                 raise SweepsError(f"cooldown_reads must be below max_tokens={self.max_tokens:,}"
                                   f", got cooldown_reads={list(reads)!r}")
             if i and tokens <= reads[i - 1]:
@@ -329,6 +443,7 @@ class TrainConfig:
         out = dataclasses.asdict(self)
         out["sample_prompts"] = list(self.sample_prompts)
         out["cooldown_reads"] = list(self.cooldown_reads)
+        out["derived"] = list(self.derived)
         return out
 
     def model_config(self, vocab_size: int | None = None) -> ModelConfig:
@@ -349,7 +464,8 @@ class TrainConfig:
         checkpoint of a config with the same ones (``resume_fingerprint``)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         return {k: v for k, v in self.to_dict().items() if k not in _PLACEMENT_FIELDS
-                and not (k in SCHEDULE_FIELDS and v == _jsonish(defaults[k]))}
+                and not (k in (*SCHEDULE_FIELDS, *BUDGET_EXTRA_FIELDS)
+                         and v == _jsonish(defaults[k]))}
 
     def resume_fingerprint(self) -> str:
         """Hash of ``computation()``: continuing a checkpoint of this hash is the same run."""
@@ -369,7 +485,9 @@ class TrainConfig:
     def budget_warnings(self) -> list[str]:
         """What is valid but cannot work within ``max_tokens`` (said before a run by ``sweeps
         train``, ``estimate`` and ``run --dry-run``; not an error: a smoke test may mean it)."""
-        out = []
+        out: list[str] = []
+        if not self.resolved:
+            return out  # said once its tokens are worked out (``lm.budget.resolve``)
         if self.warmup_tokens >= self.max_tokens:
             out.append(f"warmup_tokens {self.warmup_tokens:,} >= max_tokens "
                        f"{self.max_tokens:,}: the whole run is warm-up, so the learning rate "

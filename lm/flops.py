@@ -115,8 +115,18 @@ class Flops:
 
 
 def planned_tokens(cfg: TrainConfig) -> int:
-    """The tokens a run that completes trains: whole optimizer steps up to ``max_tokens``."""
+    """The tokens a run that completes trains: whole optimizer steps up to ``max_tokens``, or
+    exactly ``max_tokens`` (whole sequences) when it was worked out from bytes or FLOPs: its last
+    step then trains only what is left (``lm.budget``, ``lm.train``)."""
+    if "max_tokens" in cfg.derived:
+        return cfg.max_tokens
     return math.ceil(cfg.max_tokens / cfg.tokens_per_step) * cfg.tokens_per_step
+
+
+def per_token(cfg: TrainConfig, vocab_size: int | None = None) -> int:
+    """Training FLOPs per token of ``cfg``'s model (``Flops.flops_per_token``): what a budget
+    in FLOPs is converted with (``lm.budget``)."""
+    return count(cfg, 0, n_evals=0, vocab_size=vocab_size).flops_per_token
 
 
 def planned_evals(cfg: TrainConfig, tokens: int) -> int:
@@ -135,7 +145,7 @@ def planned_evals(cfg: TrainConfig, tokens: int) -> int:
 
 def eval_windows(cfg: TrainConfig, val_tokens: int | None = None) -> int:
     """Windows of the fixed validation subset (``lm.train.eval_windows``)."""
-    wanted = max(1, cfg.eval_tokens // cfg.seq_len)
+    wanted = max(1, (cfg.eval_tokens or 0) // cfg.seq_len)
     if val_tokens is None:
         return wanted
     return min(wanted, max(1, (val_tokens - 1) // cfg.seq_len))

@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from lm import host
 from lm.config import TrainConfig, param_breakdown
 from lm.errors import SweepsError
+from lm.flops import eval_windows
 
 if TYPE_CHECKING:
     from lm.tokens import CorpusCounts
@@ -295,7 +296,7 @@ def estimate(
     block = _block(s, scores)
     acts = _activations(s, block)
     head = _loss_head(s)
-    windows = _eval_windows(cfg, counts.val_tokens if counts is not None else None)
+    windows = eval_windows(cfg, counts.val_tokens if counts is not None else None)
     evaluation = _evaluation(cfg, s, windows)
     moments = _moments(s, static, block, acts, scores, head, evaluation)
     peak = max(moments, key=lambda m: m.live)  # the first of equals, in moment order
@@ -525,14 +526,6 @@ def _evaluation(cfg: TrainConfig, s: _Shape, windows: int) -> _Evaluation:
     ffn = (3 * bT * s.C * 4 + 2 * bT * s.F * s.a, bT * s.F * s.a)
     size, unit = max(head, attn, ffn)
     return _Evaluation(size, unit, b, windows)
-
-
-def _eval_windows(cfg: TrainConfig, val_tokens: int | None) -> int:
-    """Windows of the fixed validation subset, as ``lm.train.eval_windows`` cuts them."""
-    wanted = max(1, cfg.eval_tokens // cfg.seq_len)
-    if val_tokens is None:
-        return wanted
-    return min(wanted, max(1, (val_tokens - 1) // cfg.seq_len))
 
 
 # --- the moments -------------------------------------------------------------------------------

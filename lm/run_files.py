@@ -117,6 +117,8 @@ class RunResult:
     reason: str
     exit_code: int
     tokens_seen: int = 0
+    #: Bytes of training text those tokens stand for (the training split's bytes per token).
+    train_bytes: int | None = None
     steps: int = 0
     #: Tokens the branches of cooldown reads trained (``lm.cooldown``), beside ``tokens_seen``:
     #: the trial's compute is both (``lm.flops.trained``).

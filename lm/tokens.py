@@ -38,6 +38,7 @@ once get one build and one hit, and nobody reads a half-written file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -73,10 +74,38 @@ FILES: dict[str, str] = {
     "tokenizer": "tokenizer.json",
 }
 META_NAME = "meta.json"
-#: Bytes per token assumed when the token cache has not been built yet (a BPE-like ratio).
+#: Bytes per token assumed when the token cache has not been built yet (a BPE-like ratio; the
+#: byte tokenizer's one byte a token, its markers standing for none).
 GUESS_BYTES_PER_TOKEN = 4.0
+GUESS_BYTE_TOKENIZER = 1.0
 _UINT16_MAX = np.iinfo(np.uint16).max
 _SCAN_BYTES = 1 << 20  # a multiple of every dtype's itemsize, so no id straddles two pieces
+
+
+@dataclass(frozen=True)
+class TextRate:
+    """Bytes of user text per token of one tokenizer on one corpus: the training split's (what
+    a budget in bytes converts with, ``lm.budget``) and the validation split's (``eval_bytes``).
+    ``measured`` on the token cache, else estimated (no cache yet). The ``<unk>`` shares of the
+    validation split (tokens, and the bytes those tokens stand for), where known."""
+
+    train: float
+    val: float
+    measured: bool
+    unk_tokens: float | None = None
+    unk_bytes: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("train", "val"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise SweepsError(f"bytes per token must be > 0, got {name}={value!r}")
+
+
+def guessed_rate(tokenizer: str) -> TextRate:
+    """The rate assumed before the token cache exists."""
+    per = GUESS_BYTE_TOKENIZER if tokenizer == "byte" else GUESS_BYTES_PER_TOKEN
+    return TextRate(per, per, measured=False)
 
 
 @dataclass
@@ -128,7 +157,7 @@ def corpus_counts(corpus_dir: Path | str, kind: str, vocab_size: int,
     except (KeyError, TypeError, ValueError, SweepsError):
         pass
     manifest = _read_json(Path(corpus_dir) / MANIFEST_NAME)
-    per = 1.0 if kind == "byte" else GUESS_BYTES_PER_TOKEN
+    per = GUESS_BYTE_TOKENIZER if kind == "byte" else GUESS_BYTES_PER_TOKEN
     try:
         return CorpusCounts(int(manifest["train_bytes"] / per), int(manifest["val_bytes"] / per))
     except (KeyError, TypeError, ValueError, SweepsError):
@@ -157,6 +186,64 @@ def token_ceiling(corpus_dir: Path | str, kind: str, vocab_size: int,
         except OSError:
             counts.append(None)
     return CorpusCounts(*counts)
+
+
+def text_rate(cache: TokenCache) -> TextRate:
+    """This cache's bytes of text per token (training and validation splits) and the ``<unk>``
+    shares of its validation split (``lm.budget``). A cache built before the ``<unk>`` bytes
+    were counted gets them from its memmaps (the validation split only: a few percent)."""
+    meta = cache.meta
+    unk_id = cache.tokenizer.unk_id
+    val_tokens, val_bytes = int(meta["val_tokens"]), int(meta["val_bytes"])
+    unk_tokens = unk_bytes = None
+    if unk_id is not None:
+        unk_tokens = meta.get("unk_val", 0) / val_tokens if val_tokens else 0.0
+        n = meta.get("unk_bytes_val")
+        if n is None:
+            n = int(cache.val_nbytes[np.asarray(cache.val) == unk_id].sum(dtype=np.int64))
+        unk_bytes = n / val_bytes if val_bytes else 0.0
+    else:
+        unk_tokens = unk_bytes = 0.0
+    return TextRate(train=_per_token(meta["train_bytes"], meta["train_tokens"]),
+                    val=_per_token(val_bytes, val_tokens), measured=True,
+                    unk_tokens=unk_tokens, unk_bytes=unk_bytes)
+
+
+def _per_token(n_bytes: int, n_tokens: int) -> float:
+    # A split of markers only has no text; 1 keeps a budget in bytes finite (and is exact for
+    # the byte tokenizer's text).
+    return n_bytes / n_tokens if n_tokens and n_bytes else 1.0
+
+
+def measured_rate(corpus_dir: Path | str, kind: str, vocab_size: int, lowercase: bool = False,
+                  progress: Progress | None = None) -> TextRate:
+    """The rate of this tokenizer on this corpus, building its token cache if needed (the
+    trial would build it anyway)."""
+    return text_rate(load_tokens(Path(corpus_dir), kind, vocab_size, lowercase=lowercase,
+                                 progress=progress))
+
+
+def cached_rate(corpus_dir: Path | str, kind: str, vocab_size: int,
+                lowercase: bool = False) -> TextRate | None:
+    """The rate from a token cache that exists and is of this corpus as it is now, without
+    building anything; None otherwise."""
+    corpus_dir = Path(corpus_dir)
+    meta = _read_json(cache_dir(corpus_dir, kind, vocab_size, lowercase) / META_NAME)
+    try:
+        if meta["corpus_sha256"] != corpus_sha256(corpus_dir):
+            return None
+        val_tokens, val_bytes = int(meta["val_tokens"]), int(meta["val_bytes"])
+        has_unk = meta.get("unk_id") is not None
+        unk_bytes = meta.get("unk_bytes_val")
+        return TextRate(
+            train=_per_token(meta["train_bytes"], meta["train_tokens"]),
+            val=_per_token(val_bytes, val_tokens), measured=True,
+            unk_tokens=(meta.get("unk_val", 0) / val_tokens if val_tokens else 0.0)
+            if has_unk else 0.0,
+            unk_bytes=(unk_bytes / val_bytes if val_bytes else 0.0) if has_unk
+            and unk_bytes is not None else (None if has_unk else 0.0))
+    except (KeyError, TypeError, ValueError, SweepsError):
+        return None
 
 
 def _read_json(path: Path) -> Any:
@@ -369,7 +456,7 @@ def _encode_splits(
     stats: dict[str, Any] = {"nbytes_dtype": nb_dtype.name}
     unigram = np.zeros(tokenizer.vocab_size, dtype=np.int64)
     for split, src in sources.items():
-        n_tokens = n_bytes = n_unk = 0
+        n_tokens = n_bytes = n_unk = unk_bytes = 0
         ids_file, nb_file = out / FILES[split], out / FILES[f"{split}_nbytes"]
         with open(ids_file, "wb") as f_ids, open(nb_file, "wb") as f_nb:
             for chunk, read in iter_marked_chunks(src):
@@ -386,7 +473,9 @@ def _encode_splits(
                 n_tokens += len(ids)
                 n_bytes += int(nbytes.sum(dtype=np.int64))
                 if tokenizer.unk_id is not None:
-                    n_unk += int(np.count_nonzero(ids == tokenizer.unk_id))
+                    is_unk = ids == tokenizer.unk_id
+                    n_unk += int(np.count_nonzero(is_unk))
+                    unk_bytes += int(nbytes[is_unk].sum(dtype=np.int64))
                 if split == "train":
                     unigram += np.bincount(ids, minlength=tokenizer.vocab_size)
                 done += read
@@ -394,6 +483,7 @@ def _encode_splits(
                     progress(done, total)
         stats[f"{split}_tokens"], stats[f"{split}_bytes"] = n_tokens, n_bytes
         stats[f"unk_{split}"] = n_unk
+        stats[f"unk_bytes_{split}"] = unk_bytes  # the text the <unk> tokens stand for
     stats["unigram_counts"] = unigram.tolist()
     return stats
 

@@ -33,9 +33,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lm import cooldown, host, metrics, outcomes
+from lm import budget, cooldown, host, metrics, outcomes
 from lm.config import SCHEDULE_FIELDS, ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
+from lm.evaluation import TooLittleData, eval_windows, evaluate
 from lm.generate import prompt_ids, sample_tokens
 from lm.memory import peak_kind
 from lm.model import GPT
@@ -69,6 +70,7 @@ from lm.runtime import (
 )
 from lm.schedule import lr_at, lr_sum, read_points
 from lm.snapshot import Trainables, load_resume, on_host, save_atomic
+from lm.tokens import TextRate, text_rate
 
 Progress = Callable[[int, int], None]
 OnEval = Callable[[dict[str, Any]], None]
@@ -92,28 +94,11 @@ class BatchSampler:
         self.high = len(tokens) - seq_len  # last start: len - seq_len - 1
         self.rng = np.random.default_rng(seed)
 
-    def next(self) -> torch.Tensor:
-        """(B, T + 1) int64 ids."""
-        starts = self.rng.integers(0, self.high, size=self.batch_size)
+    def next(self, rows: int | None = None) -> torch.Tensor:
+        """(B, T + 1) int64 ids (``rows`` instead of B: the last step of a budget in bytes or
+        FLOPs, ``lm.budget``)."""
+        starts = self.rng.integers(0, self.high, size=self.batch_size if rows is None else rows)
         return torch.from_numpy(self.tokens[starts[:, None] + self.offsets].astype(np.int64))
-
-
-def eval_windows(
-    val: np.ndarray, val_nbytes: np.ndarray, seq_len: int, eval_tokens: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed validation subset: the first ``eval_tokens`` targets of the split, cut into
-    consecutive windows -> ids (N, T + 1) and the bytes each target stands for (N, T)."""
-    available = (len(val) - 1) // seq_len
-    if available < 1:
-        raise TooLittleData(
-            f"the validation split has {len(val)} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
-            "use a smaller seq_len or a bigger val_fraction"
-        )
-    n = min(max(1, eval_tokens // seq_len), available)
-    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)  # (N, T + 1)
-    ids = torch.from_numpy(np.asarray(val[idx], dtype=np.int64))
-    nbytes = torch.from_numpy(np.asarray(val_nbytes[idx[:, 1:]], dtype=np.int64))  # targets'
-    return ids, nbytes
 
 
 # --- the objective -----------------------------------------------------------------------------
@@ -135,17 +120,20 @@ def accumulate_gradients(
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the mean loss (a detached scalar tensor).
 
-    Each micro-batch's mean loss is divided by their number: the micro-batches are equal-sized,
-    so the accumulated gradient is the gradient of the full batch's mean loss.
+    Each micro-batch's mean loss is weighted by its share of the rows (equal-sized ones: divided
+    by their number), so the accumulated gradient is the gradient of the full batch's mean loss;
+    only the last step of a budget in bytes or FLOPs has a smaller last micro-batch.
     """
     n = len(micro_batches)
+    rows = [len(b) for b in micro_batches]
+    equal = len(set(rows)) == 1
     total = torch.zeros((), device=micro_batches[0].device)
-    for batch in micro_batches:
+    for batch, r in zip(micro_batches, rows, strict=True):
         with autocast():
             loss = lm_loss(model, batch)
-        scaled = loss / n
+        scaled = loss / n if equal else loss * (r / sum(rows))
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        total += loss.detach()
+        total += loss.detach() if equal else loss.detach() * (r * n / sum(rows))
     return total / n
 
 
@@ -170,62 +158,6 @@ def make_optimizer(
     )
 
 
-# --- evaluation --------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def evaluate(
-    model: GPT,
-    windows: torch.Tensor,
-    nbytes: torch.Tensor,
-    *,
-    batch_size: int,
-    device: torch.device,
-    autocast: Callable[[], AbstractContextManager],
-    unk_id: int | None,
-    unigram: torch.Tensor,
-    token_strings: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """Loss, bits per byte, accuracy and collapse statistics on fixed windows (eval mode); with
-    ``token_strings``, also ``top_tokens`` (the collapse chart's corpus-vs-model frequencies)."""
-    model.eval()
-    nll_sum, bits, n_bytes, correct, n, unk, unk_argmax = 0.0, 0.0, 0, 0, 0, 0, 0
-    collapse = metrics.CollapseStats(model.cfg.vocab_size)
-    for i in range(0, len(windows), batch_size):
-        batch = windows[i : i + batch_size].to(device)
-        x, y = batch[:, :-1], batch[:, 1:]  # (b, T)
-        with autocast():
-            logits = model(x)
-        logits = logits.float().reshape(-1, logits.size(-1))  # (b*T, V)
-        y = y.reshape(-1)
-        nll = F.cross_entropy(logits, y, reduction="none")  # (b*T,)
-        b, nb = metrics.bpb_terms(nll.cpu(), y.cpu(), nbytes[i : i + batch_size], unk_id)
-        bits += b
-        n_bytes += nb
-        nll_sum += float(nll.double().sum())
-        predicted = logits.argmax(-1)
-        correct += int((predicted == y).sum())
-        n += y.numel()
-        if unk_id is not None:
-            unk += int((y == unk_id).sum())
-            unk_argmax += int((predicted == unk_id).sum())
-        collapse.update(logits)
-    model.train()
-    out: dict[str, Any] = {
-        "val_loss": nll_sum / n,
-        "val_bpb": bits / n_bytes if n_bytes else float("nan"),
-        "accuracy": correct / n,
-        **collapse.result(unigram),
-        "unk_rate_targets": unk / n,
-        # Where <unk> is the likeliest prediction: a capped word vocabulary's failure shows here
-        # (its accuracy is then about its share of <unk> targets).
-        "unk_argmax_rate": unk_argmax / n,
-    }
-    if token_strings is not None:
-        out["top_tokens"] = metrics.top_tokens(collapse.mean(), unigram, token_strings)
-    return out
-
-
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -243,6 +175,9 @@ class _Setup:
     windows: torch.Tensor
     window_nbytes: torch.Tensor
     model_cfg: ModelConfig
+    #: The config with its budgets in tokens (``lm.budget.resolve``; as given when they were).
+    cfg: TrainConfig
+    rate: TextRate
 
 
 def _setup(cfg: TrainConfig) -> _Setup:
@@ -260,7 +195,10 @@ def _setup(cfg: TrainConfig) -> _Setup:
     corpus = Path(cfg.corpus)
     load_manifest(corpus)
     cache = load_tokens(corpus, cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase)
-    windows, window_nbytes = eval_windows(cache.val, cache.val_nbytes, cfg.seq_len, cfg.eval_tokens)
+    rate = text_rate(cache)
+    cfg = budget.resolve(cfg, rate)
+    windows, window_nbytes = eval_windows(cache.val, cache.val_nbytes, cfg.seq_len,
+                                          cfg.eval_tokens, cfg.eval_bytes)
     if len(cache.train) < cfg.seq_len + 1:
         raise TooLittleData(
             f"the training split has {len(cache.train)} tokens, fewer than seq_len + 1 = "
@@ -268,7 +206,7 @@ def _setup(cfg: TrainConfig) -> _Setup:
         )
     model_cfg = cfg.model_config(vocab_size=int(cache.tokenizer.vocab_size))
     threads = host.run_threads(device.type)
-    return _Setup(device, threads, cache, windows, window_nbytes, model_cfg)
+    return _Setup(device, threads, cache, windows, window_nbytes, model_cfg, cfg, rate)
 
 
 def run(
@@ -289,6 +227,7 @@ def run(
         state = _RunState(cfg, run_dir, started)
         try:
             setup = _setup(cfg)
+            cfg = state.cfg = setup.cfg
             resume = load_resume(cfg, run_dir)
         except TooLittleData as exc:  # the configuration's own ending, counted: not bad input
             return state.finish(outcomes.TOO_LITTLE_DATA, str(exc))
@@ -311,14 +250,6 @@ def run(
         # traceback, and with it train()'s frames (model, optimizer, activations), alive, so an
         # OOM's release of memory would free nothing.
         return _ending(state, failure)
-
-
-class TooLittleData(Exception):
-    """A split of the corpus is shorter than one window of this configuration (``seq_len + 1``
-    tokens with its tokenizer). Not bad input: the config and the corpus are each valid, only
-    their pair is not, which the parent cannot always know before the tokens exist; so the run
-    ends with outcome ``too_little_data`` (counted, infeasible), never an environment failure
-    that would be re-queued and replayed forever."""
 
 
 class EnvironmentFailure(Exception):
@@ -515,10 +446,11 @@ class _RunState:
         train_started = time.monotonic() - wall_before
         t0 = time.monotonic()
         while self.tokens < cfg.max_tokens:
-            loss_sum += self.optimizer_step(lr := lr_at(self.tokens, cfg))
+            sequences = self.step_sequences()
+            loss_sum += self.optimizer_step(lr := lr_at(self.tokens, cfg), sequences=sequences)
             self.lr_sum += lr
             self.step += 1
-            self.tokens += cfg.tokens_per_step
+            self.tokens += sequences * cfg.seq_len
             loss_n += 1
             if progress is not None:
                 progress(min(self.tokens, cfg.max_tokens), cfg.max_tokens)
@@ -547,16 +479,32 @@ class _RunState:
                 )
         return outcomes.COMPLETE, f"trained {self.tokens:,} tokens in {self.step} steps"
 
-    def optimizer_step(self, lr: float, read_step: int | None = None) -> float:
+    def step_sequences(self) -> int:
+        """The sequences of the next optimizer step: a whole step, but for the last of a budget
+        worked out from bytes or FLOPs, which trains only what is left (``lm.budget``)."""
+        cfg = self.cfg
+        full = cfg.batch_size * cfg.grad_accum
+        if "max_tokens" not in cfg.derived:
+            return full
+        return max(1, min(full, math.ceil((cfg.max_tokens - self.tokens) / cfg.seq_len)))
+
+    def optimizer_step(self, lr: float, read_step: int | None = None,
+                       sequences: int | None = None) -> float:
         """One optimizer step at ``lr`` (of the main run, or step ``read_step`` of a cooldown
-        read's branch, ``lm.cooldown``); its mean training loss. Raises ``_Diverged``."""
+        read's branch, ``lm.cooldown``) over ``sequences`` (default: a whole step); its mean
+        training loss. Raises ``_Diverged``."""
         cfg, model, optimizer, parts = self.cfg, self.model, self.optimizer, self.parts
         assert model is not None and optimizer is not None and parts is not None
         scaler = parts.scaler
         for group in optimizer.param_groups:
             group["lr"] = lr
         device = parts.device
-        micro = [self.sampler.next().to(device, non_blocking=True) for _ in range(cfg.grad_accum)]
+        if sequences is None or sequences == cfg.batch_size * cfg.grad_accum:
+            sizes: list[int | None] = [None] * cfg.grad_accum
+        else:  # the last step of a budget in bytes or FLOPs
+            sizes = [min(cfg.batch_size, sequences - i) for i in range(0, sequences,
+                                                                        cfg.batch_size)]
+        micro = [self.sampler.next(n).to(device, non_blocking=True) for n in sizes]
         loss = accumulate_gradients(model, micro, autocast=self.autocast, scaler=scaler)
         scaler.unscale_(optimizer)  # clip the true gradients
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) \
@@ -653,6 +601,7 @@ class _RunState:
             "tokens": self.tokens,
             "lr": lr,
             "lr_sum": self.lr_sum,
+            "train_bytes": round(self.tokens * setup.rate.train),
             "train_loss": train_loss,
             "val_loss": vals["val_loss"],
             "val_bpb": vals["val_bpb"],
@@ -666,6 +615,7 @@ class _RunState:
             "top_tokens": vals["top_tokens"],
             "unk_rate_targets": vals["unk_rate_targets"],
             "unk_argmax_rate": vals["unk_argmax_rate"],
+            "unk_byte_rate": vals["unk_byte_rate"],
             "unk_rate_samples": unk / generated if generated else 0.0,
             "samples": samples,
             "peak_mem_bytes": peak_memory_bytes(setup.device),
@@ -726,6 +676,7 @@ class _RunState:
             exit_code=(outcomes.ENVIRONMENT_EXIT_CODE if environment
                        else outcomes.EXIT_CODES[outcome]),
             tokens_seen=self.tokens,
+            train_bytes=round(self.tokens * setup.rate.train) if setup is not None else None,
             steps=self.step,
             wall_s=time.monotonic() - self.started,
             tokens_per_s=self.tokens / self.train_s if self.train_s > 0 else 0.0,

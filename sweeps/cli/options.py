@@ -44,7 +44,9 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
     the dataclass default applies).
     """
     hints = typing.get_type_hints(config_cls)
-    fields = [f for f in dataclasses.fields(config_cls) if f.init]
+    # A field the tool sets (``lm.config``'s derivation record) is no flag: a config.json holds it.
+    fields = [f for f in dataclasses.fields(config_cls) if f.init
+              and not f.metadata.get("set_by_tool")]
 
     def decorate(fn: Callable) -> Callable:
         # The command's own hints, resolved in its module (it may use postponed annotations).
@@ -89,13 +91,12 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
 
 def default_text(field: dataclasses.Field) -> str | None:
     """A config field's default as help text shows it (None: the field has none)."""
+    from lm.config import default_of
+
     if field.name == "vocab_size":
         return vocab_size_default_text()
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
+    value = default_of(field)
+    if value is dataclasses.MISSING:
         return None
     if value is None:
         return "none"
@@ -208,10 +209,13 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
                  corpus: str | None = None) -> Any:
     """A ``TrainConfig`` from ``--config`` and the field flags (flags win); ``corpus`` is the
     default corpus (None: ``--corpus`` is required)."""
+    from lm import budget
     from lm.config import TrainConfig
 
     values: dict[str, Any] = read_config_file(config_file) if config_file else {}
-    values.update(overrides)
+    # A budget flag in any unit replaces the file's in every unit, and a run's worked-out token
+    # counts are worked out again (an override may change the rate).
+    values = budget.override(values, overrides)
     if "vocab_size" not in values:
         values["vocab_size"] = default_vocab_size(values.get("tokenizer", "bpe"))
     if corpus is not None:

@@ -34,6 +34,12 @@ def train(
     run_dir = out or Path("runs") / time.strftime("run-%Y%m%d-%H%M%S")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SweepsError(f"--out {run_dir} is not empty; choose a new run directory")
+    if not cfg.resolved:  # a budget in bytes or FLOPs: its tokens, from the token cache
+        from lm import budget
+
+        rate = budget.corpus_rate(cfg, build=budget.needs_text(cfg))
+        cfg = budget.resolve(cfg, rate)
+        err_console.print(f"budget: {budget.describe(cfg, rate)}", highlight=False, markup=False)
     warn(cfg.budget_warnings())
     result = _train_with_progress(cfg, run_dir, quiet=as_json)
     summary = result.to_dict()
@@ -88,6 +94,8 @@ def _print_run_summary(summary: dict[str, Any], run_dir: Path) -> None:
         rows.append(("parameters", ", ".join(f"{k} {v:,}" for k, v in params.items())))
     rows += [
         ("tokens seen", summary.get("tokens_seen", 0)),
+        ("training text", f"{summary['train_bytes']:,} bytes"
+         if summary.get("train_bytes") is not None else "-"),
         ("training FLOPs", f"{summary['flops']:.3g}"),
     ]
     if summary.get("n_reads"):

@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from lm.config import TrainConfig
+from lm.config import TrainConfig, default_of
 from sweeps.engines import ENGINE_KEYS, ENGINES
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
@@ -59,6 +59,8 @@ def table(cls: type, *, skip: tuple[str, ...] = (),
             continue
         prop = dict(override.get(f.name) or value_schema(hints[f.name]))
         default = f.default if f.default is not dataclasses.MISSING else None
+        if cls is TrainConfig:  # a budget's token default is not the dataclass's None
+            default = default_of(f)
         if isinstance(default, (bool, int, float, str)):
             prop["default"] = default
         elif isinstance(default, tuple):
