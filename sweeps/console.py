@@ -102,3 +102,11 @@ def _format(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
+
+
+def human_count(value: float) -> str:
+    """450,123 -> 450k; 1,234,567 -> 1.23M (for bytes of text in one line)."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"

@@ -1,13 +1,15 @@
-"""Multi-fidelity: successive halving and Hyperband with tokens trained as the resource.
+"""Multi-fidelity: successive halving and Hyperband with training as the resource.
 
 A small model's loss after a ninth of its tokens says much about its loss at the end, and
 nothing is cheaper than a trial stopped early. Both pruners (``PrunerSpec.by_tokens``) run here,
 asynchronously (ASHA: no trial waits for others), on top of the project's own rules:
 
-- **Rungs** are token counts, the same for every trial: ``min_tokens x reduction_factor**k``
-  below the largest ``max_tokens`` (``sweeps.spec.halving.rungs``, checked when the spec is
-  read). Tokens, not steps or evaluations: two trials with different ``batch_size x grad_accum
-  x seq_len`` are compared after the same data.
+- **Rungs** are amounts of training in the unit of the study's budget (tokens, bytes of text or
+  FLOPs: ``lm.budget``), the same for every trial: ``min_<unit> x reduction_factor**k`` below
+  the largest budget (``sweeps.spec.halving.rungs``, checked when the spec is read). Not steps
+  or evaluations: two trials with different ``batch_size x grad_accum x seq_len`` are compared
+  after the same data; and under a budget in bytes, two vocabularies after the same text (each
+  trial reaches a rung at its own token count, ``halving.rung_tokens``).
 - When a trial's evaluation passes a rung below its own ``max_tokens``, the runner records the
   trial's objective values at that rung (``rung_vector``: the loss interpolated in log-tokens
   between the evaluations either side, so every trial is read at exactly the rung) in its user
@@ -39,7 +41,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from lm import outcomes
+from lm import budget, outcomes
 from lm.config import TrainConfig
 from sweeps.spec import Objective, StudySpec, halving
 from sweeps.spec.halving import n_brackets
@@ -48,6 +50,9 @@ from sweeps.verdicts import Verdict
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.
 RUNGS_ATTR = "rungs"
+#: The trial user attribute holding the training tokens at which it reached each of those
+#: rungs (``{"<rung>": tokens}``): under a budget in bytes or FLOPs, each trial's own.
+RUNG_TOKENS_ATTR = "rung_tokens"
 #: Endings whose values are no competitor at a rung (the project's verdicts).
 NOT_COMPETING = (*outcomes.PREDICTION_VERDICTS, outcomes.DIVERGED, outcomes.OOM)
 #: Trial states that compete at a rung.
@@ -60,12 +65,12 @@ def bracket(spec: StudySpec, study_rungs: Sequence[int], number: int) -> int:
     return number % n_brackets(spec, study_rungs)
 
 
-def decision_rungs(spec: StudySpec, study_rungs: Sequence[int], number: int,
-                   max_tokens: int) -> tuple[int, ...]:
-    """The rungs trial ``number`` is judged at: its bracket's, below its own ``max_tokens``
-    (a trial's last evaluation is its result, not a rung)."""
+def decision_rungs(spec: StudySpec, study_rungs: Sequence[float], number: int,
+                   max_amount: float) -> tuple[float, ...]:
+    """The rungs trial ``number`` is judged at: its bracket's, below its own budget
+    ``max_amount`` (in the rungs' unit; a trial's last evaluation is its result, not a rung)."""
     first = bracket(spec, study_rungs, number)
-    return tuple(r for r in study_rungs[first:] if r < max_tokens)
+    return tuple(r for r in study_rungs[first:] if r < max_amount)
 
 
 def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig:
@@ -74,9 +79,11 @@ def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig
     Hyperband bracket skips would be compute spent for nothing."""
     if not cfg.cooldown_reads or spec.study.pruner.read != "cooldown":
         return cfg
-    keep = decision_rungs(spec, halving.rungs(spec), number, cfg.max_tokens)
+    keep = decision_rungs(spec, halving.rungs(spec), number,
+                          budget.max_amount(cfg, halving.unit(spec)))
+    tokens = {halving.rung_tokens(cfg, r) for r in keep}
     return dataclasses.replace(cfg, cooldown_reads=tuple(r for r in cfg.cooldown_reads
-                                                         if r in keep))
+                                                         if r in tokens))
 
 
 def _finite(value: Any) -> bool:
@@ -122,9 +129,9 @@ def rung_vector(objectives: Sequence[Objective], before: Row | None, row: Row, t
     return out
 
 
-def competitors(trials: Iterable[FrozenTrial], spec: StudySpec, study_rungs: Sequence[int],
-                number: int, tokens: int) -> list[list[float]]:
-    """The values at rung ``tokens`` of the other trials of ``number``'s bracket that compete."""
+def competitors(trials: Iterable[FrozenTrial], spec: StudySpec, study_rungs: Sequence[float],
+                number: int, rung: float) -> list[list[float]]:
+    """The values at ``rung`` of the other trials of ``number``'s bracket that compete."""
     mine = bracket(spec, study_rungs, number)
     out = []
     for t in trials:
@@ -132,7 +139,7 @@ def competitors(trials: Iterable[FrozenTrial], spec: StudySpec, study_rungs: Seq
                 or t.user_attrs.get("outcome") in NOT_COMPETING \
                 or bracket(spec, study_rungs, t.number) != mine:
             continue
-        values = (t.user_attrs.get(RUNGS_ATTR) or {}).get(str(tokens))
+        values = (t.user_attrs.get(RUNGS_ATTR) or {}).get(halving.rung_key(rung))
         if isinstance(values, list) and len(values) == len(spec.study.objectives) \
                 and all(_finite(v) for v in values):
             out.append([float(v) for v in values])
@@ -180,9 +187,11 @@ def ranking(vectors: Sequence[Sequence[float]], directions: Sequence[str]) -> li
     return order
 
 
-def judge(spec: StudySpec, study_rungs: Sequence[int], number: int, tokens: int,
-          own: Sequence[float], others: Sequence[Sequence[float]], row: Row) -> Verdict | None:
-    """Stop trial ``number`` at rung ``tokens`` unless it is among the best of its rung."""
+def judge(spec: StudySpec, study_rungs: Sequence[float], number: int, rung: float,
+          own: Sequence[float], others: Sequence[Sequence[float]], row: Row,
+          tokens: int | None = None) -> Verdict | None:
+    """Stop trial ``number`` at ``rung`` (reached at ``tokens`` training tokens, default the
+    rung itself: a budget in tokens) unless it is among the best of its rung."""
     p = spec.study.pruner
     n = len(others) + 1
     if n < (p.min_trials or p.reduction_factor):
@@ -192,12 +201,13 @@ def judge(spec: StudySpec, study_rungs: Sequence[int], number: int, tokens: int,
     place = order.index(0)
     if place < keep:
         return None
-    return Verdict(outcomes.PRUNED, _reason(spec, study_rungs, number, tokens, own, place, n,
-                                            keep, row))
+    return Verdict(outcomes.PRUNED, _reason(spec, study_rungs, number, rung, own, place, n,
+                                            keep, row, tokens))
 
 
-def _reason(spec: StudySpec, study_rungs: Sequence[int], number: int, tokens: int,
-            own: Sequence[float], place: int, n: int, keep: int, row: Row) -> str:
+def _reason(spec: StudySpec, study_rungs: Sequence[float], number: int, rung: float,
+            own: Sequence[float], place: int, n: int, keep: int, row: Row,
+            tokens: int | None) -> str:
     p = spec.study.pruner
     where = p.name.replace("_", " ")
     if p.name == "hyperband":
@@ -207,6 +217,10 @@ def _reason(spec: StudySpec, study_rungs: Sequence[int], number: int, tokens: in
     how = "" if len(own) == 1 else " by non-dominated sorting"
     step = row.get("step")
     steps = f", {step:,} optimizer steps" if isinstance(step, int) else ""
-    return (f"{where}: at rung {study_rungs.index(tokens) + 1} ({tokens:,} tokens{steps}) "
+    unit = halving.unit(spec)
+    amount = f"{rung:.3g} FLOPs" if unit == "flops" else f"{rung:,} {unit}"
+    if unit != "tokens" and tokens is not None:
+        amount += f", {tokens:,} tokens"
+    return (f"{where}: at rung {study_rungs.index(rung) + 1} ({amount}{steps}) "
             f"{values} ranks {place + 1} of {n} trials{how}; only the best {keep} "
             f"(1/{p.reduction_factor}) go on")

@@ -32,7 +32,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial
 
-from lm import flops, outcomes
+from lm import budget, flops, outcomes
 from lm.config import TrainConfig
 from lm.run_files import READ_COOLDOWN
 from sweeps import fidelity, optuna_compat, verdicts
@@ -59,7 +59,8 @@ class ReportingTrial(Protocol):
 class RungBoard(Protocol):
     """Where a trial's values at the rungs it passed are posted, and its rivals' are read."""
 
-    def post(self, rung_values: dict[str, list[float]]) -> None: ...
+    def post(self, rung_values: dict[str, list[float]],
+             rung_tokens: dict[str, int] | None = None) -> None: ...
 
     def trials(self) -> Sequence[FrozenTrial]: ...
 
@@ -71,9 +72,12 @@ class StudyBoard:
     def __init__(self, storage: RDBStorage, study: optuna.Study, trial_id: int) -> None:
         self.storage, self.study, self.trial_id = storage, study, trial_id
 
-    def post(self, rung_values: dict[str, list[float]]) -> None:
-        optuna_compat.write_user_attrs(self.storage, self.trial_id,
-                                       {fidelity.RUNGS_ATTR: dict(rung_values)})
+    def post(self, rung_values: dict[str, list[float]],
+             rung_tokens: dict[str, int] | None = None) -> None:
+        attrs: dict[str, Any] = {fidelity.RUNGS_ATTR: dict(rung_values)}
+        if rung_tokens:
+            attrs[fidelity.RUNG_TOKENS_ATTR] = dict(rung_tokens)
+        optuna_compat.write_user_attrs(self.storage, self.trial_id, attrs)
 
     def trials(self) -> Sequence[FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=fidelity.COMPETING_STATES)
@@ -95,9 +99,11 @@ class Judge:
         # Multi-fidelity on tokens: the study's rungs, the ones this attempt is judged at, and
         # its values at those it passed.
         self.study_rungs = halving.rungs(spec) if spec.study.pruner.by_tokens else ()
-        self.my_rungs: tuple[int, ...] = ()
+        self.my_rungs: tuple[float, ...] = ()
+        #: Each of its rungs' training tokens for this attempt (``halving.rung_tokens``).
+        self.rung_at: dict[float, int] = {}
         self.rung_values: dict[str, list[float]] = {}
-        self.judged: set[int] = set()
+        self.judged: set[float] = set()
         self.static: dict[str, float] = {}
         self.max_tokens = 0  # the attempt's budget: its last evaluation is its final one
 
@@ -107,8 +113,10 @@ class Judge:
         self.max_tokens = cfg.max_tokens
         if not self.study_rungs:
             return
-        self.my_rungs = fidelity.decision_rungs(self.spec, self.study_rungs, self.trial.number,
-                                                cfg.max_tokens)
+        self.my_rungs = fidelity.decision_rungs(
+            self.spec, self.study_rungs, self.trial.number,
+            budget.max_amount(cfg, halving.unit(self.spec)))
+        self.rung_at = {r: halving.rung_tokens(cfg, r) for r in self.my_rungs}
         self.rung_values, self.judged = {}, set()
         estimate = flops.count(cfg)
         self.static = {"params": float(estimate.params), "flops": float(estimate.flops)}
@@ -149,16 +157,22 @@ class Judge:
             return None
         before = history[-2] if len(history) > 1 else None
         spec, number = self.spec, self.trial.number
-        for rung in (r for r in self.my_rungs if r <= tokens and r not in self.judged):
+        for rung in (r for r in self.my_rungs
+                     if self.rung_at[r] <= tokens and r not in self.judged):
             self.judged.add(rung)
-            own = fidelity.rung_vector(spec.study.objectives, before, row, rung, self.static)
+            at = self.rung_at[rung]
+            own = fidelity.rung_vector(spec.study.objectives, before, row, at, self.static)
             if own is None:
                 continue  # an objective it cannot be ranked on: not judged at this rung
-            self.rung_values[str(rung)] = own
-            self.board.post(self.rung_values)
+            key = halving.rung_key(rung)
+            self.rung_values[key] = own
+            self.board.post(self.rung_values, {k: self.rung_at[r] for r in self.judged
+                                               if (k := halving.rung_key(r)) in
+                                               self.rung_values})
             others = fidelity.competitors(self.board.trials(), spec, self.study_rungs, number,
                                           rung)
-            verdict = fidelity.judge(spec, self.study_rungs, number, rung, own, others, row)
+            verdict = fidelity.judge(spec, self.study_rungs, number, rung, own, others, row,
+                                     tokens=at)
             if verdict is not None:
                 return verdict
         return None

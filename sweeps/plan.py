@@ -16,6 +16,7 @@ from lm import host
 from lm.config import TrainConfig
 from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError
+from sweeps import arms
 from sweeps.console import human_bytes
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class DryRunPlan:
     space: list[tuple[str, str, str, str]]  # parameter, type, values, when
     largest: list[tuple[str, object]] | None = field(default=None)
     grid: list[tuple[str, ...]] | None = field(default=None)  # [scaling]: GRID_COLUMNS per cell
+    #: Each vocabulary's tokens, text and FLOPs (``sweeps.arms.TABLE_COLUMNS``), when they vary.
+    arms: list[tuple[str, ...]] | None = field(default=None)
 
 
 def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None,
@@ -65,6 +68,8 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
          else "none"),
         ("corpus", f"{corpus.dir} ({corpus_state})"),
     ]
+    found = arms.arms(spec, arms.known)
+    rows += arms.rows(spec, found)
     rows += steps_rows(spec)
     rows += fidelity_rows(spec)
     if from_study is not None:
@@ -74,7 +79,8 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
         cells = scaling_cells(spec, device, budget)
         rows.append(grid_summary(spec, cells))
         grid = [cell.row() for cell in cells]
-    return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid)
+    return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid,
+                      [a.row() for a in found] if arms.varies_vocabulary(spec) else None)
 
 
 def _placement(spec: StudySpec, cap: int | None, n_trials: int
@@ -273,9 +279,10 @@ def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object
     if not p.by_tokens:
         return []
     study_rungs = halving.rungs(spec)
-    shown = ", ".join(f"{r:,}" for r in study_rungs)
+    unit = halving.unit(spec)
+    shown = ", ".join(f"{r:.3g}" if unit == "flops" else f"{r:,}" for r in study_rungs)
     rows: list[tuple[str, object]] = [(
-        "rungs", f"{shown} tokens: at each, a trial goes on only among the best "
+        "rungs", f"{shown} {unit}: at each, a trial goes on only among the best "
                  f"1/{p.reduction_factor} of the trials that reached it (once "
                  f"{p.min_trials or p.reduction_factor} have)")]
     if p.name == "hyperband":
@@ -285,10 +292,10 @@ def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object
     points, how = sample_points(spec, samples, 0)
     steps = []
     for point in points or [{}]:
-        n = point_steps(spec, point)
-        tokens = spec.trial_values(point).get("max_tokens")
-        if n is not None and isinstance(tokens, int) and tokens > 0:
-            steps.append(max(1, round(n * study_rungs[0] / tokens)))
+        cfg = point_config(spec, point)
+        if cfg is not None:
+            steps.append(max(1, round(halving.rung_tokens(cfg, study_rungs[0])
+                                      / cfg.tokens_per_step)))
     if steps:
         rows.append(("first rung", f"after {min(steps):,} to {max(steps):,} optimizer steps "
                                    f"over the {how}"))

@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, json_to_distribution
@@ -45,18 +46,19 @@ METRIC_COLUMNS = (
     "tokens_per_s", "wall_s", "train_s", "cold_start_s", "params_total", "bytes_per_token",
     "unk_rate", "unk_rate_targets", "unigram_entropy", "unigram_bpb", "unigram_gap",
     "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap", "unk_argmax_rate",
-    "unk_rate_samples", "steps", "planned_steps", "last_eval_step", "constraint",
+    "unk_rate_samples", "unk_byte_rate", "steps", "planned_steps", "last_eval_step",
+    "constraint", "train_bytes",
     # compute (``lm.flops``): FLOPs stay floats (a big run's exceed int64)
     "flops", "flops_per_token", "eval_flops", "predicted_flops", "flops_budget",
     "params_non_embedding", "params_embedding", "mfu",
 )
 _INT_METRICS = ("peak_mem_bytes", "predicted_mem_bytes", "predicted_mem_raw_bytes",
                 "memory_budget_bytes", "tokens_seen", "params_total", "steps", "planned_steps",
-                "last_eval_step", "params_non_embedding", "params_embedding")
+                "last_eval_step", "params_non_embedding", "params_embedding", "train_bytes")
 #: Fields of the trained config (``config`` attribute, after fitting) given their own column.
 CONFIG_COLUMNS = ("tokenizer", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len",
                   "batch_size", "grad_accum", "attention", "precision", "checkpointing", "lr",
-                  "max_tokens", "seed", "device")
+                  "max_tokens", "max_bytes", "max_flops", "seed", "device")
 _INT_CONFIG = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch_size",
                "grad_accum", "max_tokens", "seed")
 #: Evaluation keys with their own column in ``evals_frame`` (the rest of the JSON follows).
@@ -250,11 +252,33 @@ def _trials_frame(conn: sa.Connection,
 
 
 def _columns(param_names: Mapping[str, Any]) -> list[str]:
-    return ["number", "state", "outcome", "reason", "under_trained",
+    return ["number", "state", "outcome", "reason", "under_trained", "unk_note",
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
             "vocab_actual", "fitted", "fitted_batch_size", "fitted_grad_accum", "retries",
-            "retry_of", "carried_from", "host", "slurm_job",
+            "retry_of", "carried_from", "copy_of", "budget_unit", "host", "slurm_job",
             "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
+
+
+def plain_value(value: Any) -> Any:
+    """A value out of a frame as JSON would hold it: numpy scalars unwrapped (so
+    ``isinstance(v, int)`` holds for an integer column's values), NaN and NA as None, and an
+    integral float as the integer it stands for (256.0 from a float column is the enqueued 256).
+    The one conversion at the boundary where values leave pandas."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def plain_values(values: Iterable[Any]) -> list[Any]:
+    """``plain_value`` of each (a list: a Series would turn them back into numpy scalars)."""
+    return [plain_value(v) for v in values]
 
 
 def _number(value: Any) -> float | None:
@@ -285,9 +309,12 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     row["fitted_batch_size"] = (fitted or {}).get("batch_size")
     row["fitted_grad_accum"] = (fitted or {}).get("grad_accum")
     row["under_trained"] = attrs.get("under_trained")
+    row["unk_note"] = attrs.get("unk_note")
     row["retries"] = attrs.get("retries", 0)
     row["retry_of"] = attrs.get("retry_of")
     row["carried_from"] = attrs.get("carried_from")  # "STUDY#N": added by `sweeps run --from`
+    row["copy_of"] = attrs.get("copy_of")  # a repeated point's result (``runner.duplicate_of``)
+    row["budget_unit"] = attrs.get("budget_unit")  # tokens, bytes or flops (``lm.budget``)
     row["host"] = attrs.get("host")
     row["slurm_job"] = attrs.get("slurm_job")  # ARRAYJOB_TASK: set by the Slurm engine's tasks
     row["run_dir"] = attrs.get("run_dir")
@@ -320,7 +347,7 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     for key in METRIC_COLUMNS:
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
     ints = [*_INT_METRICS, *_INT_CONFIG, "vocab_actual", "fitted_batch_size",
-            "fitted_grad_accum", "retries", "retry_of"]
+            "fitted_grad_accum", "retries", "retry_of", "copy_of", "max_bytes"]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():

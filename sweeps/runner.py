@@ -71,7 +71,7 @@ from sweeps.monitor import (
     StopFlags,
     environment_failed,
 )
-from sweeps.space import suggest, trial_config
+from sweeps.space import measured, suggest, trial_config
 from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
 from sweeps.verdicts import Verdict
 
@@ -81,7 +81,10 @@ if TYPE_CHECKING:
 #: Final-evaluation keys copied into the trial's user attributes.
 FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
                  "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
-                 "unk_rate_targets", "unk_argmax_rate", "unk_rate_samples")
+                 "unk_rate_targets", "unk_argmax_rate", "unk_rate_samples", "unk_byte_rate")
+#: The trial user attribute saying what share of the text its vocabulary drops to ``<unk>``
+#: (``verdicts.unk_note``).
+UNK_NOTE_ATTR = "unk_note"
 #: The name of the memory constraint (``Trial.set_constraint``).
 CONSTRAINT_KEY = "memory"
 #: The user attribute noting what the database refused to store for a trial (its samples, an
@@ -296,10 +299,14 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
                         host=ctx.host)
     try:
         params = suggest(trial, spec)
-        cfg = fidelity.bracket_reads(spec, trial.number, trial_config(spec, params))
+        cfg = fidelity.bracket_reads(spec, trial.number, trial_config(spec, params, measured))
     except SweepsError as exc:
         return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", attrs)
     attrs["sampled"] = dict(params)
+    earlier = duplicate_of(ctx.study, trial.number, params)
+    if earlier is not None:
+        return _copied(ctx, trial, device, params, cfg, earlier, attrs)
+    attrs["budget_unit"] = cfg.budget_unit()
     if FLOPS_BUDGET in params:  # an IsoFLOP cell ([scaling]): the budget its fit groups it by
         attrs["flops_budget"] = float(params[FLOPS_BUDGET])
     pre = ctx.preflight
@@ -320,6 +327,11 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     note = verdicts.under_trained_note(cfg, spec.limits.collapse)
     if note is not None:
         attrs["under_trained"] = note
+    if cfg.tokenizer == "word":  # what a capped vocabulary drops, from its token cache
+        rate = measured(cfg)
+        unk = verdicts.unk_note(rate.unk_tokens, rate.unk_bytes)
+        if unk is not None:
+            attrs[UNK_NOTE_ATTR] = unk
     attrs["predicted_flops"] = predicted_flops = flops.count(cfg).flops
     over = over_compute_limit(predicted_flops, spec.limits)
     if over is not None:
@@ -386,6 +398,8 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
         return _environment_failure(ctx, trial, attrs, attempt.reason)
     values = None
     outcome, reason = attempt.outcome, attempt.reason
+    if outcome == outcomes.COMPLETE and attrs.get(UNK_NOTE_ATTR):
+        reason = f"{reason}; {attrs[UNK_NOTE_ATTR]}"  # not a plain complete
     if outcome == outcomes.COMPLETE:
         values, missing = objective_values(spec, attempt, attrs)
         if missing:
@@ -404,6 +418,61 @@ def _not_launched(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
               worker=device.label)
     return finish(ctx, trial, outcome, reason, attrs)
+
+
+#: Endings a copy may not stand in for: the machine's, not the configuration's (a trial that ran
+#: out of wall-clock time may finish on a quieter one), and failures (re-queued anyway).
+NOT_COPIED = (outcomes.TIMEOUT, outcomes.CRASHED, outcomes.INTERRUPTED)
+#: Attributes of the earlier trial that describe its own run, not its result: not copied.
+_OWN_RUN_ATTRS = ("host", "pid", "started_at", "admitted_at", "placed_on", "reserved_mem_bytes",
+                  "child_pid", "returncode", "wall_s", "train_s", "cold_start_s", "setup_s",
+                  "sampled", "retry_history", "storage_problems", "child_file_problems")
+#: The user attribute of a trial whose result is another's, copied (``duplicate_of``).
+COPY_OF_ATTR = "copy_of"
+
+
+def duplicate_of(study: optuna.Study, number: int,
+                 params: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+    """The earliest finished trial with exactly ``params`` (every parameter, the seed among them
+    when it is one), whose ending says something about the configuration: its result is this
+    trial's too, since the same configuration trains the same weights. Samplers repeat points in
+    small categorical spaces (TPE proposed the starter's trial 2 again as trial 3: 126 s spent
+    twice). Points meant to differ differ in their seed (``seed`` in the space, an ablation's
+    seeds, ``sweeps confirm``)."""
+    if not params:
+        return None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.number == number or t.user_attrs.get("outcome") in NOT_COPIED \
+                or "outcome" not in t.user_attrs:
+            continue
+        if set(t.params) == set(params) and all(
+                type(t.params[k]) is type(v) and t.params[k] == v for k, v in params.items()):
+            return t
+    return None
+
+
+def _copied(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
+            params: dict[str, Any], cfg: TrainConfig, earlier: optuna.trial.FrozenTrial,
+            attrs: dict[str, Any]) -> TrialReport:
+    """End ``trial`` with ``earlier``'s result, copied and said so: no training, and the sampler
+    sees the value (its intermediate values too, for a pruner)."""
+    source = earlier.user_attrs.get(COPY_OF_ATTR, earlier.number)
+    copied = {k: v for k, v in earlier.user_attrs.items()
+              if k not in _OWN_RUN_ATTRS and k not in ("outcome", "reason", "constraint")}
+    attrs.update(copied)
+    attrs.update({COPY_OF_ATTR: source, "wall_s": 0.0, "train_s": 0.0})
+    outcome = str(earlier.user_attrs["outcome"])
+    reason = (f"copy of trial {source}: the same parameters and seed, so the same "
+              f"configuration; its result is recorded, not trained again "
+              f"({earlier.user_attrs.get('reason', outcome)})")
+    ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
+              worker=device.label)
+    for step, value in sorted(earlier.intermediate_values.items()):
+        with contextlib.suppress(Exception):  # a value Optuna refuses is not the copy's end
+            trial.report(value, step)
+    values = list(earlier.values) if earlier.state == TrialState.COMPLETE and earlier.values \
+        else None
+    return finish(ctx, trial, outcome, reason, attrs, values)
 
 
 def _attempts(run: _TrialRun, cfg: TrainConfig, run_dir: Path, predicted: int,
@@ -498,7 +567,7 @@ def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
     if params:
         out["params"] = params
         out["params_total"] = int(params.get("total", 0))
-    for key in ("bytes_per_token", "unk_rate", "best_val_bpb", "steps", "device",
+    for key in ("bytes_per_token", "train_bytes", "unk_rate", "best_val_bpb", "steps", "device",
                 "resumed_from_tokens"):
         if r.get(key) is not None:
             out[key] = r[key]

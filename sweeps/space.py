@@ -11,6 +11,7 @@ can store and show them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import warnings
@@ -26,8 +27,10 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from lm.config import TrainConfig
+from lm import budget
+from lm.config import BUDGET_UNITS, BUDGETS, TrainConfig
 from lm.errors import SweepsError
+from lm.tokens import TextRate
 from sweeps.spec import MAX_GRID_POINTS, ParamSpec, StudySpec, halving, iter_grid, walk_one
 
 ConstraintsFunc = Callable[[FrozenTrial], Sequence[float]]
@@ -75,33 +78,85 @@ def suggest_one(trial: optuna.Trial, p: ParamSpec) -> Any:
     return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
 
 
-def trial_config(spec: StudySpec, params: dict[str, Any]) -> TrainConfig:
+#: Where a trial's bytes per token come from (``lm.budget``): a function of its config.
+Rates = Callable[[TrainConfig], TextRate]
+
+
+def measured(cfg: TrainConfig) -> TextRate:
+    """The trial's rate on the token cache, built if needed (a trial that launches builds it
+    anyway): what a run's budget in bytes is worked out with."""
+    return budget.corpus_rate(cfg, build=True)
+
+
+def known(cfg: TrainConfig) -> TextRate:
+    """The rate from a token cache that exists, else a guess: for plans and checks, which
+    build nothing."""
+    return budget.corpus_rate(cfg, build=False)
+
+
+def trial_config(spec: StudySpec, params: dict[str, Any], rates: Rates = known) -> TrainConfig:
     """``TrainConfig`` of one trial: defaults, ``[fixed]`` (or the ablation baseline), the
     corpus, then ``params`` (``StudySpec.trial_values``: an IsoFLOP cell's ``flops_budget`` is
-    not a config field). Raises ``SweepsError`` for a combination the config rejects."""
-    known = set(spec.param_names)
-    unknown = sorted(set(params) - known)
+    not a config field), an ablation's budgets in the unit it compares at (``equal_values``),
+    its token counts worked out (``lm.budget.resolve``, with ``rates``: ``measured`` for a trial
+    that runs) and a halving study's cooldown reads. Raises ``SweepsError`` for a combination
+    the config rejects."""
+    known_names = set(spec.param_names)
+    unknown = sorted(set(params) - known_names)
     if unknown:
         raise SweepsError(f"study {spec.name!r}: parameter {unknown[0]!r} is not in its space "
-                          f"({', '.join(sorted(known)) or 'empty'}); was the spec changed "
+                          f"({', '.join(sorted(known_names)) or 'empty'}); was the spec changed "
                           "after the study started?")
-    values = spec.trial_values(params)
-    if spec.study.pruner.read == "cooldown":
-        values = {**values, **cooldown_values(spec, int(values["max_tokens"]))}
     try:
+        values = equal_values(spec, spec.trial_values(params), rates)
         # TrainConfig checks the tokenizer's arguments too (lm.tokenizers).
         cfg = TrainConfig.from_dict(values)
+        cfg = budget.resolve(cfg, rates(cfg) if budget.needs_text(cfg) else None)
+        if spec.study.pruner.read == "cooldown":
+            cfg = dataclasses.replace(cfg, **cooldown_values(spec, cfg))
     except SweepsError as exc:
         shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
         raise SweepsError(f"study {spec.name!r}, params {shown or '(none)'}: {exc}") from None
     return cfg
 
 
-def cooldown_values(spec: StudySpec, max_tokens: int) -> dict[str, Any]:
+def equal_values(spec: StudySpec, values: dict[str, Any], rates: Rates) -> dict[str, Any]:
+    """An ablation's trial values with each budget given in tokens re-expressed in the unit its
+    arms are compared at (``Ablation.equal_unit``: bytes of text when it varies the vocabulary),
+    at the baseline's rate: the baseline trains what the spec says, and every other arm the
+    same text (or compute). Other studies' values are returned as they are."""
+    unit = spec.ablation.equal_unit if spec.ablation is not None else "tokens"
+    if unit == "tokens":
+        return values
+    base = TrainConfig.from_dict(spec.base_values())
+    base = budget.resolve(base, rates(base) if budget.needs_text(base) else None)
+    rate = rates(base) if unit == "bytes" else None
+    out = dict(values)
+    for quantity, fields in BUDGETS.items():
+        target = fields[BUDGET_UNITS.index(unit)]
+        tokens = values.get(fields[0])
+        if target is None or any(values.get(f) is not None for f in fields[1:] if f):
+            continue  # no field in that unit, or given in another unit already
+        if tokens is None:
+            tokens = getattr(base, fields[0])  # the default, in tokens
+        if quantity == "eval":
+            assert rate is not None
+            converted: float = round(tokens * rate.val)
+        else:
+            per = budget.tokens_per(base, unit, rate)
+            converted = round(tokens * per) if unit == "bytes" else float(tokens * per)
+        out[fields[0]] = None
+        out[target] = converted
+    return out
+
+
+def cooldown_values(spec: StudySpec, cfg: TrainConfig) -> dict[str, Any]:
     """The config fields of a halving study that reads its rungs after a cooldown: a read at
-    every rung below the trial's ``max_tokens`` (the runner keeps its bracket's); the pruner's
-    ``cooldown_fraction`` when set."""
-    out: dict[str, Any] = {"cooldown_reads": [r for r in halving.rungs(spec) if r < max_tokens]}
+    every rung below the trial's budget (the runner keeps its bracket's), at the rung's tokens
+    for this trial; the pruner's ``cooldown_fraction`` when set."""
+    reads = [halving.rung_tokens(cfg, r) for r in halving.rungs(spec)
+             if r < budget.max_amount(cfg, halving.unit(spec))]
+    out: dict[str, Any] = {"cooldown_reads": sorted(set(t for t in reads if t < cfg.max_tokens))}
     if spec.study.pruner.cooldown_fraction is not None:
         out["cooldown_fraction"] = spec.study.pruner.cooldown_fraction
     return out

@@ -221,12 +221,45 @@ def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
             "(near uniform, or stuck elsewhere): not learning")
 
 
+#: An ``<unk>`` share of the validation text's bytes worth a note on a trial that is not
+#: stopped for it (``unk_note``): a twentieth of the text charged 8 bits a byte.
+UNK_NOTE_SHARE = 0.05
+
+
+def unk_text(row: Row, limits: CollapseLimits) -> Verdict | None:
+    """``unk_dominated`` when ``<unk>`` is more than ``max_unk_targets`` of the validation
+    targets (``unk_rate_targets``): a fact of the tokenizer and the text, so judged at any
+    evaluation, before ``min_steps`` and ``min_lr_sum``."""
+    share = row.get("unk_rate_targets")
+    if not limits.enabled or not _finite(share) or share <= limits.max_unk_targets:
+        return None
+    in_bytes = row.get("unk_byte_rate")
+    of_bytes = f" ({in_bytes:.0%} of the validation text's bytes)" if _finite(in_bytes) else ""
+    return Verdict(outcomes.UNK_DOMINATED, (
+        f"<unk> is {share:.0%} of the validation targets{of_bytes}, above "
+        f"limits.collapse.max_unk_targets = {limits.max_unk_targets:g}: the vocabulary drops "
+        f"most of the text it is to model, however long it trains (evaluation at "
+        f"{_tokens(row)} tokens)"))
+
+
+def unk_note(unk_tokens: float | None, unk_bytes: float | None) -> str | None:
+    """What a trial's vocabulary drops, when it drops a share worth saying (``UNK_NOTE_SHARE``
+    of the validation text's bytes): said before it trains and kept with its result."""
+    if not _finite(unk_bytes) or unk_bytes < UNK_NOTE_SHARE:
+        return None
+    of_tokens = f"{unk_tokens:.1%} of the validation tokens, " if _finite(unk_tokens) else ""
+    return (f"<unk> stands for {of_tokens}{unk_bytes:.1%} of their bytes: the vocabulary drops "
+            "that share of the text (charged 8 bits a byte in val_bpb)")
+
+
 def project_rules(history: Sequence[Row], limits: Limits, *,
                   final: bool = False) -> Verdict | None:
     """The project's rules on a trial's history so far (``final``: its last evaluation, at its
-    token budget): divergence first, then the verdicts on its predictions."""
-    return divergence(history, limits.divergence) or collapse(history, limits.collapse,
-                                                              final=final)
+    token budget): divergence first, then what the data alone shows (``unk_text``), then the
+    verdicts on its predictions."""
+    return divergence(history, limits.divergence) or (
+        unk_text(history[-1], limits.collapse) if history else None) or collapse(
+        history, limits.collapse, final=final)
 
 
 def optuna_prune_reason(pruner: str, metric: str, value: float | None, index: int,

@@ -48,6 +48,8 @@ def forest_data(result: fx.Effects) -> pd.DataFrame:
         c = e.comparison
         colour = next((v for k, v in VERDICT_COLORS.items() if e.verdict.startswith(k)),
                       UNDECIDED)
+        if e.n == 0:
+            continue  # every seed stopped: named in the table, nothing to draw
         rows.append({"label": f"{e.factor}={e.level}", "diff": c.diff, "low": c.low,
                      "high": c.high, "n": e.n, "verdict": e.verdict, "colour": colour})
     return pd.DataFrame(rows, columns=["label", "diff", "low", "high", "n", "verdict", "colour"])
@@ -67,7 +69,8 @@ def render(result: fx.Effects) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in r.values()) + "</tr>"
                    for r in rows)
-    return f'<table class="effects"><tr>{head}</tr>{body}</table>'
+    notes = "".join(f"<p>{e(line)}</p>" for line in fx.footer_lines(result))
+    return f'<table class="effects"><tr>{head}</tr>{body}</table>{notes}'
 
 
 def forest_chart(results: StudyResults) -> Chart:

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from lm import outcomes
 from sweeps.charts import TOKENIZER_COLORS, Chart, esc, replicates, style
+from sweeps.effects import text_warning
 from sweeps.results import StudyResults
 
 #: Per tokenizer, exact vocab sizes up to this many distinct values; log-spaced bins beyond.
@@ -104,6 +105,9 @@ def chart(results: StudyResults) -> Chart:
     about = ("Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
              "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
              "token and the share of targets that are <unk>. Lines join the best trial per size.")
+    unequal = text_warning(results.trials)
+    if unequal:
+        about += f" Warning: {unequal}."
     points, best, tokens = data(results.trials)
     if points.empty and tokens.empty:
         return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")

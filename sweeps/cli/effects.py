@@ -48,6 +48,10 @@ def effects(
     metric: MetricOption = None,
     level: Annotated[float, typer.Option(
         "--level", help="Significance level of the verdicts, after Holm's correction.")] = 0.05,
+    stopped: Annotated[str, typer.Option(
+        "--stopped", metavar="apart|as-value",
+        help="Stopped seeds: counted apart (named, tested as a failure rate, left out of the "
+             "paired test), or compared on their last evaluation.")] = "apart",
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     storage: StorageOption = None,
@@ -60,7 +64,7 @@ def effects(
     if markdown and as_json:
         raise SweepsError("--markdown and --json are exclusive; give one")
     result = fx.study_effects(resolve_storage_url(storage, None), study, baseline=baseline,
-                              metric=metric, level=level)
+                              metric=metric, level=level, stopped=stopped)
     if as_json:
         typer.echo(json.dumps(result.as_dict(), indent=2))
     elif markdown:

@@ -158,6 +158,7 @@ def run(
                                             grace=grace, from_study=from_study)
     err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
                       f"{mask_url(url)}", highlight=False, markup=False)
+    _say_arms(spec)
     if engine == "ray":
         _run_ray(spec, st, study, url, runs_dir, cap, n_trials, address, (heartbeat, grace))
         return
@@ -271,6 +272,8 @@ def _print_plan(spec: StudySpec, url: str, workers: int | None, n_trials: int | 
     for row in p.space:
         table.add_row(*(plain(cell) for cell in row))
     console.print(table)
+    if p.arms is not None:
+        _print_arms(p.arms)
     if p.grid is not None:
         grid = Table(title="IsoFLOP grid", title_justify="left", box=None, padding=(0, 2))
         for col in plan.GRID_COLUMNS:
@@ -282,6 +285,35 @@ def _print_plan(spec: StudySpec, url: str, workers: int | None, n_trials: int | 
         console.print("no point of the space makes a valid config")
         return
     print_summary("largest point", p.largest)
+
+
+def _say_arms(spec: StudySpec) -> None:
+    """Before the trials: what each vocabulary trains on, measured (its token cache is built
+    now, as its first trial would), and the warning when the arms are unequal."""
+    from sweeps import arms
+
+    if not arms.varies_vocabulary(spec):
+        return
+    found = arms.arms(spec, arms.measured)
+    _print_arms([a.row() for a in found])
+    said = arms.warning(spec, found)
+    if said is not None:
+        warn([said])
+
+
+def _print_arms(rows: list[tuple[str, ...]]) -> None:
+    """Each vocabulary's tokens, text and FLOPs (``sweeps.arms``)."""
+    from rich.table import Table
+
+    from sweeps.arms import TABLE_COLUMNS
+
+    table = Table(title="arms: what each vocabulary trains on", title_justify="left", box=None,
+                  padding=(0, 2))
+    for col in TABLE_COLUMNS:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(plain(cell) for cell in row))
+    wide_console().print(table)
 
 
 # --- status and trials ---------------------------------------------------------------------------

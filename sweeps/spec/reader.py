@@ -183,7 +183,7 @@ class _Parser:
         multi = len(objectives) > 1
         sampler = self.parse_sampler(t.get("sampler"), multi, design)
         check_grid(space, sampler.name)  # before counting the grid's points
-        pruner = self.parse_pruner(t.get("pruner"), multi, isinstance(design, Scaling))
+        pruner = self.parse_pruner(t.get("pruner"), multi, design)
         if "n_trials" in t:
             n_trials = t["n_trials"]
         elif design is not None:
@@ -234,12 +234,14 @@ class _Parser:
             return SamplerSpec("random" if design is not None else "nsga2" if multi else "tpe")
         return self.named("study.sampler", value, SamplerSpec, SAMPLERS)
 
-    def parse_pruner(self, value: Any, multi: bool, scaling: bool) -> PrunerSpec:
+    def parse_pruner(self, value: Any, multi: bool,
+                     design: Ablation | Scaling | None) -> PrunerSpec:
         if value is None:
             # Optuna's pruners compare one intermediate value; with several objectives only the
             # project's own rules (OOM, collapse, divergence) stop trials early. An IsoFLOP cell
-            # is worth its loss at its whole budget: never pruned.
-            return PrunerSpec("none" if multi or scaling else "median")
+            # is worth its loss at its whole budget, and so is an ablation's arm (a pruner would
+            # cut one arm by another's speed): never pruned; the verdicts still stop failures.
+            return PrunerSpec("none" if multi or design is not None else "median")
         return self.named("study.pruner", value, PrunerSpec, PRUNERS)
 
     def named(self, key: str, value: Any, cls: type, names: tuple[str, ...]) -> Any:
@@ -366,7 +368,7 @@ class _Parser:
             "baseline": {k: normalise(v) for k, v in baseline.items()},
             "vary": tuple((k, [normalise(x) for x in v] if isinstance(v, list) else v)
                           for k, v in vary.items()),
-            "seeds": t.get("seeds"), "defaults": {**defaults}})
+            "seeds": t.get("seeds"), "equal": t.get("equal"), "defaults": {**defaults}})
 
     def parse_scaling(self, value: Any, fixed: dict[str, Any],
                       defaults: dict[str, Any]) -> Scaling:

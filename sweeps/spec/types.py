@@ -22,9 +22,10 @@ from typing import Any, Literal
 
 from lm import flops
 from lm.checks import check_bool, check_choice, check_int, check_number, check_str, require_int
-from lm.config import TrainConfig
+from lm.config import BUDGET_UNITS, TrainConfig
 from lm.errors import FieldError, SweepsError
 from sweeps.conditions import Condition, parse_condition
+from sweeps.spec.halving import RUNG_FIELDS
 from sweeps.spec.limits import Limits
 from sweeps.spec.rules import check_spec
 from sweeps.spec.values import (
@@ -47,6 +48,9 @@ from sweeps.spec.values import (
     train_defaults,
     unique,
 )
+
+#: The fields that change what a token is: arms that differ in them see different text per token.
+VOCABULARY_FIELDS = ("tokenizer", "vocab_size", "lowercase")
 
 
 def _optional_int(obj: object, name: str, minimum: int) -> None:
@@ -138,9 +142,13 @@ class PrunerSpec:
     name: str
     n_startup_trials: int = 5  # median: trials that finish before anything is pruned
     n_warmup_evals: int = 1  # median: evaluations of a trial before it can be pruned
-    # Halving: tokens of the first rung. None: max_tokens / reduction_factor**2 (two rungs),
-    # rounded to a whole number of evaluations (``sweeps.spec.halving.rungs``).
+    # Halving: the first rung, in the unit of the study's budget (tokens, bytes of text or
+    # FLOPs: ``lm.config.BUDGETS``, so rungs fall at the same text or compute for every arm).
+    # None: the largest budget / reduction_factor**2 (two rungs), rounded to a whole number of
+    # evaluations (``sweeps.spec.halving.rungs``).
     min_tokens: int | None = None
+    min_bytes: int | None = None
+    min_flops: float | None = None
     reduction_factor: int = 3  # halving: the best 1/reduction_factor go on at each rung
     # Halving: trials that must have reached a rung before one is stopped there (ranking two
     # trials says little). None: reduction_factor.
@@ -158,8 +166,17 @@ class PrunerSpec:
         check_int(self, "n_warmup_evals", 0)
         check_int(self, "reduction_factor", 2)
         check_choice(self, "read", RUNG_READS)
-        for key, low in (("min_tokens", 1), ("min_trials", 1), ("n_brackets", 1),
-                         ("read", None), ("cooldown_fraction", None)):
+        given = [k for k in RUNG_FIELDS.values() if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise FieldError(given[1], f"give the first rung once ({' or '.join(given)}), in "
+                             "the unit of the study's budget")
+        if self.min_flops is not None:
+            if self.name not in FIDELITY_PRUNERS:
+                raise FieldError("min_flops", f"applies to {' and '.join(FIDELITY_PRUNERS)}, "
+                                 f"not to pruner {self.name!r}; remove it")
+            check_number(self, "min_flops", positive=True)
+        for key, low in (("min_tokens", 1), ("min_bytes", 1), ("min_trials", 1),
+                         ("n_brackets", 1), ("read", None), ("cooldown_fraction", None)):
             if getattr(self, key) in (None, "loss"):
                 continue
             if self.name not in FIDELITY_PRUNERS:
@@ -174,6 +191,10 @@ class PrunerSpec:
         if self.n_brackets is not None and self.name != "hyperband":
             raise FieldError("n_brackets", "applies to hyperband only; remove it or use "
                              "name = \"hyperband\"")
+
+    def first_rung(self, unit: str) -> float | None:
+        """The first rung given in ``unit`` (None: not given in it)."""
+        return getattr(self, RUNG_FIELDS[unit])
 
     @property
     def by_tokens(self) -> bool:
@@ -428,6 +449,10 @@ class Ablation:
     baseline: dict[str, Any]
     vary: tuple[tuple[str, tuple[Any, ...]], ...]
     seeds: tuple[int, ...] | None = None
+    #: The unit the arms are compared at equal amounts of (``lm.config.BUDGET_UNITS``): a
+    #: budget given in tokens is re-expressed in it at the baseline's rate (``sweeps.space``).
+    #: None: bytes of text when the vocabulary varies (``VOCABULARY_FIELDS``), else tokens.
+    equal: str | None = None
     #: Values of fields the baseline leaves out: ``[fixed]`` over ``TrainConfig``'s defaults.
     defaults: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -446,6 +471,21 @@ class Ablation:
         object.__setattr__(self, "vary", tuple((n, tuple(v)) for n, v in self.vary))
         if self.seeds is not None:
             self._check_seeds()
+        if self.equal is not None:
+            check_choice(self, "equal", BUDGET_UNITS)
+
+    @property
+    def varies_vocabulary(self) -> bool:
+        """Whether arms differ in what a token is (tokenizer, size, case folding)."""
+        return any(name in VOCABULARY_FIELDS for name, _ in self.vary)
+
+    @property
+    def equal_unit(self) -> str:
+        """The unit the arms are compared at (``equal``, or its default: equal text when the
+        vocabulary varies, since at equal tokens a larger vocabulary reads more text)."""
+        if self.equal is not None:
+            return self.equal
+        return "bytes" if self.varies_vocabulary else "tokens"
 
     def _check_seeds(self) -> None:
         _check_seed_list(self)

@@ -50,11 +50,12 @@ def test_effects_json_and_table(url: str) -> None:
 
 @pytest.mark.parametrize(("args", "needle"), [
     (("nope",), "study 'nope' is not in storage"),
-    (("ffn_width", "--baseline", "d_ff=999"), "matches no complete configuration"),
+    (("ffn_width", "--baseline", "d_ff=999"), "matches no configuration"),
     (("ffn_width", "--baseline", "lr"), "--baseline 'lr': write FIELD=VALUE"),
     (("ffn_width", "--level", "2"), "--level must be between 0 and 1"),
     (("ffn_width", "--markdown", "--json"), "exclusive"),
-    (("ffn_width", "--metric", "nope"), "metric 'nope' is not a column"),
+    (("ffn_width", "--metric", "nope"), "metric 'nope' is not a metric"),
+    (("ffn_width", "--metric", "number"), "metric 'number' is not a metric"),
 ])
 def test_bad_input_is_one_line(url: str, args: tuple[str, ...], needle: str) -> None:
     assert_user_error(sweeps("effects", *args, "--storage", url), needle)

@@ -162,12 +162,12 @@ def test_effects_with_unpaired_seeds_say_so() -> None:
     result = fx.effects(trials, study="s", baseline={"d_ff": 256})
     row = result.rows[1]
     assert row.comparison.n_pairs == 3 and row.comparison.unpaired == (3,)
-    assert "unpaired seeds 3 left out" in row.verdict
+    assert "left out of the pairs: seed 3: not run here" in row.verdict
 
 
 def test_baseline_errors_are_one_line() -> None:
     trials = table({256: [2.2, 2.3], 1: [2.1, 2.2]})
-    with pytest.raises(SweepsError, match="matches no complete configuration"):
+    with pytest.raises(SweepsError, match="matches no configuration"):
         fx.effects(trials, study="s", baseline={"d_ff": 999})
     with pytest.raises(SweepsError, match="has no parameter 'lr'"):
         fx.effects(trials, study="s", baseline={"lr": 0.1})
@@ -214,9 +214,14 @@ def test_a_configuration_with_no_complete_trial_is_named_not_dropped() -> None:
                                    "param_d_ff": 1, "param_seed": seed, "seed": seed,
                                    "val_bpb": 2.77}
     result = fx.effects(trials, study="s", baseline={"d_ff": 256})
-    assert [e.level for e in result.rows] == ["d_ff=256", "64"]
+    # A row of its own, with no value and both seeds named with their outcome.
+    assert [e.level for e in result.rows] == ["d_ff=256", "64", "1"]
+    row = result.rows[2]
+    assert row.n == 0 and [(s.seed, s.outcome) for s in row.stopped] == [
+        (0, "unigram_collapse"), (1, "unigram_collapse")]
     assert result.not_compared == (("d_ff=1", "unigram_collapse: seeds 0, 1"),)
     text = fx.markdown(result)
-    assert "Not compared" in text and "- d_ff=1: unigram_collapse: seeds 0, 1" in text
+    assert "seed 0: unigram_collapse, seed 1: unigram_collapse" in text
     assert result.as_dict()["not_compared"] == [{"config": "d_ff=1",
                                                  "trials": "unigram_collapse: seeds 0, 1"}]
+    assert [s["seed"] for s in result.as_dict()["stopped"]] == [0, 1]

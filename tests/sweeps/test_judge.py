@@ -47,8 +47,10 @@ class FakeBoard:
         self.rivals = rivals or []
         self.posted: list[dict[str, list[float]]] = []
 
-    def post(self, rung_values: dict[str, list[float]]) -> None:
+    def post(self, rung_values: dict[str, list[float]],
+             rung_tokens: dict[str, int] | None = None) -> None:
         self.posted.append(dict(rung_values))
+        self.tokens = dict(rung_tokens or {})
 
     def trials(self) -> list[FrozenTrial]:
         return self.rivals
