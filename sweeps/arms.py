@@ -73,7 +73,9 @@ def vocabulary_points(spec: StudySpec) -> list[dict[str, Any]]:
                   for p in spec.initial_trials()]
     else:
         points = []
-    if spec.design is None:
+    enqueued_only = spec.design is None and spec.enqueue \
+        and spec.study.n_trials <= len(spec.enqueue)  # the sampler never chooses
+    if spec.design is None and not enqueued_only:
         probes = [spec.param(n).probe_values() for n in names]
         points += [dict(zip(names, combo, strict=True))
                    for combo in itertools.islice(itertools.product(*probes), MAX_ARMS * 4)]
@@ -128,6 +130,12 @@ def unit(spec: StudySpec) -> str:
 
 def varies_vocabulary(spec: StudySpec) -> bool:
     return any(n in spec.param_names for n in VOCABULARY_FIELDS)
+
+
+def worth_showing(spec: StudySpec, found: list[Arm]) -> bool:
+    """Whether the plan shows the arms' table: the vocabulary varies, or one is a capped word
+    vocabulary (what it drops to ``<unk>`` is said before it trains)."""
+    return varies_vocabulary(spec) or any(a.label.startswith("tokenizer=word") for a in found)
 
 
 def warning(spec: StudySpec, found: list[Arm]) -> str | None:

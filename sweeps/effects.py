@@ -34,6 +34,7 @@ from lm.errors import SweepsError
 from sweeps import results
 from sweeps.console import human_count
 from sweeps.results import plain_value, plain_values
+from sweeps.spec.values import same
 from sweeps.stats import CONFIDENCE, MAX_SEEDS, Comparison, compare, holm, seeds_needed
 
 SEED = "seed"
@@ -278,10 +279,11 @@ def parse_baseline(text: str) -> dict[str, Any]:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """The spec's equality (``True`` is not ``1``: ``values.same``), numbers to rounding."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
             and not isinstance(a, bool) and not isinstance(b, bool):
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
-    return a == b
+    return same(a, b)
 
 
 def spec_baseline(spec: Any) -> dict[str, Any] | None:
@@ -539,21 +541,6 @@ def text_warning(trials: pd.DataFrame) -> str:
             "default) or at equal compute with max_flops")
 
 
-def not_compared(trials: pd.DataFrame, done: pd.DataFrame) -> tuple[tuple[str, str], ...]:
-    """The configurations of finished trials none of which is in ``done`` (the scored ones),
-    each with its trials' outcomes and seeds: ``("lr=0.3", "unigram_collapse: seeds 0, 1")``."""
-    names = config_params(trials)
-    compared = {label(params_of(row, names)) for _, row in done.iterrows()}
-    found: dict[str, list[Stopped]] = {}
-    finished = _finished(trials)
-    for (_, row), seed in zip(finished.iterrows(), seeds_of(finished), strict=True):
-        config = label(params_of(row, names))
-        if config not in compared:
-            found.setdefault(config, []).append(Stopped(seed, str(row["outcome"]),
-                                                        int(row.get("number", -1))))
-    return tuple((config, _stopped_text(v)) for config, v in found.items())
-
-
 def _values_by_seed(done: pd.DataFrame, metric: str) -> dict[str, dict[Any, float]]:
     """config label -> {seed: metric}; a seed run twice for one configuration counts once (the
     later trial: a rerun replaces what it repeats)."""
@@ -690,11 +677,6 @@ def footer_lines(result: Effects) -> list[str]:
     if result.text_warning:
         lines.append(f"Warning: {result.text_warning}.")
     return lines
-
-
-def stopped_lines(result: Effects) -> list[str]:
-    """What the terminal prints below the table (``footer_lines``, after a blank line)."""
-    return ["", *footer_lines(result)]
 
 
 # --- ranking (confirm) -------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
         rows.append(grid_summary(spec, cells))
         grid = [cell.row() for cell in cells]
     return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid,
-                      [a.row() for a in found] if arms.varies_vocabulary(spec) else None)
+                      [a.row() for a in found] if arms.worth_showing(spec, found) else None)
 
 
 def _placement(spec: StudySpec, cap: int | None, n_trials: int

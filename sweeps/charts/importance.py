@@ -9,7 +9,6 @@ needs nothing more (the chart says which).
 from __future__ import annotations
 
 import importlib.util
-import math
 import warnings
 
 import optuna
@@ -19,7 +18,7 @@ from optuna.distributions import BaseDistribution
 
 from lm import outcomes
 from sweeps.charts import Chart, esc, style
-from sweeps.results import StudyResults
+from sweeps.results import StudyResults, plain_value
 
 MIN_TRIALS = 2
 
@@ -45,9 +44,9 @@ def data(trials: pd.DataFrame,
         values = row._asdict()
         params = {}
         for name in distributions:
-            value = values.get(f"param_{name}")
-            if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                params[name] = value.item() if hasattr(value, "item") else value
+            value = plain_value(values.get(f"param_{name}"))
+            if value is not None:
+                params[name] = value
         try:
             frozen.append(optuna.trial.create_trial(
                 params=params, distributions={n: distributions[n] for n in params},

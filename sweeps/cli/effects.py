@@ -72,7 +72,7 @@ def effects(
     else:
         print_table(f"effects on {result.metric} in study {study} ({result.direction})",
                     fx.table_rows(result))
-        for line in fx.stopped_lines(result)[1:]:
+        for line in fx.footer_lines(result):
             typer.echo(plain(line))
 
 

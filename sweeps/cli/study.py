@@ -292,9 +292,9 @@ def _say_arms(spec: StudySpec) -> None:
     now, as its first trial would), and the warning when the arms are unequal."""
     from sweeps import arms
 
-    if not arms.varies_vocabulary(spec):
-        return
     found = arms.arms(spec, arms.measured)
+    if not arms.worth_showing(spec, found):
+        return
     _print_arms([a.row() for a in found])
     said = arms.warning(spec, found)
     if said is not None:

@@ -137,3 +137,17 @@ def test_confirm_errors_are_one_line(tmp_path: Path) -> None:
                       "--top must be >= 1")
     assert_user_error(sweeps("confirm", "bare", "--level", "1.5", "--storage", url),
                       "--level must be between 0 and 1")
+
+
+def test_confirm_takes_seeds_the_source_never_used(tmp_path: Path) -> None:
+    """An ablation over seeds 0, 1, 2: its confirmation's seeds are 3 and 4. The seeds leave the
+    trial table as Python ints (``results.plain_values``); as numpy integers ``isinstance(s,
+    int)`` refused them all and the confirmation reused seeds 1 and 2 (issue 34, item 1)."""
+    from tests.sweeps.ablation import FFN_WIDTH, store_ablation
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    store_ablation(url, "ffn", FFN_WIDTH)
+    plan = cf.plan(url, "ffn", top=5, seeds=2)
+    assert plan.seeds == (3, 4)
+    enqueued = {e["seed"] for e in plan.spec.initial_trials()}
+    assert enqueued == {3, 4}

@@ -278,7 +278,25 @@ def test_a_repeated_proposal_is_copied_not_trained(tmp_path: Path, corpus: Path)
     assert second.values == first.values and second.user_attrs["val_bpb"] == \
         first.user_attrs["val_bpb"]
     assert second.user_attrs["reason"].startswith(f"copy of trial {first.number}")
+    # A short word-300 trial (31 steps: under_trained) is not a plain complete: what its
+    # vocabulary drops is in its reason.
+    assert first.user_attrs["outcome"] == "complete" and "under_trained" in first.user_attrs
+    assert "<unk> stands for" in first.user_attrs["reason"]
     assert not (tmp_path / "runs" / "dup" / "trials" / str(second.number)).exists()
     # The copy is no second replicate of the configuration.
     reps = fx.replicates_frame(url, "dup")
     assert list(reps["n"]) == [1]
+
+
+def test_a_word_300_dry_run_states_its_unk_share(tmp_path: Path, corpus: Path) -> None:
+    from lm import tokens
+
+    rate = tokens.measured_rate(corpus, "word", 300)  # tokenized: the dry run reads it
+    spec = spec_dict("w300", corpus, fixed={"tokenizer": "word", "vocab_size": 300},
+                     space={"d_ff": {"choices": [16, 32]}})
+    (tmp_path / "w.toml").write_text(toml_text(spec))
+    dry = sweeps_run("run", "w.toml", "--dry-run", "--storage",
+                     f"sqlite:///{tmp_path / 'db.sqlite'}", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    row = next(line for line in dry.stdout.splitlines() if "tokenizer=word" in line)
+    assert f"{rate.unk_tokens:.1%}" in row and f"{rate.unk_bytes:.1%}" in row
