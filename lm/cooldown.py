@@ -56,6 +56,9 @@ class Branchable(Protocol):
     def measure(self, lr: float, train_loss: float) -> dict[str, Any]:
         """An evaluation's ``metrics.jsonl`` row of the weights as they are (nothing recorded)."""
 
+    def train_bytes(self, tokens: int) -> int:
+        """The bytes of training text ``tokens`` training tokens stand for."""
+
 
 def read(run: Branchable) -> dict[str, Any]:
     """Take a cooldown read at ``run.tokens`` (the definition above) and put the run back; the
@@ -79,4 +82,6 @@ def read(run: Branchable) -> dict[str, Any]:
     run.put(saved)
     random.setstate(global_rngs[0])
     np.random.set_state(global_rngs[1])
-    return {**row, "lr_sum": lr_sum, "read": READ_COOLDOWN, "cooldown_tokens": tokens - start}
+    # Its text, as its lr_sum, is the WSD run's that ends where the branch does.
+    return {**row, "lr_sum": lr_sum, "train_bytes": run.train_bytes(tokens),
+            "read": READ_COOLDOWN, "cooldown_tokens": tokens - start}

@@ -601,7 +601,7 @@ class _RunState:
             "tokens": self.tokens,
             "lr": lr,
             "lr_sum": self.lr_sum,
-            "train_bytes": round(self.tokens * setup.rate.train),
+            "train_bytes": self.train_bytes(self.tokens),
             "train_loss": train_loss,
             "val_loss": vals["val_loss"],
             "val_bpb": vals["val_bpb"],
@@ -622,6 +622,12 @@ class _RunState:
             "tokens_per_s": self.tokens / self.train_s if self.train_s > 0 else 0.0,
             "elapsed_s": time.monotonic() - self.started,
         }
+
+    def train_bytes(self, tokens: int) -> int:
+        """The bytes of training text ``tokens`` training tokens stand for (the training
+        split's bytes per token)."""
+        assert self.setup is not None
+        return round(tokens * self.setup.rate.train)
 
     def _record(self, row: dict[str, Any], on_eval: OnEval | None, *, read: bool = False) -> None:
         """Write an evaluation's row; the run's own (not a cooldown read's) is also its latest

@@ -561,6 +561,8 @@ def _verdict(c: Comparison, p_holm: float, n: int, n_base: int, level: float, m:
         unpaired = ((f"; left out of the pairs: {left_out}" if left_out
                      else f"; unpaired seeds {shown} left out") if c.test == "paired t"
                     else f"; too few shared seeds, compared unpaired (seeds {shown})")
+    if n == 0:
+        return "no value to compare: every seed stopped (named in stopped)", None
     if c.test == "none":
         if c.n_pairs >= 2:
             return (f"cannot tell: the {c.n_pairs} paired differences are identical (no spread "

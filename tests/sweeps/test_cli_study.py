@@ -207,9 +207,11 @@ def read_back(cwd: Path) -> tuple[str, str, list[dict]]:
 
 @pytest.mark.study
 def test_a_study_end_to_end(corpus: Path, tmp_path: Path) -> None:
+    # Three distinct points, enqueued: a point proposed twice would be a copy, never trained.
     data = spec_dict("e2e", corpus, fixed={"tokenizer": "word", "lr": 3e-2},
-                     space={"vocab_size": {"choices": [300, 600]}},
-                     study={"n_trials": 3}, enqueue=[{"vocab_size": 600}])
+                     space={"vocab_size": {"choices": [300, 600, 1024]}},
+                     study={"n_trials": 3}, enqueue=[{"vocab_size": 600}, {"vocab_size": 300},
+                                                     {"vocab_size": 1024}])
     (tmp_path / "e2e.toml").write_text(toml_text(data))
     first = sweeps_run("run", "e2e.toml", "--n-trials", "2", cwd=tmp_path)
     assert first.returncode == 0, first.stderr

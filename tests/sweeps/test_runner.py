@@ -273,7 +273,9 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
     data = spec_dict("collapse", corpus, space={"vocab_size": {"choices": [6, 300]}},
                      fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
                      limits={"collapse": {"min_steps": 20, "min_lr_sum": 0.02,
-                                          "max_unk_argmax": unk_limit}})
+                                          "max_unk_argmax": unk_limit,
+                                          # the data's own rule off: the predictions' are judged
+                                          "max_unk_targets": 1.0}})
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"vocab_size": 6})
     ctx = context(spec, storage, study, tmp_path, fork_server)
@@ -294,7 +296,8 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
 def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, corpus: Path,
                                                                fork_server: Any) -> None:
     data = spec_dict("short", corpus, space={"vocab_size": {"choices": [6]}},
-                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000})
+                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000},
+                     limits={"collapse": {"max_unk_targets": 1.0}})
     spec, storage, study = open_study(tmp_path, data)
     report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
     t = frozen(study, report.number)
@@ -311,7 +314,8 @@ def test_a_trial_whose_rate_is_too_small_to_judge_runs_unjudged(tmp_path: Path, 
     complete, marked under_trained, and its value is the sampler's like any other."""
     data = spec_dict("slow", corpus, space={"vocab_size": {"choices": [6]}},
                      fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
-                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0}})
+                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0,
+                                          "max_unk_targets": 1.0}})
     spec, storage, study = open_study(tmp_path, data)
     report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
     t = frozen(study, report.number)
@@ -646,3 +650,19 @@ def test_the_childs_progress_reaches_the_board_between_evaluations(tmp_path: Pat
     assert ("progress", 1234) in seen
     line = next(v for k, v in seen if k == "line")
     assert "1,234/4,000 tokens" in line, line
+
+
+@pytest.mark.study
+def test_a_vocabulary_that_drops_most_targets_is_judged_at_its_first_evaluation(
+        tmp_path: Path, corpus: Path, fork_server: Any) -> None:
+    """Six word ids: nearly every target is <unk>. A fact of the data, so the verdict comes at
+    the first evaluation (step 16 of 32), before min_steps and min_lr_sum could be reached."""
+    data = spec_dict("most", corpus, space={"vocab_size": {"choices": [6]}},
+                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000})
+    spec, storage, study = open_study(tmp_path, data)
+    report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
+    t = frozen(study, report.number)
+    assert report.outcome == "unk_dominated", report.reason
+    assert "of the validation targets" in t.user_attrs["reason"]
+    assert "max_unk_targets = 0.5" in t.user_attrs["reason"]
+    assert t.user_attrs["last_eval_step"] < spec.limits.collapse.min_steps

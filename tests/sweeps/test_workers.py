@@ -122,7 +122,7 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
                             "batch_size": {"choices": [8, 4096]}},
                      study={"n_trials": 5},
                      limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0,
-                                          "min_unigram_gap": 0.05}},
+                                          "max_unk_targets": 1.0, "min_unigram_gap": 0.05}},
                      enqueue=[{"vocab_size": 6, "batch_size": 8},
                               {"vocab_size": 300, "batch_size": 4096},
                               {"vocab_size": 600, "batch_size": 8}])
@@ -156,7 +156,8 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
     assert {r.number for r in results[0].reports} & {r.number for r in results[1].reports} == set()
     assert sorted(n for kind, n in events if kind == "end") == [0, 1, 2, 3, 4]
     hosts = records.read_hosts(storage, "small")
-    launched = [t.number for t in trials if t.user_attrs["outcome"] != "predicted_oom"]
+    launched = [t.number for t in trials if t.user_attrs["outcome"] != "predicted_oom"
+                and "copy_of" not in t.user_attrs]  # a repeated point is copied, not run
     assert sorted(h["trial_number"] for h in hosts) == [t.number for t in trials]
     assert {e["trial_number"] for e in records.read_evals(storage, "small")} == set(launched)
     assert study.user_attrs["memory_budget_bytes"] == (tiny + big) // 2
@@ -173,7 +174,10 @@ def write_spec(tmp: Path, corpus: Path, name: str, n_trials: int, max_tokens: in
     data = spec_dict(name, corpus, fixed={"tokenizer": "word", "lr": 3e-2,
                                           "max_tokens": max_tokens,
                                           "eval_every_tokens": 10_000},
-                     space={"vocab_size": {"choices": [300, 600]}},
+                     # A seed per trial: points that differ on purpose (a repeated point is
+                     # a copy of the first, never trained: runner.duplicate_of).
+                     space={"vocab_size": {"choices": [300, 600]},
+                            "seed": {"type": "int", "low": 0, "high": 10**9}},
                      study={"n_trials": n_trials}, limits={"collapse": False})
     path = tmp / f"{name}.toml"
     path.write_text(toml_text(data))
