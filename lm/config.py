@@ -407,6 +407,17 @@ class TrainConfig:
             if i and tokens <= reads[i - 1]:
                 raise SweepsError(f"cooldown_reads must be increasing, got "
                                   f"cooldown_reads={list(reads)!r}")
+        if reads and self.max_tokens is not None:
+            # A read is taken at the first step boundary at or past its point (lm.schedule): one
+            # whose boundary is the run's end never happens (the run's own decay is its read).
+            step = self.tokens_per_step
+            last = max(reads)
+            if -(-last // step) * step >= self.max_tokens:
+                raise SweepsError(
+                    f"cooldown_reads {last:,} falls in the last optimizer step (reads are taken "
+                    f"at a step boundary, every {step:,} tokens; the next is at or past "
+                    f"max_tokens={self.max_tokens:,}), so it would never be taken; use points "
+                    f"below {(-(-self.max_tokens // step) - 1) * step:,}")
         if reads and self.lr_schedule != "wsd":
             # A cosine run's rate at a read point is still high and falls by its own budget:
             # no decay from there is a run of any length the schedule knows.

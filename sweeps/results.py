@@ -33,7 +33,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from lm import outcomes
-from lm.errors import SweepsError
+from lm.errors import SweepsError, closest
 from sweeps import optuna_compat as oc
 from sweeps import records
 from sweeps import storage as st
@@ -119,7 +119,10 @@ def _study_id(conn: sa.Connection, name: str, shown: str) -> int:
     if found is None:
         names = list(conn.execute(sa.select(table.c.study_name)).scalars())
         listed = ", ".join(sorted(names)[:10]) or "none"
-        raise SweepsError(f"study {name!r} is not in storage {shown} (studies there: {listed}); "
+        hint = closest(name, names)
+        raise SweepsError(f"study {name!r} is not in storage {shown}"
+                          + (f" (did you mean {hint!r}?)" if hint else "")
+                          + f" (studies there: {listed}); "
                           "check the name or --storage")
     return int(found[0])
 

@@ -156,7 +156,9 @@ def cooldown_values(spec: StudySpec, cfg: TrainConfig) -> dict[str, Any]:
     for this trial; the pruner's ``cooldown_fraction`` when set."""
     reads = [halving.rung_tokens(cfg, r) for r in halving.rungs(spec)
              if r < budget.max_amount(cfg, halving.unit(spec))]
-    out: dict[str, Any] = {"cooldown_reads": sorted(set(t for t in reads if t < cfg.max_tokens))}
+    step = cfg.tokens_per_step  # a read is taken at the first step boundary at or past it
+    out: dict[str, Any] = {"cooldown_reads": sorted(set(
+        t for t in reads if -(-t // step) * step < cfg.max_tokens))}
     if spec.study.pruner.cooldown_fraction is not None:
         out["cooldown_fraction"] = spec.study.pruner.cooldown_fraction
     return out

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lm import outcomes
 from lm.corpus import MANIFEST_NAME
-from lm.errors import SweepsError
+from lm.errors import SweepsError, closest
 from sweeps.launchers import LAUNCHER_KINDS
 
 if TYPE_CHECKING:
@@ -239,8 +239,12 @@ def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
     try:
         plain = optuna.load_study(study_name=name, storage=st)
     except KeyError:
-        raise SweepsError(f"no study {name!r} in {st_mod.mask_url(url)}; start it with "
-                          "`sweeps run SPEC`, or list studies with `sweeps status`") from None
+        names = [s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)]
+        hint = closest(name, names)
+        raise SweepsError(f"no study {name!r} in {st_mod.mask_url(url)}"
+                          + (f" (did you mean {hint!r}?)" if hint else "")
+                          + "; start it with `sweeps run SPEC`, or list studies with "
+                          "`sweeps status`") from None
     if spec is None:
         return plain
     ran = sum(t.state != TrialState.WAITING for t in plain.get_trials(deepcopy=False))
@@ -408,7 +412,8 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
         rows.append({
             "number": t.number,
             "state": t.state.name,
-            "params": dict(t.params),
+            # A queued trial has no parameters yet, only those it will be asked with.
+            "params": dict(t.params) or dict(t.system_attrs.get("fixed_params") or {}),
             "outcome": wk.trial_outcome(t),
             "retried": t.number in gone,
             "reason": a.get("reason") or ("failed by a heartbeat: its worker stopped"

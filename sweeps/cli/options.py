@@ -225,6 +225,12 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
     return TrainConfig.from_dict(values)
 
 
+def refuse_existing(out: Path, force: bool) -> None:
+    """``--out`` that names an existing file is refused unless ``--force`` (init, schema)."""
+    if out.exists() and not force:
+        raise SweepsError(f"--out {out} already exists; choose another path or pass --force")
+
+
 def warn(warnings: list[str]) -> None:
     """Budget warnings (``TrainConfig.budget_warnings``), one line each on stderr."""
     from sweeps.console import write_line

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lm.errors import SweepsError
 from sweeps import study as service
 from sweeps.cli.options import (
     AddressOption,
@@ -25,6 +24,7 @@ from sweeps.cli.options import (
     RunsDirOption,
     StorageOption,
     WorkersOption,
+    refuse_existing,
     warn,
 )
 from sweeps.cli.progress import Board, counts_text, live_display, summary
@@ -68,8 +68,7 @@ def init(
     from lm.files import write_output
     from sweeps.starter import STARTER_SPEC
 
-    if out.exists() and not force:
-        raise SweepsError(f"--out {out} already exists; choose another path or pass --force")
+    refuse_existing(out, force)
     write_output(out, lambda f: f.write(STARTER_SPEC.encode("utf-8")))
     err_console.print(f"wrote {out}; next: sweeps run {out} --dry-run", highlight=False,
                       markup=False)
@@ -79,6 +78,7 @@ def init(
 def schema(
     out: Annotated[Path | None, typer.Option("--out", help="Write it to this file [default: "
                                                            "stdout].")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
     """A JSON Schema of the spec, for an editor (Taplo / Even Better TOML: a first line
     `#:schema spec.schema.json` in the spec)."""
@@ -89,6 +89,7 @@ def schema(
     if out is None:
         typer.echo(text, nl=False)
         return
+    refuse_existing(out, force)
     write_output(out, lambda f: f.write(text.encode("utf-8")))
 
 
