@@ -47,6 +47,7 @@ from optuna.trial import TrialState
 
 from lm import flops, host, memory, outcomes
 from lm.config import TrainConfig
+from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError
 from lm.run_files import (
     CHECKPOINT_FILE,
@@ -301,6 +302,8 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
         params = suggest(trial, spec)
         cfg = fidelity.bracket_reads(spec, trial.number, trial_config(spec, params, measured))
     except SweepsError as exc:
+        if not (spec.corpus.dir / MANIFEST_NAME).is_file():  # its bytes per token unreadable
+            return _environment_failure(ctx, trial, attrs, f"environment: {exc}")
         return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", attrs)
     attrs["sampled"] = dict(params)
     earlier = duplicate_of(ctx.study, trial.number, params)
@@ -328,10 +331,11 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     if note is not None:
         attrs["under_trained"] = note
     if cfg.tokenizer == "word":  # what a capped vocabulary drops, from its token cache
-        rate = measured(cfg)
-        unk = verdicts.unk_note(rate.unk_tokens, rate.unk_bytes)
-        if unk is not None:
-            attrs[UNK_NOTE_ATTR] = unk
+        with contextlib.suppress(SweepsError):  # a note: a corpus gone is the child's to report
+            rate = measured(cfg)
+            unk = verdicts.unk_note(rate.unk_tokens, rate.unk_bytes)
+            if unk is not None:
+                attrs[UNK_NOTE_ATTR] = unk
     attrs["predicted_flops"] = predicted_flops = flops.count(cfg).flops
     over = over_compute_limit(predicted_flops, spec.limits)
     if over is not None:

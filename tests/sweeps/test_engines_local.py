@@ -227,21 +227,23 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
         tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = spec_dict("real", corpus, fixed={"tokenizer": "word", "lr": 3e-2, "max_tokens": 8192},
                      space={"vocab_size": {"choices": [300, 600]},
-                            "batch_size": {"choices": [8, 256]}},
+                            "batch_size": {"choices": [8, 256]}, "seed": {"choices": [0, 1]}},
                      study={"n_trials": 4}, limits={"collapse": False, "memory_budget": "auto"},
-                     enqueue=[{"vocab_size": 300, "batch_size": 8},
-                              {"vocab_size": 600, "batch_size": 8},
-                              {"vocab_size": 300, "batch_size": 256},
-                              {"vocab_size": 600, "batch_size": 8}])
+                     # Two small trials of one configuration, told apart by their seed (the same
+                     # point twice would be a copy of the first, never trained).
+                     enqueue=[{"vocab_size": 300, "batch_size": 8, "seed": 0},
+                              {"vocab_size": 600, "batch_size": 8, "seed": 0},
+                              {"vocab_size": 300, "batch_size": 256, "seed": 0},
+                              {"vocab_size": 600, "batch_size": 8, "seed": 1}])
     spec = read_spec(data)
     from lm.tokens import load_tokens
 
     for vocab in (300, 600):  # warm: a cold cache read while a child writes it is another bug
         load_tokens(corpus, "word", vocab)
-    small = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8}),
-                              device="cpu")[0]
-    big = preflight.predict(trial_config(spec, {"vocab_size": 300, "batch_size": 256}),
-                            device="cpu")[0]
+    small = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8,
+                                                  "seed": 0}), device="cpu")[0]
+    big = preflight.predict(trial_config(spec, {"vocab_size": 300, "batch_size": 256,
+                                                "seed": 0}), device="cpu")[0]
     # Room for two small trials, or the big one alone.
     room = 2 * local.reservation(small) + (local.reservation(big) - local.reservation(small)) // 2
     assert local.reservation(big) + local.reservation(small) > room >= local.reservation(big)
