@@ -100,6 +100,21 @@ def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     return points[cols[:6]], best[cols[:6]], tokens
 
 
+def unk_shares(trials: pd.DataFrame) -> str:
+    """Each word vocabulary's ``<unk>`` share of the validation targets and of their bytes (the
+    trials' evaluations: ``unk_rate_targets``, ``unk_byte_rate``), as one line; "" when none."""
+    if not {"tokenizer", "unk_rate_targets", "unk_byte_rate"} <= set(trials.columns):
+        return ""
+    words = trials[(trials["tokenizer"] == "word") & trials["unk_rate_targets"].notna()]
+    parts = []
+    for size, group in words.assign(size=vocab_sizes(words)).groupby("size"):
+        in_bytes = group["unk_byte_rate"].dropna()
+        parts.append(f"{int(size):,} words: {group['unk_rate_targets'].mean():.1%} of the "
+                     "validation tokens" + (f", {in_bytes.mean():.1%} of their bytes"
+                                            if len(in_bytes) else ""))
+    return "; ".join(parts)
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Vocabulary: what a bigger vocabulary buys"
     about = ("Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
@@ -108,6 +123,9 @@ def chart(results: StudyResults) -> Chart:
     unequal = text_warning(results.trials)
     if unequal:
         about += f" Warning: {unequal}."
+    dropped = unk_shares(results.trials)
+    if dropped:
+        about += f" What each word vocabulary drops to <unk>: {dropped}."
     points, best, tokens = data(results.trials)
     if points.empty and tokens.empty:
         return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")

@@ -300,3 +300,14 @@ def test_a_word_300_dry_run_states_its_unk_share(tmp_path: Path, corpus: Path) -
     assert dry.returncode == 0, dry.stderr
     row = next(line for line in dry.stdout.splitlines() if "tokenizer=word" in line)
     assert f"{rate.unk_tokens:.1%}" in row and f"{rate.unk_bytes:.1%}" in row
+
+
+def test_the_report_gives_each_word_vocabularys_unk_share() -> None:
+    from sweeps.charts import vocab
+
+    trials = pd.DataFrame({"tokenizer": ["word", "word", "bpe"], "vocab_size": [300, 300, 1024],
+                           "unk_rate_targets": [0.31, 0.33, 0.0],
+                           "unk_byte_rate": [0.46, 0.48, 0.0]})
+    assert vocab.unk_shares(trials) == ("300 words: 32.0% of the validation tokens, 47.0% of "
+                                        "their bytes")
+    assert vocab.unk_shares(trials[trials["tokenizer"] == "bpe"]) == ""
