@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lm import host
@@ -304,15 +303,17 @@ def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object
 
 def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
     """(parameter, type, values, when) for each searched parameter, an ablation's or IsoFLOP
-    grid's first."""
+    grid's first; a long list of choices shown by its first few and last (``shown_values``)."""
+    from sweeps.spec import shown_values
+
     out = []
     if spec.design is not None:
         kind = "ablation" if spec.ablation is not None else "scaling"
         for name in spec.design.param_names:
-            out.append((name, kind, ", ".join(map(str, spec.design.choices(name))), ""))
+            out.append((name, kind, shown_values(spec.design.choices(name)), ""))
     for p in spec.space:
         if p.type == "categorical":
-            values = ", ".join(map(str, p.choices or ()))
+            values = shown_values(p.choices or ())
         else:
             values = f"{p.low} .. {p.high}" + (" log" if p.log else "") + (
                 f" step {p.step}" if p.step is not None else "")
@@ -417,7 +418,7 @@ def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[s
 
 def _draw(p: Any, rng: random.Random) -> Any:
     if p.type == "categorical":
-        return rng.choice(list(p.choices))
+        return rng.choice(p.choices)  # not list(p.choices): a copy of 100,000 per draw
     if p.finite and p.type == "int" and not p.log:
         return rng.choice(p.values())
     low, high = float(p.low), float(p.high)
@@ -430,16 +431,14 @@ def _draw(p: Any, rng: random.Random) -> Any:
     return x
 
 
-def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, workers: int,
+def feasibility(spec: StudySpec, overrides: dict[str, Any], budget: str | None, workers: int,
                 launcher: str, samples: int, seed: int) -> dict[str, Any]:
     """Which points of a spec's space fit its budget: one row per point (its parameters,
     predicted peak, whether it fits or is fitted, or why it is not a valid config)."""
     from sweeps import preflight
     from sweeps.space import trial_config
-    from sweeps.spec import load_spec
     from sweeps.verdicts import planned_steps, under_trained_note
 
-    spec = load_spec(spec_path, check_paths=False)
     points, how = sample_points(spec, samples, seed)
     rows: list[dict[str, Any]] = []
     budget_b: int | None = None

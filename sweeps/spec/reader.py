@@ -405,7 +405,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+        # Scalars kept without a call each: a list of choices may hold 100,000.
+        return [v if v.__class__ in _SCALARS else _plain(v) for v in value]
+    if value is None or isinstance(value, _SCALARS):
         return value
     return str(value)
+
+
+_SCALARS = (str, int, float, bool)
