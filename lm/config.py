@@ -144,6 +144,28 @@ SCHEDULE_FIELDS = ("lr_schedule", "decay_fraction", "decay_shape", "cooldown_rea
                    "cooldown_fraction")
 
 
+#: ``vocab_size`` when nothing sets it, for every tokenizer but byte (``default_vocab_size``).
+DEFAULT_VOCAB_SIZE = 4096
+
+
+def default_vocab_size(tokenizer: str) -> int:
+    """``vocab_size`` when nothing sets it (a spec, a flag, a config file): the byte tokenizer's
+    only size (260 ids), else ``DEFAULT_VOCAB_SIZE``. The one rule for every way a config is
+    built: ``TrainConfig`` applies it to a ``vocab_size`` left None."""
+    from lm.tokenizers import min_vocab_size  # numpy, no torch: imported when first asked
+
+    return min_vocab_size("byte") if tokenizer == "byte" else DEFAULT_VOCAB_SIZE
+
+
+def with_default_vocab(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (config fields) with a ``vocab_size`` that is missing or None set by
+    ``default_vocab_size`` for their tokenizer (``TrainConfig``'s default one when absent)."""
+    if values.get("vocab_size") is not None:
+        return values
+    tokenizer = values.get("tokenizer", TrainConfig.__dataclass_fields__["tokenizer"].default)
+    return {**values, "vocab_size": default_vocab_size(tokenizer)}
+
+
 def default_of(f: dataclasses.Field) -> Any:
     """A ``TrainConfig`` field's default as a user sees it: a budget's token count is None in
     the dataclass (another unit may give it) and its default is ``BUDGET_DEFAULTS``'."""
@@ -170,7 +192,10 @@ class TrainConfig:
     tokenizer: Literal["word", "bpe", "byte"] = field(
         default="bpe", metadata=_help("Tokenizer kind: word, bpe or byte.")
     )
-    vocab_size: int = field(default=4096, metadata=_help("Ids the model sees, specials included."))
+    # None follows the tokenizer (``default_vocab_size``: byte 260, else 4096), so a byte config
+    # needs no vocab_size and a bpe one gets 4096, however the config is built.
+    vocab_size: int | None = field(
+        default=None, metadata=_help("Ids the model sees, specials included."))
     lowercase: bool = field(default=False, metadata=_help("Lowercase words (word tokenizer)."))
     d_model: int = field(default=128, metadata=_help("Model width."))
     n_layers: int = field(default=2, metadata=_help("Transformer blocks."))
@@ -293,6 +318,8 @@ class TrainConfig:
         if not isinstance(self.corpus, str) or not self.corpus:
             raise SweepsError(f"corpus must be a directory path, got corpus={self.corpus!r}")
         check_choice(self, "tokenizer", TOKENIZERS)
+        if self.vocab_size is None:
+            object.__setattr__(self, "vocab_size", default_vocab_size(self.tokenizer))
         check_bool(self, "lowercase")
         _validate_model_fields(self)
         # The tokenizer's own rules (byte has exactly 260 ids, lowercase is word-only, ...);

@@ -447,7 +447,7 @@ def feasibility(spec: StudySpec, overrides: dict[str, Any], budget: str | None, 
         try:
             cfg = trial_config(spec, params)
             if overrides:
-                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+                cfg = overridden(spec, params, cfg, overrides)
         except SweepsError as exc:
             row.update(valid=False, reason=str(exc))
             rows.append(row)
@@ -467,3 +467,19 @@ def feasibility(spec: StudySpec, overrides: dict[str, Any], budget: str | None, 
             "min_steps": spec.limits.collapse.min_steps,
             "min_lr_sum": spec.limits.collapse.min_lr_sum,
             "under_trained": sum(1 for r in rows if r.get("under_trained")), "rows": rows}
+
+
+def overridden(spec: StudySpec, params: dict[str, Any], cfg: TrainConfig,
+               overrides: dict[str, Any]) -> TrainConfig:
+    """A point's config with ``sweeps estimate SPEC``'s ``--<field>`` flags: a ``--vocab-size``
+    checked as the flag it is (its fix names the flag), and a ``vocab_size`` that neither the
+    spec, the point nor a flag sets following a ``--tokenizer`` flag, as everywhere."""
+    from lm.tokenizers import validate_tokenizer_args
+
+    values = {**cfg.to_dict(), **overrides}
+    if "vocab_size" in overrides:
+        validate_tokenizer_args(values["tokenizer"], values["vocab_size"], values["lowercase"],
+                                key="--vocab-size")
+    elif not spec.sets("vocab_size", params):
+        values["vocab_size"] = None
+    return TrainConfig.from_dict(values)

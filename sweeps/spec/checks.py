@@ -16,7 +16,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from lm.config import TrainConfig
+from lm.config import TrainConfig, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.spec.types import Ablation, ParamSpec
 from sweeps.spec.values import same, train_defaults
@@ -139,7 +139,7 @@ def check_enqueue(entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...]
                 raise FieldError(f"{key}.{name}", f"{v!r} is outside space.{name}; use a value "
                                  "the space can produce")
             entry[name] = v
-        base = {**train_defaults(), **fixed}
+        base = with_default_vocab({**train_defaults(), **fixed})
         given = {**base, **entry}
         used = walk_one(space, base, lambda p, given=given: given.get(p.name))
         for p in space:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lm.config import with_default_vocab
 from lm.errors import FieldError, SweepsError, closest
 from sweeps.engines import ENGINE_KEYS
 from sweeps.spec.checks import (
@@ -148,7 +149,7 @@ class _Parser:
         allowed = [*(n for n in TRAIN_FIELDS if n != "corpus"), "corpus"]
         fixed = {k: normalise(v) for k, v in _table(top.get("fixed", {}), "fixed",
                                                      allowed).items()}
-        defaults = {**train_defaults(), **fixed}
+        defaults = with_default_vocab({**train_defaults(), **fixed})
         space = self.parse_space(top.get("space", {}), fixed)
         check_search(space=bool(space), ablation="ablation" in top,
                      enqueue=bool(top.get("enqueue")), scaling="scaling" in top)

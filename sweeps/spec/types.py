@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from lm import flops
 from lm.checks import check_bool, check_choice, check_int, check_number, check_str, require_int
-from lm.config import BUDGET_UNITS, TrainConfig
+from lm.config import BUDGET_UNITS, TrainConfig, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.halving import RUNG_FIELDS
@@ -740,12 +740,22 @@ class StudySpec:
         values["corpus"] = str(self.corpus.dir)
         if self.limits.max_wall_s is not None:
             values["max_wall_s"] = self.limits.max_wall_s
-        return values
+        return with_default_vocab(values)  # a vocab_size left out follows the tokenizer
 
     def trial_values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A trial's ``TrainConfig`` values: ``base_values`` then its parameters, less
-        ``FLOPS_BUDGET`` (a grid cell's budget is the trial's, not the config's)."""
-        return {**self.base_values(), **{k: v for k, v in params.items() if k != FLOPS_BUDGET}}
+        ``FLOPS_BUDGET`` (a grid cell's budget is the trial's, not the config's). A
+        ``vocab_size`` nothing sets follows the trial's own tokenizer."""
+        values = {**self.base_values(), **{k: v for k, v in params.items() if k != FLOPS_BUDGET}}
+        if not self.sets("vocab_size", params):
+            values["vocab_size"] = None
+        return with_default_vocab(values)
+
+    def sets(self, name: str, params: Mapping[str, Any]) -> bool:
+        """Whether ``[fixed]``, the ablation baseline or a trial's ``params`` give ``name`` (not
+        a default)."""
+        baseline = self.ablation.baseline if self.ablation is not None else {}
+        return any(name in where for where in (self.fixed, baseline, params))
 
     def initial_trials(self) -> list[dict[str, Any]]:
         """Parameter sets to enqueue before sampling: ``[[enqueue]]``, the ablation or the
