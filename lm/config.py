@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lm.checks import check_bool, check_choice, check_int, check_number, require_int
-from lm.errors import SweepsError, closest
+from lm.errors import FieldError, SweepsError, closest
 
 TOKENIZERS = ("word", "bpe", "byte")
 ATTENTIONS = ("sdpa", "naive")
@@ -164,6 +164,29 @@ def with_default_vocab(values: dict[str, Any]) -> dict[str, Any]:
         return values
     tokenizer = values.get("tokenizer", TrainConfig.__dataclass_fields__["tokenizer"].default)
     return {**values, "vocab_size": default_vocab_size(tokenizer)}
+
+
+#: The longest a cooldown read's decay may be, as a fraction of the tokens trained before it.
+#: A read after p tokens trains a branch of c x p tokens (``lm.cooldown``) and stands for a WSD
+#: run of p + c x p tokens that decays over its last c x p. At c = 1 that decay is already half
+#: of the run it stands for (WSD's decays take 10 to 20%, Hägele et al. 2024; decay_fraction's
+#: default 0.2 gives c = 0.25); beyond it the branch trains more tokens than the run had when it
+#: branched, so the read measures mostly the branch's own training, not the run at p, and each
+#: read costs more than the whole run up to it (c = 1e9 made a read at 10,000 tokens a branch of
+#: 1e13, ended only by max_wall_s). At c <= 1 a read costs at most the tokens before it, so no
+#: read's branch is longer than the run itself.
+MAX_COOLDOWN_FRACTION = 1.0
+
+
+def check_cooldown_fraction(value: float, key: str = "cooldown_fraction") -> None:
+    """A ``FieldError`` naming ``key`` for a cooldown read's decay past
+    ``MAX_COOLDOWN_FRACTION`` (a number > 0 is checked before)."""
+    if value > MAX_COOLDOWN_FRACTION:
+        raise FieldError(key, f"must be <= {MAX_COOLDOWN_FRACTION:g}, got {key}={value:g}: a "
+                         f"read after p tokens trains a branch of {key} x p tokens, so past "
+                         f"{MAX_COOLDOWN_FRACTION:g} it costs more than the run up to it and "
+                         "measures the branch, not the run; use e.g. 0.25 (a decay over the "
+                         "last 20% of the run the read stands for)")
 
 
 def default_of(f: dataclasses.Field) -> Any:
@@ -418,6 +441,7 @@ class TrainConfig:
         check_choice(self, "decay_shape", DECAY_SHAPES)
         if self.cooldown_fraction is not None:
             check_number(self, "cooldown_fraction", positive=True)
+            check_cooldown_fraction(self.cooldown_fraction)
         reads = self.cooldown_reads
         if isinstance(reads, list):
             reads = tuple(reads)
@@ -439,6 +463,14 @@ class TrainConfig:
             # no decay from there is a run of any length the schedule knows.
             raise SweepsError(f"cooldown_reads needs lr_schedule='wsd', got lr_schedule="
                               f"{self.lr_schedule!r} with cooldown_reads={list(reads)!r}")
+        if reads and self.read_cooldown_fraction > MAX_COOLDOWN_FRACTION:
+            # cooldown_fraction is None here: the reads' decay follows decay_fraction.
+            d = self.decay_fraction
+            raise FieldError("decay_fraction", f"{d:g} with cooldown_reads makes each read decay "
+                             f"over {d / (1 - d):.3g} x the tokens before it (cooldown_fraction "
+                             f"follows decay_fraction: d / (1 - d)), more than "
+                             f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction (e.g. 0.25) or "
+                             "decay_fraction <= 0.5")
 
     @property
     def read_cooldown_fraction(self) -> float:

@@ -71,6 +71,7 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
     rows += arms.rows(spec, found)
     rows += steps_rows(spec)
     rows += fidelity_rows(spec)
+    rows += reads_rows(spec)
     if from_study is not None:
         rows += carry_rows(spec, url, from_study)
     grid = None
@@ -299,6 +300,40 @@ def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object
         rows.append(("first rung", f"after {min(steps):,} to {max(steps):,} optimizer steps "
                                    f"over the {how}"))
     return rows
+
+
+def reads_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
+    """The dry run's line on cooldown reads (a halving study's ``read = "cooldown"``, or
+    ``cooldown_reads`` in [fixed]): what each read of the costliest point (over the space's
+    grid or a sample) trains, and all of them against the run's own tokens; a read whose
+    branch is longer than what its run has left is named (finishing the run costs less)."""
+    from lm import flops, schedule
+
+    points, how = sample_points(spec, samples, 0)
+    costliest: tuple[int, TrainConfig] | None = None
+    for point in points or [{}]:
+        cfg = point_config(spec, point)
+        if cfg is None or not cfg.cooldown_reads:
+            continue
+        total = flops.planned_reads(cfg)[1]
+        if costliest is None or total > costliest[0]:
+            costliest = (total, cfg)
+    if costliest is None:
+        return []
+    total, cfg = costliest
+    reads = schedule.read_points(cfg)
+    each = ", ".join(f"at {p:,}: {schedule.branch_tokens(cfg, p):,}" for p in reads)
+    run = flops.planned_tokens(cfg)
+    text = (f"{each} tokens (cooldown_fraction {cfg.read_cooldown_fraction:.3g} of the tokens "
+            f"before each, whole steps): {total:,} read tokens, {total / run:.0%} on top of the "
+            f"run's {run:,}, for the costliest point of the {how}")
+    if spec.study.pruner.name == "hyperband":
+        text += " (at most: a bracket reads only the rungs it judges)"
+    longer = [p for p in reads if schedule.branch_tokens(cfg, p) > run - p]
+    if longer:
+        text += (f"; the read at {longer[0]:,} trains more than the {run - longer[0]:,} tokens "
+                 "the run has left: finishing the run costs less than that read")
+    return [("cooldown reads", text)]
 
 
 def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from lm import flops
 from lm.checks import check_bool, check_choice, check_int, check_number, check_str, require_int
-from lm.config import BUDGET_UNITS, TrainConfig, with_default_vocab
+from lm.config import BUDGET_UNITS, TrainConfig, check_cooldown_fraction, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.halving import RUNG_FIELDS
@@ -191,6 +191,7 @@ class PrunerSpec:
             if self.read != "cooldown":
                 raise FieldError("cooldown_fraction", "applies to read = \"cooldown\" only")
             check_number(self, "cooldown_fraction", positive=True)
+            check_cooldown_fraction(self.cooldown_fraction)  # lm.config: why a read's is bounded
         if self.n_brackets is not None and self.name != "hyperband":
             raise FieldError("n_brackets", "applies to hyperband only; remove it or use "
                              "name = \"hyperband\"")
