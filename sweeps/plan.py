@@ -309,6 +309,9 @@ def reads_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     branch is longer than what its run has left is named (finishing the run costs less)."""
     from lm import flops, schedule
 
+    if spec.study.pruner.read != "cooldown" and not spec.sets("cooldown_reads", {}) \
+            and "cooldown_reads" not in spec.param_names:
+        return []  # no point reads: not worth a sample
     points, how = sample_points(spec, samples, 0)
     costliest: tuple[int, TrainConfig] | None = None
     for point in points or [{}]:
