@@ -19,7 +19,7 @@ from typing import Any, Literal
 from lm.config import TrainConfig, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.spec.types import Ablation, ParamSpec
-from sweeps.spec.values import same, train_defaults
+from sweeps.spec.values import same, shown_values, train_defaults
 from sweeps.spec.walk import walk_one
 
 TRAIN_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -73,7 +73,7 @@ def check_literals(params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None
                 if not any(same(v, c) for c in possible):
                     raise FieldError(f"space.{p.name}.when", f"condition {p.when.text!r}: "
                                      f"{field_name} is never {v!r} (its values: "
-                                     f"{', '.join(map(repr, possible))})")
+                                     f"{shown_values(possible, repr)})")
 
 
 def check_fixed(fixed: dict[str, Any], params: tuple[ParamSpec, ...]) -> None:
