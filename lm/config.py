@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lm.checks import check_bool, check_choice, check_int, check_number, require_int
-from lm.errors import SweepsError, closest
+from lm.errors import FieldError, SweepsError, closest
 
 TOKENIZERS = ("word", "bpe", "byte")
 ATTENTIONS = ("sdpa", "naive")
@@ -144,6 +144,51 @@ SCHEDULE_FIELDS = ("lr_schedule", "decay_fraction", "decay_shape", "cooldown_rea
                    "cooldown_fraction")
 
 
+#: ``vocab_size`` when nothing sets it, for every tokenizer but byte (``default_vocab_size``).
+DEFAULT_VOCAB_SIZE = 4096
+
+
+def default_vocab_size(tokenizer: str) -> int:
+    """``vocab_size`` when nothing sets it (a spec, a flag, a config file): the byte tokenizer's
+    only size (260 ids), else ``DEFAULT_VOCAB_SIZE``. The one rule for every way a config is
+    built: ``TrainConfig`` applies it to a ``vocab_size`` left None."""
+    from lm.tokenizers import min_vocab_size  # numpy, no torch: imported when first asked
+
+    return min_vocab_size("byte") if tokenizer == "byte" else DEFAULT_VOCAB_SIZE
+
+
+def with_default_vocab(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (config fields) with a ``vocab_size`` that is missing or None set by
+    ``default_vocab_size`` for their tokenizer (``TrainConfig``'s default one when absent)."""
+    if values.get("vocab_size") is not None:
+        return values
+    tokenizer = values.get("tokenizer", TrainConfig.__dataclass_fields__["tokenizer"].default)
+    return {**values, "vocab_size": default_vocab_size(tokenizer)}
+
+
+#: The longest a cooldown read's decay may be, as a fraction of the tokens trained before it.
+#: A read after p tokens trains a branch of c x p tokens (``lm.cooldown``) and stands for a WSD
+#: run of p + c x p tokens that decays over its last c x p. At c = 1 that decay is already half
+#: of the run it stands for (WSD's decays take 10 to 20%, Hägele et al. 2024; decay_fraction's
+#: default 0.2 gives c = 0.25); beyond it the branch trains more tokens than the run had when it
+#: branched, so the read measures mostly the branch's own training, not the run at p, and each
+#: read costs more than the whole run up to it (c = 1e9 made a read at 10,000 tokens a branch of
+#: 1e13, ended only by max_wall_s). At c <= 1 a read costs at most the tokens before it, so no
+#: read's branch is longer than the run itself.
+MAX_COOLDOWN_FRACTION = 1.0
+
+
+def check_cooldown_fraction(value: float, key: str = "cooldown_fraction") -> None:
+    """A ``FieldError`` naming ``key`` for a cooldown read's decay past
+    ``MAX_COOLDOWN_FRACTION`` (a number > 0 is checked before)."""
+    if value > MAX_COOLDOWN_FRACTION:
+        raise FieldError(key, f"must be <= {MAX_COOLDOWN_FRACTION:g}, got {key}={value:g}: a "
+                         f"read after p tokens trains a branch of {key} x p tokens, so past "
+                         f"{MAX_COOLDOWN_FRACTION:g} it costs more than the run up to it and "
+                         "measures the branch, not the run; use e.g. 0.25 (a decay over the "
+                         "last 20% of the run the read stands for)")
+
+
 def default_of(f: dataclasses.Field) -> Any:
     """A ``TrainConfig`` field's default as a user sees it: a budget's token count is None in
     the dataclass (another unit may give it) and its default is ``BUDGET_DEFAULTS``'."""
@@ -170,7 +215,10 @@ class TrainConfig:
     tokenizer: Literal["word", "bpe", "byte"] = field(
         default="bpe", metadata=_help("Tokenizer kind: word, bpe or byte.")
     )
-    vocab_size: int = field(default=4096, metadata=_help("Ids the model sees, specials included."))
+    # None follows the tokenizer (``default_vocab_size``: byte 260, else 4096), so a byte config
+    # needs no vocab_size and a bpe one gets 4096, however the config is built.
+    vocab_size: int | None = field(
+        default=None, metadata=_help("Ids the model sees, specials included."))
     lowercase: bool = field(default=False, metadata=_help("Lowercase words (word tokenizer)."))
     d_model: int = field(default=128, metadata=_help("Model width."))
     n_layers: int = field(default=2, metadata=_help("Transformer blocks."))
@@ -293,6 +341,8 @@ class TrainConfig:
         if not isinstance(self.corpus, str) or not self.corpus:
             raise SweepsError(f"corpus must be a directory path, got corpus={self.corpus!r}")
         check_choice(self, "tokenizer", TOKENIZERS)
+        if self.vocab_size is None:
+            object.__setattr__(self, "vocab_size", default_vocab_size(self.tokenizer))
         check_bool(self, "lowercase")
         _validate_model_fields(self)
         # The tokenizer's own rules (byte has exactly 260 ids, lowercase is word-only, ...);
@@ -391,6 +441,7 @@ class TrainConfig:
         check_choice(self, "decay_shape", DECAY_SHAPES)
         if self.cooldown_fraction is not None:
             check_number(self, "cooldown_fraction", positive=True)
+            check_cooldown_fraction(self.cooldown_fraction)
         reads = self.cooldown_reads
         if isinstance(reads, list):
             reads = tuple(reads)
@@ -423,6 +474,14 @@ class TrainConfig:
             # no decay from there is a run of any length the schedule knows.
             raise SweepsError(f"cooldown_reads needs lr_schedule='wsd', got lr_schedule="
                               f"{self.lr_schedule!r} with cooldown_reads={list(reads)!r}")
+        if reads and self.read_cooldown_fraction > MAX_COOLDOWN_FRACTION:
+            # cooldown_fraction is None here: the reads' decay follows decay_fraction.
+            d = self.decay_fraction
+            raise FieldError("decay_fraction", f"{d:g} with cooldown_reads makes each read decay "
+                             f"over {d / (1 - d):.3g} x the tokens before it (cooldown_fraction "
+                             f"follows decay_fraction: d / (1 - d)), more than "
+                             f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction (e.g. 0.25) or "
+                             "decay_fraction <= 0.5")
 
     @property
     def read_cooldown_fraction(self) -> float:

@@ -84,28 +84,40 @@ def min_vocab_size(kind: str) -> int:
     return {"word": len(SPECIALS["word"]) + 1, "bpe": 256 + 4, "byte": 256 + 4}[kind]
 
 
-def validate_tokenizer_args(kind: str, vocab_size: int, lowercase: bool = False) -> None:
-    """SweepsError (one line: what is wrong, how to fix it) for an unusable tokenizer request."""
+def validate_tokenizer_args(kind: str, vocab_size: int, lowercase: bool = False, *,
+                            key: str = "vocab_size") -> None:
+    """SweepsError (one line: what is wrong, how to fix it) for an unusable tokenizer request.
+    ``key`` is where the size was given, and what the fix names: the config field and spec key
+    ``vocab_size`` (a spec's reader puts its table in front: ``fixed.vocab_size``), or a flag
+    such as ``--vocab-size`` on the command line."""
     if kind not in KINDS:
         raise SweepsError(f"tokenizer kind {kind!r} is unknown; use one of: {', '.join(KINDS)}")
+
+    def given(value: object) -> str:  # ``vocab_size=300`` in a config, ``--vocab-size 300``
+        return f"{key} {value}" if key.startswith("--") else f"{key}={value}"
+
+    def use(value: int) -> str:
+        return f"{key} {value}" if key.startswith("--") else f"{key} = {value}"
+
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
-        raise SweepsError(f"vocab_size must be an integer, got vocab_size={vocab_size!r}")
+        raise SweepsError(f"{key} must be an integer, got {given(repr(vocab_size))}")
     lowest = min_vocab_size(kind)
     n_special = len(SPECIALS[kind])
     if kind == "byte" and vocab_size != lowest:
         raise SweepsError(
-            f"vocab_size={vocab_size} does not fit the byte tokenizer: it always has 260 ids "
-            f"(256 bytes + {n_special} specials); use --vocab-size 260"
+            f"{given(vocab_size)} does not fit the byte tokenizer: it always has {lowest} ids "
+            f"(256 bytes + {n_special} specials); use {use(lowest)}, or leave it out (its "
+            "default follows the tokenizer)"
         )
     if vocab_size < lowest:
         what = "1 word" if kind == "word" else "256 byte tokens"
         raise SweepsError(
-            f"vocab_size={vocab_size} is too small for the {kind} tokenizer: it needs at least "
-            f"{lowest} ({n_special} specials + {what}); use --vocab-size {lowest} or more"
+            f"{given(vocab_size)} is too small for the {kind} tokenizer: it needs at least "
+            f"{lowest} ({n_special} specials + {what}); use {use(lowest)} or more"
         )
     if vocab_size > MAX_VOCAB_SIZE:
         raise SweepsError(
-            f"vocab_size={vocab_size} is too large; use --vocab-size {MAX_VOCAB_SIZE} or less"
+            f"{given(vocab_size)} is too large; use {use(MAX_VOCAB_SIZE)} or less"
         )
     if not isinstance(lowercase, bool):
         raise SweepsError(f"lowercase must be true or false, got lowercase={lowercase!r}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lm import host
@@ -72,6 +71,7 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
     rows += arms.rows(spec, found)
     rows += steps_rows(spec)
     rows += fidelity_rows(spec)
+    rows += reads_rows(spec)
     if from_study is not None:
         rows += carry_rows(spec, url, from_study)
     grid = None
@@ -302,17 +302,56 @@ def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object
     return rows
 
 
+def reads_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
+    """The dry run's line on cooldown reads (a halving study's ``read = "cooldown"``, or
+    ``cooldown_reads`` in [fixed]): what each read of the costliest point (over the space's
+    grid or a sample) trains, and all of them against the run's own tokens; a read whose
+    branch is longer than what its run has left is named (finishing the run costs less)."""
+    from lm import flops, schedule
+
+    if spec.study.pruner.read != "cooldown" and not spec.sets("cooldown_reads", {}) \
+            and "cooldown_reads" not in spec.param_names:
+        return []  # no point reads: not worth a sample
+    points, how = sample_points(spec, samples, 0)
+    costliest: tuple[int, TrainConfig] | None = None
+    for point in points or [{}]:
+        cfg = point_config(spec, point)
+        if cfg is None or not cfg.cooldown_reads:
+            continue
+        total = flops.planned_reads(cfg)[1]
+        if costliest is None or total > costliest[0]:
+            costliest = (total, cfg)
+    if costliest is None:
+        return []
+    total, cfg = costliest
+    reads = schedule.read_points(cfg)
+    each = ", ".join(f"at {p:,}: {schedule.branch_tokens(cfg, p):,}" for p in reads)
+    run = flops.planned_tokens(cfg)
+    text = (f"{each} tokens (cooldown_fraction {cfg.read_cooldown_fraction:.3g} of the tokens "
+            f"before each, whole steps): {total:,} read tokens, {total / run:.0%} on top of the "
+            f"run's {run:,}, for the costliest point of the {how}")
+    if spec.study.pruner.name == "hyperband":
+        text += " (at most: a bracket reads only the rungs it judges)"
+    longer = [p for p in reads if schedule.branch_tokens(cfg, p) > run - p]
+    if longer:
+        text += (f"; the read at {longer[0]:,} trains more than the {run - longer[0]:,} tokens "
+                 "the run has left: finishing the run costs less than that read")
+    return [("cooldown reads", text)]
+
+
 def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
     """(parameter, type, values, when) for each searched parameter, an ablation's or IsoFLOP
-    grid's first."""
+    grid's first; a long list of choices shown by its first few and last (``shown_values``)."""
+    from sweeps.spec import shown_values
+
     out = []
     if spec.design is not None:
         kind = "ablation" if spec.ablation is not None else "scaling"
         for name in spec.design.param_names:
-            out.append((name, kind, ", ".join(map(str, spec.design.choices(name))), ""))
+            out.append((name, kind, shown_values(spec.design.choices(name)), ""))
     for p in spec.space:
         if p.type == "categorical":
-            values = ", ".join(map(str, p.choices or ()))
+            values = shown_values(p.choices or ())
         else:
             values = f"{p.low} .. {p.high}" + (" log" if p.log else "") + (
                 f" step {p.step}" if p.step is not None else "")
@@ -417,7 +456,7 @@ def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[s
 
 def _draw(p: Any, rng: random.Random) -> Any:
     if p.type == "categorical":
-        return rng.choice(list(p.choices))
+        return rng.choice(p.choices)  # not list(p.choices): a copy of 100,000 per draw
     if p.finite and p.type == "int" and not p.log:
         return rng.choice(p.values())
     low, high = float(p.low), float(p.high)
@@ -430,16 +469,14 @@ def _draw(p: Any, rng: random.Random) -> Any:
     return x
 
 
-def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, workers: int,
+def feasibility(spec: StudySpec, overrides: dict[str, Any], budget: str | None, workers: int,
                 launcher: str, samples: int, seed: int) -> dict[str, Any]:
     """Which points of a spec's space fit its budget: one row per point (its parameters,
     predicted peak, whether it fits or is fitted, or why it is not a valid config)."""
     from sweeps import preflight
     from sweeps.space import trial_config
-    from sweeps.spec import load_spec
     from sweeps.verdicts import planned_steps, under_trained_note
 
-    spec = load_spec(spec_path, check_paths=False)
     points, how = sample_points(spec, samples, seed)
     rows: list[dict[str, Any]] = []
     budget_b: int | None = None
@@ -448,7 +485,7 @@ def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, 
         try:
             cfg = trial_config(spec, params)
             if overrides:
-                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+                cfg = overridden(spec, params, cfg, overrides)
         except SweepsError as exc:
             row.update(valid=False, reason=str(exc))
             rows.append(row)
@@ -468,3 +505,19 @@ def feasibility(spec_path: Path, overrides: dict[str, Any], budget: str | None, 
             "min_steps": spec.limits.collapse.min_steps,
             "min_lr_sum": spec.limits.collapse.min_lr_sum,
             "under_trained": sum(1 for r in rows if r.get("under_trained")), "rows": rows}
+
+
+def overridden(spec: StudySpec, params: dict[str, Any], cfg: TrainConfig,
+               overrides: dict[str, Any]) -> TrainConfig:
+    """A point's config with ``sweeps estimate SPEC``'s ``--<field>`` flags: a ``--vocab-size``
+    checked as the flag it is (its fix names the flag), and a ``vocab_size`` that neither the
+    spec, the point nor a flag sets following a ``--tokenizer`` flag, as everywhere."""
+    from lm.tokenizers import validate_tokenizer_args
+
+    values = {**cfg.to_dict(), **overrides}
+    if "vocab_size" in overrides:
+        validate_tokenizer_args(values["tokenizer"], values["vocab_size"], values["lowercase"],
+                                key="--vocab-size")
+    elif not spec.sets("vocab_size", params):
+        values["vocab_size"] = None
+    return TrainConfig.from_dict(values)

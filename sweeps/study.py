@@ -137,7 +137,7 @@ def check_corpus_fits(spec: StudySpec) -> None:
     ``too_little_data`` in the child. Nothing is checked while the corpus is still to prepare."""
     import itertools
 
-    from lm.config import TrainConfig
+    from lm.config import TrainConfig, default_vocab_size
     from lm.tokenizers import validate_tokenizer_args
     from lm.tokens import token_ceiling
 
@@ -157,6 +157,8 @@ def check_corpus_fits(spec: StudySpec) -> None:
     names = ("tokenizer", "vocab_size", "lowercase", "seq_len")
     combos = itertools.product(*(values(n) for n in names))
     for kind, vocab, lower, seq_len in itertools.islice(combos, _FIT_PROBES):
+        if vocab is None:  # left out: it follows the tokenizer
+            vocab = default_vocab_size(kind)
         try:
             validate_tokenizer_args(kind, vocab, lower)
         except SweepsError:
@@ -256,8 +258,7 @@ def budget_warnings(spec: StudySpec, overrides: dict[str, Any] | None = None,
     """``TrainConfig.budget_warnings`` over the spec's space (its grid, or a seeded sample;
     ``overrides`` as ``sweeps estimate SPEC --<field>`` applies them), one line per kind, with
     how many of the points it holds for."""
-    from lm.config import TrainConfig
-    from sweeps.plan import sample_points
+    from sweeps.plan import overridden, sample_points
     from sweeps.space import trial_config
 
     points, how = sample_points(spec, samples, 0)
@@ -267,7 +268,7 @@ def budget_warnings(spec: StudySpec, overrides: dict[str, Any] | None = None,
         try:
             cfg = trial_config(spec, point)
             if overrides:
-                cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+                cfg = overridden(spec, point, cfg, overrides)
         except SweepsError:
             continue
         valid += 1

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli.options import default_vocab_size, vocab_size_default_text
+from sweeps.cli.options import vocab_size_default_text
 from sweeps.console import human_bytes, print_summary, progress_bar
 
 app = typer.Typer()
@@ -74,10 +74,13 @@ def tokenize(
     lowercase: Annotated[bool, typer.Option(help="Lowercase words (word tokenizer).")] = False,
 ) -> None:
     """Train the tokenizer if needed and encode the corpus once into the token cache."""
+    from lm.config import default_vocab_size
+    from lm.tokenizers import validate_tokenizer_args
     from lm.tokens import load_tokens
 
     if vocab_size is None:
         vocab_size = default_vocab_size(tokenizer)
+    validate_tokenizer_args(tokenizer, vocab_size, lowercase, key="--vocab-size")
     started = time.perf_counter()
     with progress_bar("tokenizing") as progress:
         cache = load_tokens(corpus_dir, tokenizer, vocab_size, lowercase=lowercase,

@@ -69,12 +69,13 @@ def estimate(
     if spec_path is not None:
         if config is not None:
             raise SweepsError("give either a study spec or --config, not both")
-        table = plan.feasibility(spec_path, overrides, budget, workers, launcher, samples,
-                                 sample_seed)
         from sweeps.spec import load_spec
         from sweeps.study import budget_warnings
 
-        warn(budget_warnings(load_spec(spec_path, check_paths=False), overrides))
+        spec = load_spec(spec_path, check_paths=False)  # once: a spec may list 100,000 choices
+        table = plan.feasibility(spec, overrides, budget, workers, launcher, samples,
+                                 sample_seed)
+        warn(budget_warnings(spec, overrides))
         if as_json:
             typer.echo(json.dumps(table, indent=2))
         else:

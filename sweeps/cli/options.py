@@ -190,18 +190,24 @@ ConfigFileOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def default_vocab_size(tokenizer: str) -> int:
-    """The byte tokenizer has exactly one size; the others default to ``TrainConfig``'s."""
+def flag_checks(values: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """The tokenizer's rules on a ``--vocab-size`` given on the command line, checked before the
+    config is built so the fix names the flag (``use --vocab-size 260``), not the field."""
     from lm.config import TrainConfig
-    from lm.tokenizers import min_vocab_size
+    from lm.tokenizers import validate_tokenizer_args
 
-    if tokenizer == "byte":
-        return min_vocab_size("byte")
-    return TrainConfig.__dataclass_fields__["vocab_size"].default
+    if overrides.get("vocab_size") is None:
+        return
+    fields = TrainConfig.__dataclass_fields__
+    validate_tokenizer_args(values.get("tokenizer", fields["tokenizer"].default),
+                            overrides["vocab_size"], values.get("lowercase", False) is True,
+                            key="--vocab-size")
 
 
 def vocab_size_default_text() -> str:
     """``vocab_size``'s default as help text shows it (it depends on the tokenizer)."""
+    from lm.config import default_vocab_size
+
     return f"{default_vocab_size('bpe')}; byte: {default_vocab_size('byte')}"
 
 
@@ -216,8 +222,7 @@ def train_config(config_file: Path | None, overrides: dict[str, Any], *,
     # A budget flag in any unit replaces the file's in every unit, and a run's worked-out token
     # counts are worked out again (an override may change the rate).
     values = budget.override(values, overrides)
-    if "vocab_size" not in values:
-        values["vocab_size"] = default_vocab_size(values.get("tokenizer", "bpe"))
+    flag_checks(values, overrides)  # a vocab_size left out follows the tokenizer (TrainConfig)
     if corpus is not None:
         values.setdefault("corpus", corpus)
     elif "corpus" not in values:

@@ -105,6 +105,7 @@ from sweeps.spec.values import (
     SAMPLERS,
     SIZE_FIELDS,
     parse_bytes,
+    shown_values,
 )
 from sweeps.spec.walk import iter_grid, walk_one, walk_space
 
@@ -139,6 +140,7 @@ __all__ = [
     "parse_bytes",
     "parse_condition",
     "read_spec",
+    "shown_values",
     "walk_one",
     "walk_space",
 ]

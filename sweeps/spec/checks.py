@@ -16,10 +16,10 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from lm.config import TrainConfig
+from lm.config import TrainConfig, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.spec.types import Ablation, ParamSpec
-from sweeps.spec.values import same, train_defaults
+from sweeps.spec.values import same, shown_values, train_defaults
 from sweeps.spec.walk import walk_one
 
 TRAIN_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -73,7 +73,7 @@ def check_literals(params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None
                 if not any(same(v, c) for c in possible):
                     raise FieldError(f"space.{p.name}.when", f"condition {p.when.text!r}: "
                                      f"{field_name} is never {v!r} (its values: "
-                                     f"{', '.join(map(repr, possible))})")
+                                     f"{shown_values(possible, repr)})")
 
 
 def check_fixed(fixed: dict[str, Any], params: tuple[ParamSpec, ...]) -> None:
@@ -139,7 +139,7 @@ def check_enqueue(entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...]
                 raise FieldError(f"{key}.{name}", f"{v!r} is outside space.{name}; use a value "
                                  "the space can produce")
             entry[name] = v
-        base = {**train_defaults(), **fixed}
+        base = with_default_vocab({**train_defaults(), **fixed})
         given = {**base, **entry}
         used = walk_one(space, base, lambda p, given=given: given.get(p.name))
         for p in space:

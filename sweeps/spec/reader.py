@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lm.config import with_default_vocab
 from lm.errors import FieldError, SweepsError, closest
 from sweeps.engines import ENGINE_KEYS
 from sweeps.spec.checks import (
@@ -148,7 +149,7 @@ class _Parser:
         allowed = [*(n for n in TRAIN_FIELDS if n != "corpus"), "corpus"]
         fixed = {k: normalise(v) for k, v in _table(top.get("fixed", {}), "fixed",
                                                      allowed).items()}
-        defaults = {**train_defaults(), **fixed}
+        defaults = with_default_vocab({**train_defaults(), **fixed})
         space = self.parse_space(top.get("space", {}), fixed)
         check_search(space=bool(space), ablation="ablation" in top,
                      enqueue=bool(top.get("enqueue")), scaling="scaling" in top)
@@ -405,7 +406,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+        # Scalars kept without a call each: a list of choices may hold 100,000.
+        return [v if v.__class__ in _SCALARS else _plain(v) for v in value]
+    if value is None or isinstance(value, _SCALARS):
         return value
     return str(value)
+
+
+_SCALARS = (str, int, float, bool)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lm import flops
-from lm.config import TrainConfig
+from lm.config import MAX_COOLDOWN_FRACTION, TrainConfig
 from lm.errors import FieldError, SweepsError
 from sweeps.spec import halving
 from sweeps.spec.values import GRID_SAMPLERS, SIZE_FIELDS, unique
@@ -53,6 +53,20 @@ def check_cooldown_reads(spec: StudySpec) -> None:
     if "cooldown_reads" in spec.fixed or any(p.name == "cooldown_reads" for p in spec.space):
         raise FieldError("cooldown_reads", "is set by the pruner (one read per rung) with "
                          "study.pruner.read = \"cooldown\"; remove it")
+    if spec.study.pruner.cooldown_fraction is None and "cooldown_fraction" not in spec.fixed:
+        # The reads' decay follows decay_fraction (d / (1 - d)): bounded as cooldown_fraction
+        # is (lm.config.MAX_COOLDOWN_FRACTION), said here rather than by every trial.
+        searched = {p.name: p for p in spec.space}
+        fractions = (searched["decay_fraction"].probe_values() if "decay_fraction" in searched
+                     else [spec.base_values()["decay_fraction"]])
+        d = max(fractions)
+        c = d / (1 - d)
+        if c > MAX_COOLDOWN_FRACTION:
+            raise FieldError("study.pruner.cooldown_fraction", f"is missing, so each read "
+                             f"decays over decay_fraction / (1 - decay_fraction) = {c:.3g}"
+                             f" x the tokens before it (decay_fraction = {d:g}), more than "
+                             f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction = 0.25, or "
+                             "decay_fraction <= 0.5")
 
 
 def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ needs a finite space, an ablation excludes ``[space]``) are ``StudySpec``'s, wri
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import math
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 from lm import flops
 from lm.checks import check_bool, check_choice, check_int, check_number, check_str, require_int
-from lm.config import BUDGET_UNITS, TrainConfig
+from lm.config import BUDGET_UNITS, TrainConfig, check_cooldown_fraction, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.halving import RUNG_FIELDS
@@ -34,6 +35,7 @@ from sweeps.spec.values import (
     FIDELITY_PRUNERS,
     FLOPS_BUDGET,
     MAX_NAME_LENGTH,
+    MAX_PROBED_CHOICES,
     MAX_SAMPLER_SEED,
     METRICS,
     PARAM_TYPES,
@@ -44,6 +46,7 @@ from sweeps.spec.values import (
     SIZE_FIELDS,
     STUDY_NAME,
     parse_bytes,
+    repeated,
     same,
     train_defaults,
     unique,
@@ -188,6 +191,7 @@ class PrunerSpec:
             if self.read != "cooldown":
                 raise FieldError("cooldown_fraction", "applies to read = \"cooldown\" only")
             check_number(self, "cooldown_fraction", positive=True)
+            check_cooldown_fraction(self.cooldown_fraction)  # lm.config: why a read's is bounded
         if self.n_brackets is not None and self.name != "hyperband":
             raise FieldError("n_brackets", "applies to hyperband only; remove it or use "
                              "name = \"hyperband\"")
@@ -363,8 +367,11 @@ class ParamSpec:
             raise FieldError("choices", f"must be a non-empty list, got choices={self.choices!r}")
         _as_tuple(self, "choices")
         _check_scalars(self.choices, "choices")
-        if len(unique(self.choices)) != len(self.choices):
-            raise FieldError("choices", f"lists a value twice: {list(self.choices)!r}")
+        twice = repeated(self.choices)
+        if twice is not None:
+            i, j = twice
+            raise FieldError("choices", f"lists {self.choices[j]!r} twice (choices[{i}] and "
+                             f"choices[{j}]); list each value once")
 
     def _check_range(self) -> None:
         if self.choices is not None:
@@ -419,10 +426,29 @@ class ParamSpec:
                            round((self.high - self.low) / self.step) + 1)
 
     def probe_values(self) -> list[Any]:
-        """A few values to validate: the bounds (and the choices) of the range."""
-        if self.type == "categorical":
-            return list(self.choices or ())
-        return [self.low] if self.low == self.high else [self.low, self.high]
+        """A few values to validate: the bounds of the range, or the choices. A list of more
+        than ``MAX_PROBED_CHOICES`` is probed as a range is, at its smallest and largest number
+        (and its first non-numbers): each probe builds configs (37 us each) and bounds memory
+        (170 us), so probing 100,000 choices took minutes. The rules a number breaks are bounds
+        (``lr > 0``, ``vocab_size >= 260``), which its extremes find; a middle value that breaks
+        another (``d_model % n_heads``) ends its trial as an invalid configuration, as a
+        range's does."""
+        if self.type != "categorical":
+            return [self.low] if self.low == self.high else [self.low, self.high]
+        return list(self._probed_choices)
+
+    @functools.cached_property
+    def _probed_choices(self) -> tuple[Any, ...]:
+        """``probe_values`` of a categorical, worked out once (a pass over every choice)."""
+        choices = self.choices or ()
+        if len(choices) <= MAX_PROBED_CHOICES:
+            return tuple(choices)
+        numbers, others = [], []
+        for v in choices:
+            (numbers if isinstance(v, (int, float)) and v.__class__ is not bool
+             else others).append(v)
+        ends = unique((min(numbers), max(numbers))) if numbers else ()
+        return (*ends, *others[:MAX_PROBED_CHOICES])
 
     def contains(self, value: Any) -> bool:
         if self.type == "categorical":
@@ -715,12 +741,22 @@ class StudySpec:
         values["corpus"] = str(self.corpus.dir)
         if self.limits.max_wall_s is not None:
             values["max_wall_s"] = self.limits.max_wall_s
-        return values
+        return with_default_vocab(values)  # a vocab_size left out follows the tokenizer
 
     def trial_values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A trial's ``TrainConfig`` values: ``base_values`` then its parameters, less
-        ``FLOPS_BUDGET`` (a grid cell's budget is the trial's, not the config's)."""
-        return {**self.base_values(), **{k: v for k, v in params.items() if k != FLOPS_BUDGET}}
+        ``FLOPS_BUDGET`` (a grid cell's budget is the trial's, not the config's). A
+        ``vocab_size`` nothing sets follows the trial's own tokenizer."""
+        values = {**self.base_values(), **{k: v for k, v in params.items() if k != FLOPS_BUDGET}}
+        if not self.sets("vocab_size", params):
+            values["vocab_size"] = None
+        return with_default_vocab(values)
+
+    def sets(self, name: str, params: Mapping[str, Any]) -> bool:
+        """Whether ``[fixed]``, the ablation baseline or a trial's ``params`` give ``name`` (not
+        a default)."""
+        baseline = self.ablation.baseline if self.ablation is not None else {}
+        return any(name in where for where in (self.fixed, baseline, params))
 
     def initial_trials(self) -> list[dict[str, Any]]:
         """Parameter sets to enqueue before sampling: ``[[enqueue]]``, the ablation or the

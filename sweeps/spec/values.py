@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from lm.config import TrainConfig
@@ -41,6 +41,9 @@ OOM_POLICIES = ("prune", "fit")
 CORPUS_FORMATS = ("posts", "text")
 #: Samplers that enumerate a finite grid: every searched field needs a finite set of values.
 GRID_SAMPLERS = ("grid", "bruteforce")
+#: A categorical list longer than this is probed at its extremes, not choice by choice
+#: (``ParamSpec.probe_values``): every list a person types is probed whole.
+MAX_PROBED_CHOICES = 64
 #: The most points a grid may have (a bigger one is a typo in a step, or a job for a sampler).
 MAX_GRID_POINTS = 100_000
 #: The trial parameter that carries an IsoFLOP cell's compute budget. Not a ``TrainConfig``
@@ -87,9 +90,67 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def same_key(value: Any) -> Any:
+    """A hashable key for which ``same`` is equality: ``1`` and ``1.0`` share one (they are
+    equal and hash alike), ``True`` and ``1`` do not (the flag keeps booleans apart). Raises
+    ``TypeError`` for an unhashable value."""
+    key = (isinstance(value, bool), value)
+    hash(key)
+    return key
+
+
 def unique(values: Iterable[Any]) -> tuple[Any, ...]:
+    """``values`` without repeats (``same``), first occurrences in order. Linear: a choice list
+    can hold 100,000 values, where comparing each with every one kept took minutes; only
+    unhashable values (never a TOML scalar) are compared one by one."""
     out: list[Any] = []
-    for v in values:
-        if not any(same(v, o) for o in out):
-            out.append(v)
+    for _, v in _firsts(values):
+        out.append(v)
     return tuple(out)
+
+
+def repeated(values: Iterable[Any]) -> tuple[int, int] | None:
+    """The indices (first, second) of the first value listed twice (``same``), or None; linear,
+    as ``unique``."""
+    for i, (j, _) in enumerate(_firsts(values, repeats=True)):
+        if j is not None:
+            return j, i
+    return None
+
+
+def _firsts(values: Iterable[Any], *, repeats: bool = False) -> Iterator[tuple[Any, Any]]:
+    """Each value's first occurrence as ``(None, value)``; with ``repeats``, each later one as
+    ``(index of its first occurrence, value)`` too. Values are keyed by ``same_key``: a set
+    lookup each, not a comparison with every value kept."""
+    first: dict[Any, int] = {}
+    unhashable: list[tuple[int, Any]] = []
+    for i, v in enumerate(values):
+        try:
+            key = (v.__class__ is bool or isinstance(v, bool), v)
+            earlier = first.get(key)
+        except TypeError:
+            earlier = next((j for j, o in unhashable if same(v, o)), None)
+            if earlier is None:
+                unhashable.append((i, v))
+        else:
+            if v != v:  # NaN is the same as nothing, not even itself (as ``same`` says)
+                earlier = None
+            elif earlier is None:
+                first[key] = i
+        if earlier is None:
+            yield None, v
+        elif repeats:
+            yield earlier, v
+
+
+#: How many values a message or the dry run shows of a long list (the first few, then the last).
+SHOWN_VALUES = 5
+
+
+def shown_values(values: Sequence[Any], show: Callable[[Any], str] = str) -> str:
+    """A list of values for a person: all of a short one; of a long one the first
+    ``SHOWN_VALUES``, "...", the last, and how many (``1e-05, ..., 0.1 (100,000 choices)``)."""
+    if len(values) <= SHOWN_VALUES + 2:
+        return ", ".join(show(v) for v in values)
+    head = ", ".join(show(v) for v in values[:SHOWN_VALUES])
+    return f"{head}, ..., {show(values[-1])} ({len(values):,} choices)"

@@ -38,7 +38,7 @@ def history_val(history: Path) -> str:
     ("kind", "vocab_size", "lowercase", "words"),
     [
         ("sentencepiece", 1000, False, ["'sentencepiece' is unknown", "word, bpe, byte"]),
-        ("word", 5, False, ["vocab_size=5", "at least 6", "--vocab-size 6"]),
+        ("word", 5, False, ["vocab_size=5", "at least 6", "use vocab_size = 6"]),
         ("word", 0, False, ["vocab_size=0", "too small"]),
         ("bpe", 259, False, ["vocab_size=259", "at least 260"]),
         ("byte", 300, False, ["vocab_size=300", "260"]),

@@ -72,8 +72,8 @@ def test_tokenize_summary_then_cache_hit(cli_corpus: Path) -> None:
 
 @pytest.mark.parametrize("args, needle", [
     (["--tokenizer", "sentencepiece"], "sentencepiece"),
-    (["--tokenizer", "word", "--vocab-size", "3"], "vocab_size"),
-    (["--tokenizer", "bpe", "--vocab-size", "100"], "vocab_size"),
+    (["--tokenizer", "word", "--vocab-size", "3"], "--vocab-size 3 is too small"),
+    (["--tokenizer", "bpe", "--vocab-size", "100"], "use --vocab-size 260"),
 ])
 def test_tokenize_bad_arguments(cli_corpus: Path, args: list[str], needle: str) -> None:
     cache = cli_corpus / "cache"
