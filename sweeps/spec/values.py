@@ -126,7 +126,7 @@ def _firsts(values: Iterable[Any], *, repeats: bool = False) -> Iterator[tuple[A
     unhashable: list[tuple[int, Any]] = []
     for i, v in enumerate(values):
         try:
-            key = (v.__class__ is bool or isinstance(v, bool), v)
+            key = same_key(v)
             earlier = first.get(key)
         except TypeError:
             earlier = next((j for j, o in unhashable if same(v, o)), None)
