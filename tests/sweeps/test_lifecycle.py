@@ -187,7 +187,11 @@ def test_copy_to_another_database(tmp_path: Path) -> None:
 @pytest.mark.study
 def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path, corpus: Path) -> None:
     data = spec_dict("orig", corpus, fixed={"tokenizer": "word"},
-                     space={"vocab_size": {"choices": [300, 600]}}, study={"n_trials": 1})
+                     space={"vocab_size": {"choices": [300, 600]},
+                            # a continuous lr: the twin's new trial is not a repeat of trial 0
+                            # (a repeated point is copied, not trained, so it has no run folder)
+                            "lr": {"low": 1e-3, "high": 3e-2, "log": True}},
+                     study={"n_trials": 1})
     (tmp_path / "orig.toml").write_text(toml_text(data))
     url = f"sqlite:///{tmp_path / 'sweeps.db'}"
     assert sweeps_run("run", "orig.toml", "--storage", url, cwd=tmp_path).returncode == 0
