@@ -197,3 +197,74 @@ def test_no_import_cycle() -> None:
                     seen.add(nxt)
                     stack.append((nxt, (*path, nxt)))
     assert cycles == []
+
+
+# --- no test fails because the machine is slow ---------------------------------------------------
+
+#: Calls that read the clock.
+_CLOCKS = {"perf_counter", "monotonic", "time", "process_time"}
+#: Names and result keys that hold a duration.
+_DURATION_NAMES = re.compile(r"^(took|elapsed|seconds|duration|\w+_seconds)$")
+_DURATION_KEYS = {"wall_s", "train_s", "seconds", "cpu_s", "setup_s", "cold_start_s"}
+#: A line that carries it is a deadline the code under test promises to keep (the GPU kit ends
+#: each step by its budget), checked with the slack the code keeps for it: not a speed claim.
+DEADLINE_MARK = "# deadline, not speed:"
+
+
+def _reads_clock(node: ast.AST, timed: set[str]) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                and sub.func.attr in _CLOCKS and isinstance(sub.func.value, ast.Name) \
+                and sub.func.value.id == "time":
+            return True
+        if isinstance(sub, ast.Name) and (sub.id in timed or _DURATION_NAMES.match(sub.id)):
+            return True
+        if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) \
+                and sub.slice.value in _DURATION_KEYS:
+            return True
+    return False
+
+
+def _timed_asserts(path: Path) -> list[str]:
+    """Asserts that put an upper bound on a duration by a number (a clock read, a name given
+    one, or a result's ``wall_s``-like key, below something that is not itself a duration)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    timed = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             and _reads_clock(node.value, set()) for t in node.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assert) or DEADLINE_MARK in lines[node.lineno - 1]:
+            continue
+        for cmp in (n for n in ast.walk(node.test) if isinstance(n, ast.Compare)):
+            sides = [cmp.left, *cmp.comparators]
+            for op, small, big in zip(cmp.ops, sides[:-1], sides[1:], strict=True):
+                if isinstance(op, ast.Gt | ast.GtE):
+                    small, big = big, small
+                elif not isinstance(op, ast.Lt | ast.LtE):
+                    continue
+                if _reads_clock(small, timed) and not _reads_clock(big, timed):
+                    found.append(f"{path.name}:{node.lineno}: "
+                                 f"{lines[node.lineno - 1].strip()}")
+    return found
+
+
+def test_no_test_caps_a_duration() -> None:
+    """Speed is tests/bench/'s to print (side by side, in one run), not a test's to cap: a cap a
+    loaded CI machine breaks fails what it only slowed (#34: a 20 s report cap took 22.2 s)."""
+    tests = [p for p in sorted((REPO / "tests").rglob("*.py"))
+             if "bench" not in p.relative_to(REPO / "tests").parts]
+    found = [f"{path.parent.relative_to(REPO)}/{hit}" for path in tests
+             for hit in _timed_asserts(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_duration_check_finds_a_cap(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import time\nstarted = time.monotonic()\ntook = time.monotonic() - "
+                     "started\nassert took < 30\nassert 0 < 1\n"
+                     "assert time.perf_counter() - started <= 5\n"
+                     "assert a['train_s'] < a['wall_s']\nassert b['wall_s'] < 10 * c\n"
+                     f"assert took < 30  {DEADLINE_MARK} the kit's\nassert 30 > took\n")
+    assert [h.split(":")[1] for h in _timed_asserts(probe)] == ["4", "6", "8", "10"]

@@ -64,7 +64,6 @@ def test_the_first_screen_runs_as_written(tmp_path: Path) -> None:
     assert result["outcome"] == "complete"
     assert abs(bpb - stated(r"ends near \*\*([\d.]+) bits per byte\*\*")) < 0.15
     assert abs(unigram - stated(r"against \*\*([\d.]+)\*\* for the unigram baseline")) < 0.01
-    assert result["wall_s"] < 10 * stated(r"`train` about (\d+) s")  # its order of magnitude
     assert "<Q>How do I" in proc.stdout  # generate's text
     assert "6/6" in proc.stdout and (tmp_path / "starter.html").is_file()
     assert "unigram" in proc.stdout  # status: the best value beside its baseline

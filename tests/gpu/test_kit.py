@@ -52,7 +52,8 @@ def test_without_cuda_every_gpu_step_is_skipped_and_the_summary_is_valid(tmp_pat
     by_name = {s["name"]: s for s in summary["steps"]}
     for step in kit.STEPS:
         got = by_name[step.name]
-        assert got["budget_s"] == step.budget_s and got["seconds"] <= step.budget_s
+        assert got["budget_s"] == step.budget_s
+        assert got["seconds"] <= step.budget_s  # deadline, not speed: the kit ends a step by it
         if step.needs_cuda:
             assert (got["status"], got["reason"]) == (
                 "skip", "no CUDA device: torch.cuda.is_available() is False")
@@ -77,12 +78,14 @@ def test_a_command_that_ignores_sigterm_ends_by_its_steps_deadline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each step could overrun its deadline by GRACE_S (and SIGKILL's wait): the kit's worst
     case was more than the sum of its budgets."""
-    monkeypatch.setattr(kit, "GRACE_S", 0.5)
+    monkeypatch.setattr(kit, "GRACE_S", 1.0)
     k = a_kit(tmp_path)
-    k.deadline = time.monotonic() + 3
+    k.deadline = time.monotonic() + 4
     rc, _ = k.sh(["sh", "-c", "trap '' TERM; sleep 30"])
     assert rc == 124
-    assert time.monotonic() <= k.deadline
+    # The kit stops 2 x GRACE_S early (SIGTERM, then SIGKILL after GRACE_S): a second for the
+    # SIGKILL's reap, however busy the machine.
+    assert time.monotonic() <= k.deadline  # deadline, not speed: the kit's own promise
     k.deadline = time.monotonic() + 0.5  # less than the stop takes: not started at all
     assert k.sh(["true"]) == (124, "no time left in the step's budget")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import optuna
@@ -158,11 +157,7 @@ def test_a_database_without_studies_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_two_thousand_trials_read_fast(big_study: str) -> None:
-    url = big_study
-    started = time.perf_counter()
-    data = results.load(url, "big")
-    ours = time.perf_counter() - started
+def test_two_thousand_trials_are_read(big_study: str) -> None:
+    """In how long: tests/bench/bench_reading.py prints it."""
+    data = results.load(big_study, "big")
     assert len(data.trials) == 2000 and len(data.evals) > 5000
-    assert ours < 5.0, f"reading 2,000 trials took {ours:.2f} s"
-    print(f"\nresults.load of 2,000 trials: {ours:.2f} s")

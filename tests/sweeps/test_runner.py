@@ -337,11 +337,10 @@ def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path,
     spec, storage, study = open_study(tmp_path, data)
     ctx = context(spec, storage, study, tmp_path, fork_server)
     ctx.on_event = lambda kind, _: ctx.stop.stop.set() if kind == "eval" else None
-    started = time.monotonic()
     report = run_trial(ctx, CPU, study.ask())
     t = frozen(study, report.number)
     assert report.outcome == "interrupted" and t.state == TrialState.FAIL
-    assert t.user_attrs["tokens_seen"] < 10_000_000 and time.monotonic() - started < 60
+    assert t.user_attrs["tokens_seen"] < 10_000_000  # stopped, not run to its end
     assert lm_processes(tmp_path) == []
 
 
@@ -359,6 +358,12 @@ def test_the_subprocess_launcher_runs_the_same_trial(tmp_path: Path, corpus: Pat
 # --- stopping a child that will not stop ---------------------------------------------------------
 
 
+#: How long a stubborn child sleeps before it exits by itself (returncode 0). A test that sees
+#: it end by SIGKILL knows it was killed before then: no clock is read, so a busy machine does
+#: not fail what it only slows.
+STUBBORN_SLEEP_S = 120
+
+
 class StubbornLauncher:
     """Children that ignore SIGTERM (a hung trial): only SIGKILL ends them."""
 
@@ -367,7 +372,7 @@ class StubbornLauncher:
     def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
                cpus: list[int] | None = None) -> PopenChild:
         code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "open(sys.argv[1], 'w').close(); time.sleep(120)")
+                f"open(sys.argv[1], 'w').close(); time.sleep({STUBBORN_SLEEP_S})")
         return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir / "ready")],
                                            start_new_session=True))
 
@@ -376,7 +381,7 @@ class StubbornLauncher:
 
 
 def stubborn_trial(tmp: Path, corpus: Path, grace: float,
-                   on_launch: Any) -> tuple[Any, float, optuna.trial.FrozenTrial]:
+                   on_launch: Any) -> tuple[Any, optuna.trial.FrozenTrial]:
     spec, storage, study = open_study(tmp, spec_dict("stubborn", corpus))
     ctx = context(spec, storage, study, tmp, StubbornLauncher())
     ctx.term_grace_s = grace
@@ -390,16 +395,14 @@ def stubborn_trial(tmp: Path, corpus: Path, grace: float,
             on_launch(ctx)
 
     ctx.on_event = on_event
-    started = time.monotonic()
     report = run_trial(ctx, CPU, study.ask())
-    return report, time.monotonic() - started, frozen(study, report.number)
+    return report, frozen(study, report.number)
 
 
 @pytest.mark.study
 def test_sigkill_follows_sigterm_after_the_grace_period(tmp_path: Path, corpus: Path) -> None:
-    report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: ctx.stop.stop.set())
+    report, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: ctx.stop.stop.set())
     assert report.outcome == "interrupted" and t.user_attrs["returncode"] == -signal.SIGKILL
-    assert took < 30
 
 
 @pytest.mark.study
@@ -408,9 +411,9 @@ def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> No
         ctx.stop.stop.set()
         threading.Timer(0.3, ctx.stop.kill.set).start()
 
-    report, took, t = stubborn_trial(tmp_path, corpus, 600, stop_twice)
+    assert STUBBORN_SLEEP_S < 600  # so a SIGKILL ending it did not wait for the grace
+    report, t = stubborn_trial(tmp_path, corpus, 600, stop_twice)
     assert report.outcome == "interrupted" and t.user_attrs["returncode"] == -signal.SIGKILL
-    assert took < 30  # not the 600 s grace
 
 
 @pytest.mark.study
@@ -419,9 +422,10 @@ def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpu
     from sweeps import monitor
 
     monkeypatch.setattr(monitor, "hard_wall_s", lambda limits: 0.5)
-    report, took, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: None)
+    report, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: None)
     assert report.outcome == "timeout" and t.state == TrialState.PRUNED
-    assert "still running" in t.user_attrs["reason"] and took < 30
+    assert "still running" in t.user_attrs["reason"]
+    assert t.user_attrs["returncode"] == -signal.SIGKILL  # ended by the limit, not by itself
 
 
 @pytest.mark.study
