@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lm.errors import SweepsError
+from sweeps.childenv import child_environ
 from sweeps.deathsig import load_prctl, set_parent_death_signal
 
 #: Modules the server imports before forking (everything a training child imports).
@@ -144,6 +145,7 @@ class ForkServer:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "sweeps.forkserver", self._name],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            env=child_environ(),  # its children inherit it: no database credentials in it
             preexec_fn=set_parent_death_signal if main_thread else None,
         )
         assert self._proc.stdout is not None

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from lm.errors import SweepsError
 from sweeps import forkserver
+from sweeps.childenv import child_environ
 from sweeps.deathsig import load_prctl, set_parent_death_signal
 
 #: ``sweeps run --launcher``: what ``auto`` may pick, and the two launchers.
@@ -83,7 +84,7 @@ class SubprocessLauncher:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lm.train", str(run_dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
+                env=child_environ(env),  # no database credentials: a child never opens it
                 start_new_session=True,  # its own group: a prune signals the whole group
                 # SIGKILL when this thread's process dies, even by kill -9 (Linux).
                 preexec_fn=set_parent_death_signal if sys.platform.startswith("linux") else None,

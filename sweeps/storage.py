@@ -43,11 +43,12 @@ from optuna.trial import FrozenTrial
 
 from lm.errors import SweepsError
 from sweeps import optuna_compat
+from sweeps.childenv import STORAGE_ENV_VAR
 from sweeps.liveness import RequeueCallback
 from sweeps.records import ensure_tables, is_create_race
 
 DEFAULT_URL = "sqlite:///sweeps.db"
-ENV_VAR = "SWEEPS_STORAGE"
+ENV_VAR = STORAGE_ENV_VAR
 #: Seconds a SQLite connection waits for the write lock before "database is locked".
 SQLITE_TIMEOUT_S = 60.0
 #: Seconds to wait for a database server before calling it unreachable.
