@@ -129,6 +129,12 @@ def per_token(cfg: TrainConfig, vocab_size: int | None = None) -> int:
     return count(cfg, 0, n_evals=0, vocab_size=vocab_size).flops_per_token
 
 
+def step_flops(cfg: TrainConfig, vocab_size: int | None = None) -> int:
+    """Training FLOPs of one micro-step (a micro-batch's forward and backward): what a CPU
+    run's threads are chosen by (``lm.host.trial_threads``)."""
+    return per_token(cfg, vocab_size) * cfg.batch_size * cfg.seq_len
+
+
 def planned_evals(cfg: TrainConfig, tokens: int) -> int:
     """Evaluations of a run that trained ``tokens`` in whole steps (``lm.train``'s schedule):
     one at each step that crosses a multiple of ``eval_every_tokens``, and one at the end."""

@@ -5,10 +5,14 @@ here, so they cannot disagree on one machine.
 - ``device_kind("auto")`` is ``cuda`` when a GPU is visible (``CUDA_VISIBLE_DEVICES`` when set,
   else what ``nvidia-smi -L`` lists), else ``cpu``. No torch import: the orchestrator stays
   fast, and a GPU hidden by ``CUDA_VISIBLE_DEVICES=""`` is not there for the child either.
-- ``SWEEPS_NUM_THREADS`` (a positive integer) caps the intra-op threads of a CPU run; the
-  orchestrator sets it for each child (its own value, when set, caps theirs). A GPU run uses
-  it too, else ``GPU_RUN_THREADS`` (``run_threads``). A bad value is a one-line error wherever
-  it is read.
+- A CPU run's intra-op threads (``trial_threads``): a thread for each ``FLOPS_PER_THREAD`` of
+  its micro-step, at most the cores of its own that no other work keeps busy (``busy_cores``,
+  measured from /proc/stat when it starts), at least one. ``SWEEPS_NUM_THREADS`` (a positive
+  integer) overrides the choice; the orchestrator makes it for each trial and sets it for the
+  child (``sweeps.runner``). A GPU run uses it too, else ``GPU_RUN_THREADS`` (``run_threads``).
+  A bad value is a one-line error wherever it is read.
+- ``cpu_time_text``: a run's CPU time against its wall time on its threads, in words: what a
+  ``timeout`` says, so a busy machine is told apart from a slow configuration.
 - Trial children get ``CHILD_ENV``: PCI bus order for CUDA's device numbers, as ``nvidia-smi``
   and ``visible_gpus`` number them.
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -62,18 +68,133 @@ def cpu_ids() -> list[int]:
 
 
 def cpu_threads() -> int:
-    """Threads for a CPU run: ``SWEEPS_NUM_THREADS`` when set, else every core it may use."""
+    """The most threads a CPU run may take: ``SWEEPS_NUM_THREADS`` when set, else every core it
+    may use (what the memory estimate counts: a run never takes more)."""
     return num_threads_override() or len(cpu_ids())
 
 
-def run_threads(kind: str) -> int:
-    """Intra-op threads of a training run on a device kind: a CPU run, ``cpu_threads``; a GPU
-    run, ``SWEEPS_NUM_THREADS`` when set, else ``GPU_RUN_THREADS``, at most the cores it may
-    use. A GPU run's CPU work is launching kernels and cutting batches: with every core each,
-    the dozen children packed on one GPU would oversubscribe the host many times over."""
+#: FLOPs of a micro-step (forward and backward of one micro-batch) that make one more CPU thread
+#: pay. Below it the threads' hand-offs cost more than splitting the matrices saves: on 2 cores
+#: (tests/bench/bench_threads.py, both cores idle) 2 threads trained a 0.4 GFLOP step at 0.86x
+#: the speed of one thread and a 0.14 GFLOP one at 1.12x, an 8 GFLOP step at 1.55x and a 12 to
+#: 64 GFLOP one at 1.8x.
+FLOPS_PER_THREAD = 2e9
+#: How long ``busy_cores`` watches the cores (a trial's start is seconds; this is a blink).
+LOAD_SAMPLE_S = 0.25
+
+
+def useful_threads(step_flops: float) -> int:
+    """Threads a micro-step of ``step_flops`` FLOPs can use (``FLOPS_PER_THREAD`` each), at
+    least one."""
+    return max(1, int(step_flops // FLOPS_PER_THREAD))
+
+
+def _cpu_times() -> dict[int, tuple[int, int]] | None:
+    """Each core's (busy, all) jiffies from /proc/stat; None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    times = {}
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            times[int(name[3:])] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))
+    return times or None
+
+
+def busy_cores(cores: Sequence[int], sample_s: float = LOAD_SAMPLE_S) -> float | None:
+    """How many of ``cores`` other work keeps busy, summed over them (0 idle, ``len(cores)``
+    all taken), watched over ``sample_s`` seconds; None where /proc/stat cannot be read (not
+    Linux). The caller is not running on them yet: what it sees is somebody else's work."""
+    before = _cpu_times()
+    if before is None:
+        return None
+    time.sleep(sample_s)
+    after = _cpu_times() or {}
+    busy = 0.0
+    for core in cores:
+        if core in before and core in after:
+            spent = after[core][1] - before[core][1]
+            busy += (after[core][0] - before[core][0]) / spent if spent > 0 else 0.0
+    return busy
+
+
+class ThreadChoice(NamedTuple):
+    """A CPU run's threads and why, in words (the trial's record and the dry run say it)."""
+
+    threads: int
+    reason: str
+
+
+def trial_threads(cores: Sequence[int], step_flops: float,
+                  busy: float | None = None) -> ThreadChoice:
+    """Threads for a CPU run on ``cores`` whose micro-step is ``step_flops`` FLOPs:
+    ``SWEEPS_NUM_THREADS`` when set (at most the cores); else ``useful_threads``, at most the
+    cores other work leaves free (``busy``: ``busy_cores`` of them, measured here when not
+    given), at least one. Beside busy work one thread is the fast choice for every size
+    bench_threads measured (two threads ran at 0.35x to 0.95x of one with two CPU-bound
+    processes beside them): the threads of one step wait for each other, so one descheduled
+    thread stalls them all."""
+    override = num_threads_override()
+    if override is not None:
+        n = max(1, min(override, len(cores)))
+        return ThreadChoice(n, f"{NUM_THREADS_ENV}={override}")
+    useful = min(useful_threads(step_flops), len(cores))
+    if useful == 1:
+        return ThreadChoice(1, f"1 thread: a micro-step of {step_flops / 1e9:.2g} GFLOP is under "
+                            f"the {2 * FLOPS_PER_THREAD / 1e9:g} that make a second one pay")
+    if busy is None:
+        busy = busy_cores(cores)
+    free = len(cores) - round(busy) if busy is not None else len(cores)
+    n = max(1, min(useful, free))
+    load = "" if busy is None else f"; {busy:.1f} of its {len(cores)} cores busy with other work"
+    return ThreadChoice(n, f"{n} thread{'s' * (n > 1)}: a micro-step of "
+                        f"{step_flops / 1e9:.2g} GFLOP uses {useful}{load}")
+
+
+def run_threads(kind: str, step_flops: float | None = None) -> int:
+    """Intra-op threads of a training run on a device kind: a CPU run, ``trial_threads`` on the
+    cores it may use (``cpu_threads`` when its step is not known); a GPU run,
+    ``SWEEPS_NUM_THREADS`` when set, else ``GPU_RUN_THREADS``, at most the cores it may use.
+    A GPU run's CPU work is launching kernels and cutting batches: with every core each, the
+    dozen children packed on one GPU would oversubscribe the host many times over."""
     if kind == "cuda":
         return min(num_threads_override() or GPU_RUN_THREADS, len(cpu_ids()))
-    return cpu_threads()
+    if step_flops is None:
+        return cpu_threads()
+    return trial_threads(cpu_ids(), step_flops).threads
+
+
+#: Below this share of its threads' wall time on a CPU, a run was kept off its cores by others.
+BUSY_SHARE = 0.7
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user and system, all threads) process ``pid`` has used; None when it cannot
+    be read (gone, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_time_text(cpu_s: float | None, wall_s: float, threads: int) -> str:
+    """A run's CPU time against its wall time on ``threads`` threads, in words: under
+    ``BUSY_SHARE`` of what the threads could use, the machine was busy (other processes held
+    the cores), else the run had its cores and was slow on them."""
+    if cpu_s is None or wall_s <= 0:
+        return "its CPU time could not be read"
+    share = cpu_s / (wall_s * max(1, threads))
+    said = (f"{cpu_s:,.0f} s of CPU in {wall_s:,.0f} s on {threads} thread"
+            f"{'s' * (threads > 1)} ({share:.0%} of what they could use)")
+    if share < BUSY_SHARE:
+        return f"{said}: the machine was busy, other work held its cores"
+    return f"{said}: it had its cores; the configuration is slow here"
 
 
 def mem_available_bytes() -> int:

@@ -144,6 +144,8 @@ class RunResult:
     unk_rate: float | None = None
     bytes_per_token: float | None = None
     device: str = ""
+    #: The intra-op threads it trained on (``lm.host.run_threads``); None: not set up.
+    threads: int | None = None
     fingerprint: str = ""
     traceback: str | None = None
     #: The environment failed the run (``lm/outcomes.py`` ``ENVIRONMENT_EXIT_CODE``).

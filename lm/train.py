@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lm import budget, cooldown, host, metrics, outcomes
+from lm import budget, cooldown, flops, host, metrics, outcomes
 from lm.config import SCHEDULE_FIELDS, ModelConfig, TrainConfig, param_breakdown
 from lm.errors import SweepsError
 from lm.evaluation import TooLittleData, eval_windows, evaluate
@@ -205,7 +205,7 @@ def _setup(cfg: TrainConfig) -> _Setup:
             f"{cfg.seq_len + 1}; use a smaller seq_len or a bigger corpus"
         )
     model_cfg = cfg.model_config(vocab_size=int(cache.tokenizer.vocab_size))
-    threads = host.run_threads(device.type)
+    threads = host.run_threads(device.type, flops.step_flops(cfg, model_cfg.vocab_size))
     return _Setup(device, threads, cache, windows, window_nbytes, model_cfg, cfg, rate)
 
 
@@ -445,6 +445,7 @@ class _RunState:
         # A resumed run's wall-clock limit counts the time its earlier processes trained.
         train_started = time.monotonic() - wall_before
         t0 = time.monotonic()
+        here = (t0, time.process_time())  # this process's share, for a timeout's reason
         while self.tokens < cfg.max_tokens:
             sequences = self.step_sequences()
             loss_sum += self.optimizer_step(lr := lr_at(self.tokens, cfg), sequences=sequences)
@@ -473,9 +474,11 @@ class _RunState:
                     self._save_resume(next_eval, time.monotonic() - train_started)
                 t0 = time.monotonic()
             if over_time:
+                cpu = host.cpu_time_text(time.process_time() - here[1],
+                                         time.monotonic() - here[0], torch.get_num_threads())
                 return outcomes.TIMEOUT, (
                     f"max_wall_s={cfg.max_wall_s:g} reached after {self.tokens:,} of "
-                    f"{cfg.max_tokens:,} tokens"
+                    f"{cfg.max_tokens:,} tokens; {cpu}"
                 )
         return outcomes.COMPLETE, f"trained {self.tokens:,} tokens in {self.step} steps"
 
@@ -699,6 +702,7 @@ class _RunState:
             unk_rate=meta.get("unk_rate"),
             bytes_per_token=meta.get("bytes_per_token"),
             device=str(device),
+            threads=torch.get_num_threads() if setup is not None else None,
             fingerprint=self.cfg.fingerprint(),
             traceback=tb,
             environment=environment,

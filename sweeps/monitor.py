@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lm import outcomes, rss
+from lm import host, outcomes, rss
 from lm.run_files import (
     LOG_FILE,
     METRICS_FILE,
@@ -174,8 +174,9 @@ class Monitor:
 
     def __init__(self, child: Child, run_dir: Path, *, launched_at: float, started: float,
                  flags: StopFlags, limits: Limits, poll_s: float = POLL_S,
-                 term_grace_s: float = TERM_GRACE_S) -> None:
+                 term_grace_s: float = TERM_GRACE_S, threads: int = 1) -> None:
         self.child, self.run_dir = child, run_dir
+        self.threads = threads  # the child's intra-op threads, for a timeout's CPU share
         self.started, self.flags, self.limits = started, flags, limits
         self.poll_s, self.term_grace_s = poll_s, term_grace_s
         self.wall_limit = hard_wall_s(limits)
@@ -229,9 +230,11 @@ class Monitor:
                 self.stopped = Verdict(outcomes.INTERRUPTED, "stopped by the user "
                                        "(Ctrl-C or SIGTERM) before it finished")
             elif self.wall_limit is not None and now - self.started > self.wall_limit:
+                cpu = host.cpu_time_text(host.process_cpu_s(self.child.pid),
+                                         now - self.started, self.threads)
                 self.stopped = Verdict(outcomes.TIMEOUT, f"still running {self.wall_limit:g} s "
                                        "after launch (limits.max_wall_s "
-                                       f"{self.limits.max_wall_s:g} plus a margin)")
+                                       f"{self.limits.max_wall_s:g} plus a margin); {cpu}")
             if self.stopped is not None:
                 self.child.signal(signal.SIGTERM)
                 self.term_at = now

@@ -45,7 +45,7 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
     """The plan; ``workers``: the run's cap on trials at once (None: what the devices hold)."""
     from sweeps.storage import mask_url
 
-    device, worker_text, budget, budget_text = _placement(
+    device, worker_text, budget, budget_text, thread_rows = _placement(
         spec, workers, n_trials if n_trials is not None else spec.study.n_trials)
     corpus = spec.corpus
     corpus_state = "prepared" if (corpus.dir / MANIFEST_NAME).is_file() else (
@@ -61,6 +61,7 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
         ("enqueued first", len(spec.initial_trials())),
         ("timeout", f"{spec.study.timeout:g} s" if spec.study.timeout else "none"),
         ("workers", worker_text),
+        *thread_rows,
         ("memory budget", budget_text),
         ("oom policy", spec.limits.oom_policy),
         ("max wall per trial", f"{spec.limits.max_wall_s:g} s" if spec.limits.max_wall_s
@@ -84,10 +85,11 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
 
 
 def _placement(spec: StudySpec, cap: int | None, n_trials: int
-               ) -> tuple[str, str, int | None, str]:
-    """(device kind, the workers row, the per-trial budget, the budget row): the pools, worker
-    threads and budget ``sweeps run`` itself takes on this host (``local.host_pool``,
-    ``workers.worker_threads``, ``local.trial_budget``)."""
+               ) -> tuple[str, str, int | None, str, list[tuple[str, object]]]:
+    """(device kind, the workers row, the per-trial budget, the budget row, the threads rows):
+    the pools, worker threads, budget and CPU threads ``sweeps run`` itself takes on this host
+    (``local.host_pool``, ``workers.worker_threads``, ``local.trial_budget``,
+    ``threads_rows``)."""
     from sweeps import workers as wk
     from sweeps.engines import local
 
@@ -102,10 +104,45 @@ def _placement(spec: StudySpec, cap: int | None, n_trials: int
         budget = None if given in (None, "auto") else int(given)
         return ("cuda", f"{cap or 'as many as fit'} at a time on GPUs (none visible on this "
                 "host)", budget, "auto: decided on each worker's GPU (none visible here)"
-                if given == "auto" else _budget_text(budget, given))
+                if given == "auto" else _budget_text(budget, given), [])
     budget = local.trial_budget(spec.limits, pool)
-    return (pool.devices[0].kind, local.describe(pool, wk.worker_threads(pool, cap, n_trials)),
-            budget, _budget_text(budget, spec.limits.memory_budget))
+    cpu = pool.devices[0]
+    return (cpu.kind, local.describe(pool, wk.worker_threads(pool, cap, n_trials)),
+            budget, _budget_text(budget, spec.limits.memory_budget),
+            threads_rows(spec, cpu.cores[:cpu.threads]) if cpu.kind == "cpu" else [])
+
+
+def threads_rows(spec: StudySpec, cores: tuple[int, ...], samples: int = 200,
+                 busy: float | None = None) -> list[tuple[str, object]]:
+    """The dry run's line on a CPU trial's threads (``lm.host.trial_threads``, chosen again at
+    each launch): how many the points of the space would use on ``cores`` (a trial's cores), and
+    the other work on them now (``busy``: measured here when not given)."""
+    override = host.num_threads_override()
+    if override is not None:
+        return [("threads per trial", f"{min(override, len(cores))} ({host.NUM_THREADS_ENV}="
+                 f"{override})")]
+    from lm import flops
+
+    points, how = sample_points(spec, samples, 0)
+    steps = [flops.step_flops(cfg) for p in points or [{}]
+             if (cfg := point_config(spec, p)) is not None]
+    if not steps:
+        return []
+    useful = [min(host.useful_threads(f), len(cores)) for f in steps]
+    rule = (f"one per {host.FLOPS_PER_THREAD / 1e9:g} GFLOP of a micro-step, at most the "
+            f"{len(cores)} core{'s' * (len(cores) > 1)} a trial has less those other work keeps "
+            "busy, chosen at each launch")
+    span = f"micro-steps of {min(steps) / 1e9:.3g} to {max(steps) / 1e9:.3g} GFLOP"
+    more = sum(1 for n in useful if n > 1)
+    if not more:
+        return [("threads per trial", f"1 for every point of the {how} ({span}); {rule}")]
+    if busy is None:
+        busy = host.busy_cores(cores)
+    free = len(cores) if busy is None else max(1, len(cores) - round(busy))
+    now = ("" if busy is None else
+           f"; now {busy:.1f} of them are busy, so those would get {min(max(useful), free)}")
+    return [("threads per trial", f"{more} of {len(useful)} points of the {how} would use up to "
+             f"{max(useful)}, the rest 1 ({span}){now}; {rule}")]
 
 
 def _budget_text(budget: int | None, given: object) -> str:

@@ -28,6 +28,7 @@ noticed by the others after the grace period.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -121,6 +122,13 @@ def child_env(device: WorkerDevice) -> dict[str, str]:
     """What a trial's child gets on top of this process's environment: ``lm.host.CHILD_ENV``
     (PCI device order), then its device's own (``CUDA_VISIBLE_DEVICES``, threads)."""
     return {**host.CHILD_ENV, **device.env}
+
+
+def child_threads(device: WorkerDevice) -> int:
+    """The intra-op threads ``device``'s child runs: what its environment says (``with_threads``
+    sets it), else this host's most for its kind."""
+    given = child_env(device).get(host.NUM_THREADS_ENV, "")
+    return int(given) if given.isdigit() else host.run_threads(device.kind)
 
 
 def load_preflight() -> Preflight:
@@ -221,7 +229,7 @@ class _TrialRun:
                                     env=child_env(self.device), cpus=self.device.cpus)
         monitor = Monitor(child, run_dir, launched_at=launched_at, started=started,
                           flags=ctx.stop, limits=self.spec.limits, poll_s=ctx.poll_s,
-                          term_grace_s=ctx.term_grace_s)
+                          term_grace_s=ctx.term_grace_s, threads=child_threads(self.device))
         ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
         try:
             with liveness.heartbeat(ctx.storage, self.trial_id):
@@ -348,7 +356,22 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
             return finish(ctx, trial, outcomes.INTERRUPTED, "stopped by the user (Ctrl-C or "
                           "SIGTERM) while it waited for room on a device", attrs)
         device, budget = placed
+        device = with_threads(device, cfg, attrs)
         return _launch(ctx, trial, device, params, cfg, plan.predicted_bytes, budget, attrs)
+
+
+def with_threads(device: WorkerDevice, cfg: TrainConfig, attrs: dict[str, Any]
+                 ) -> WorkerDevice:
+    """``device`` with the threads its CPU child runs (``lm.host.trial_threads``: by the
+    micro-step's FLOPs and the cores of its own that other work leaves free, measured now),
+    recorded in ``attrs`` (``threads``, ``threads_reason``). A GPU trial, or one without cores
+    of its own, is left as it is (its child chooses by the same rule on the cores it has)."""
+    if device.kind != "cpu" or not device.cpus:
+        return device
+    choice = host.trial_threads(device.cpus, flops.step_flops(cfg))
+    attrs["threads"], attrs["threads_reason"] = choice.threads, choice.reason
+    return dataclasses.replace(device, env={**device.env,
+                                            host.NUM_THREADS_ENV: str(choice.threads)})
 
 
 @contextlib.contextmanager
@@ -430,7 +453,8 @@ NOT_COPIED = (outcomes.TIMEOUT, outcomes.CRASHED, outcomes.INTERRUPTED)
 #: Attributes of the earlier trial that describe its own run, not its result: not copied.
 _OWN_RUN_ATTRS = ("host", "pid", "started_at", "admitted_at", "placed_on", "reserved_mem_bytes",
                   "child_pid", "returncode", "wall_s", "train_s", "cold_start_s", "setup_s",
-                  "sampled", "retry_history", "storage_problems", "child_file_problems")
+                  "sampled", "retry_history", "storage_problems", "child_file_problems",
+                  "threads", "threads_reason")
 #: The user attribute of a trial whose result is another's, copied (``duplicate_of``).
 COPY_OF_ATTR = "copy_of"
 

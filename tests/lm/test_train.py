@@ -331,6 +331,7 @@ def test_wall_limit_ends_as_timeout_with_final_metrics(train_corpus: Path, tmp_p
     assert result.outcome == "timeout" and result.exit_code == 5
     assert result.steps == 1 and result.final_metrics is not None
     assert (tmp_path / "r" / "best.pt").exists()
+    assert " s of CPU in " in result.reason and "thread" in result.reason, result.reason
 
 
 def test_a_bug_ends_as_crashed_with_its_traceback(

@@ -425,6 +425,7 @@ def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpu
     report, t = stubborn_trial(tmp_path, corpus, 0.5, lambda ctx: None)
     assert report.outcome == "timeout" and t.state == TrialState.PRUNED
     assert "still running" in t.user_attrs["reason"]
+    assert " s of CPU in " in t.user_attrs["reason"]  # a busy machine is told from a slow run
     assert t.user_attrs["returncode"] == -signal.SIGKILL  # ended by the limit, not by itself
 
 
