@@ -88,9 +88,10 @@ def _params(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _apply_conditions(p: dict[str, Any], conditions: dict[str, Condition]) -> set[str]:
-    """Leave out the parameters whose condition fails, in the space's order and against the
-    values known at that point (``sweeps.space``'s rule); their config values are
-    ``TrainConfig``'s defaults. The names left out."""
+    """Leave out the parameters whose condition fails, in ``DISTRIBUTIONS`` order, each condition
+    read against the draw with the parameters left out before it at their defaults (a later
+    parameter's drawn value stands for a field a spec would search first); their config values
+    are ``TrainConfig``'s defaults. The names left out."""
     unset = set()
     for name in list(p):
         if name in conditions and not conditions[name].holds(p):
@@ -197,6 +198,7 @@ def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
 
     if not trials:  # a study with no trial yet (an empty executemany inserts one bare row)
         return {}
+
     def utc(d: datetime.datetime | None) -> datetime.datetime | None:
         return None if d is None else d.astimezone(datetime.UTC).replace(tzinfo=None)
 

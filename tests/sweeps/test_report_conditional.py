@@ -33,8 +33,8 @@ SECTIONS_ALWAYS = [k for k in SECTIONS if k != "vocab"]
 @pytest.fixture(scope="module")
 def issue_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('conditional') / 'c.db'}"
-    # attention is suggested after d_ff and lr in fabricate's order: conditions on it read the
-    # drawn value, as the issue's spec (attention first) would
+    # d_ff comes before attention in fabricate's order: its condition reads attention's draw,
+    # as the issue's spec (attention searched first) would
     fake_study.fabricate(url, "cond", 30, seed=3, when=ISSUE_SPACE)
     return url
 
