@@ -8,6 +8,10 @@ config). Several studies (``build_many``) share one report: a table of the studi
 errors (``window.onerror``, rejected promises, ``console.error``) and, once the page has
 loaded, how many charts rendered, into ``#report-status``: what the browser test reads, and what
 a user sees if something broke.
+
+Each chart is drawn in isolation (``draw``): one whose data or drawing raises is left out, its
+section a note naming the chart and the error in one line, and the rest of the report is written;
+``sweeps report`` lists it as left out. The error is named, never swallowed: it is a bug to report.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from sweeps.charts import (
     vocab,
 )
 from sweeps.results import StudyResults
+from sweeps.storage import describe_error
 
 #: The report's sections, in order.
 CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
@@ -53,6 +58,28 @@ CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
     pareto.chart, compute.chart, scaling.chart, vocab.chart, memory_map.chart, memory_pred.chart,
     curves.chart, parallel.chart, importance.chart, collapse.chart, samples.chart,
 )
+#: What a chart is called when it could not be drawn (its section's key, and a name for the note
+#: and the heading): every function of ``CHARTS`` and of ``compare.CHARTS``.
+CHART_NAMES: dict[Callable[..., Chart], tuple[str, str]] = {
+    effects.table_chart: ("effects", "Ablation effects"),
+    effects.forest_chart: ("forest", "Ablation effects: forest plot"),
+    pareto.chart: ("pareto", "Pareto fronts"),
+    compute.chart: ("compute", "Quality against compute"),
+    scaling.chart: ("scaling", "Scaling laws"),
+    vocab.chart: ("vocab", "Vocabulary"),
+    memory_map.chart: ("memory_map", "Where memory runs out"),
+    memory_pred.chart: ("memory_pred", "Predicted against measured peak memory"),
+    curves.chart: ("curves", "Learning curves"),
+    parallel.chart: ("parallel", "Parallel coordinates"),
+    importance.chart: ("importance", "Parameter importances"),
+    collapse.chart: ("collapse", "Verdicts on predictions"),
+    samples.chart: ("samples", "Generated samples"),
+    compare.pareto_chart: ("compare-pareto", "Pareto fronts by study"),
+    compare.vocab_chart: ("compare-vocab", "Vocabulary by study"),
+    compare.curves_chart: ("compare-curves", "Learning curves by study"),
+}
+LEFT_OUT = ("This chart could not be drawn, so it is left out (a bug: please report the line "
+            "below); the rest of the report is complete.")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 # Runs first in <head>: errors of anything after it (plotly.js, the charts) are recorded.
@@ -122,8 +149,24 @@ def build(storage: results_mod.StorageLike, study_name: str) -> tuple[str, list[
                                                                        StudyResults]:
     """(HTML, charts, data) of a study's report."""
     data = results_mod.load(storage, study_name)
-    charts = [c for c in (make(data) for make in CHARTS) if applies(c, data.trials)]
+    charts = [c for c in (draw(make, data) for make in CHARTS) if c is not None]
     return render(data, charts), charts, data
+
+
+def draw(make: Callable[..., Chart], data: StudyResults, *args: object) -> Chart | None:
+    """``make(data, *args)`` if it ``applies``, else None; a chart that raises (in its data,
+    its drawing, or ``applies``) becomes a section that says so: ``failed``."""
+    try:
+        chart = make(data, *args)
+        return chart if applies(chart, data.trials) else None
+    except Exception as exc:  # any bug of one chart: the others are still drawn
+        return failed(make, exc)
+
+
+def failed(make: Callable[..., Chart], exc: BaseException) -> Chart:
+    """The section of a chart that could not be drawn: its name and the error, one line."""
+    key, name = CHART_NAMES[make]
+    return Chart(key, name, LEFT_OUT, error=describe_error(exc))
 
 
 def applies(chart: Chart, trials: pd.DataFrame) -> bool:
@@ -153,7 +196,7 @@ def build_many(storage: results_mod.StorageLike,
     """(HTML, charts, combined data) of a report of several studies on the same axes."""
     studies = results_mod.load_many(storage, names)
     data = results_mod.combine(studies)
-    charts = [c for c in compare.charts(data, names) if applies(c, data.trials)]
+    charts = [c for c in (draw(make, data, names) for make in compare.CHARTS) if c is not None]
     return render(data, charts, header=summary_many(studies)), charts, data
 
 
@@ -212,16 +255,24 @@ def render(data: StudyResults, charts: list[Chart], header: str | None = None) -
 
 
 def _section(chart: Chart) -> str:
+    """A chart's section. A figure that plotly cannot write makes ``chart`` a failed one (its
+    ``error`` set, the figure dropped), so the charts ``build`` returns say so too."""
     e = html.escape
-    if chart.figure is not None:
-        body = ('<div class="chart" data-chart="' + chart.key + '">'
-                + pio.to_html(chart.figure, include_plotlyjs=False, full_html=False,
-                              div_id=f"chart-{chart.key}", config=PLOTLY_CONFIG)
-                + "</div>")
-    elif chart.html is not None:
-        body = chart.html
-    else:
-        body = f'<p class="note">{e(chart.note or "Nothing to show.")}</p>'
+    body = None
+    if chart.figure is not None and chart.error is None:
+        try:
+            body = ('<div class="chart" data-chart="' + chart.key + '">'
+                    + pio.to_html(chart.figure, include_plotlyjs=False, full_html=False,
+                                  div_id=f"chart-{chart.key}", config=PLOTLY_CONFIG)
+                    + "</div>")
+        except Exception as exc:  # a bug of this chart's figure: the others are still written
+            chart.figure, chart.error, chart.about = None, describe_error(exc), LEFT_OUT
+    if chart.error is not None:
+        body = (f'<p class="note warning">{e(chart.title)}: left out, could not be drawn: '
+                f"{e(chart.error)}</p>")
+    elif body is None:
+        body = chart.html if chart.html is not None else (
+            f'<p class="note">{e(chart.note or "Nothing to show.")}</p>')
     return (f'<section id="{chart.key}"><h2>{e(chart.title)}</h2>'
             f'<p class="about">{e(chart.about)}</p>{body}</section>')
 

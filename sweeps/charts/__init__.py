@@ -26,7 +26,9 @@ MIB = 2**20
 
 @dataclass
 class Chart:
-    """One report section: a figure, or a note saying why there is none, or ready HTML."""
+    """One report section: a figure, or a note saying why there is none, or ready HTML; or
+    ``error``: the one line of what went wrong when the chart could not be drawn at all (the
+    report leaves it out with that line, and draws the rest: ``sweeps.report.draw``)."""
 
     key: str
     title: str
@@ -34,6 +36,7 @@ class Chart:
     figure: go.Figure | None = None
     note: str | None = None
     html: str | None = None  # a non-plotly section (the samples table), already escaped
+    error: str | None = None
 
 
 #: One colour per outcome, the same in every chart; outcomes in the fixed legend order.

@@ -139,10 +139,6 @@ def curves_chart(results: StudyResults, studies: list[str]) -> Chart:
     return Chart("compare-curves", title, about, figure=style(fig, height=480))
 
 
-#: The cross-study report's sections, in order.
+#: The cross-study report's sections, in order (each ``make(results, studies)``, drawn by
+#: ``sweeps.report.draw``).
 CHARTS = (pareto_chart, vocab_chart, curves_chart)
-
-
-def charts(results: StudyResults, studies: list[str]) -> list[Chart]:
-    """Every section, for ``results`` (``sweeps.results.combine`` of ``studies``, in order)."""
-    return [make(results, studies) for make in CHARTS]

@@ -4,6 +4,10 @@ The complete trials are replayed into an in-memory single-objective study (val_b
 study's objectives), so a multi-objective study has importances too and the database is read
 once. Optuna's default evaluator (fANOVA) needs scikit-learn; without it PED-ANOVA is used, which
 needs nothing more (the chart says which).
+
+A conditional parameter (``when = "..."``) is set in only some trials. PED-ANOVA ranks it over the
+trials that set it; fANOVA ranks only the parameters every trial has. Either way the note names
+those parameters and says which were ranked, so a parameter missing from the bars is explained.
 """
 
 from __future__ import annotations
@@ -68,9 +72,32 @@ def data(trials: pd.DataFrame,
         return None, f"Optuna could not rank the parameters: {exc}"
     finally:
         optuna.logging.set_verbosity(verbosity)
+    partial = partly_set(frozen)
     if not importances:
-        return None, "No parameter was varied across the complete trials."
-    return dict(importances), f"{name} over {len(frozen)} complete trials (target: val_bpb)"
+        return None, "No parameter was varied across the complete trials." + partial_note(
+            partial, importances)
+    return dict(importances), (f"{name} over {len(frozen)} complete trials (target: val_bpb)."
+                               + partial_note(partial, importances))
+
+
+def partly_set(frozen: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    """{parameter: trials that set it} of the parameters some trials do not set (conditional)."""
+    counts: dict[str, int] = {}
+    for trial in frozen:
+        for name in trial.params:
+            counts[name] = counts.get(name, 0) + 1
+    return {n: c for n, c in counts.items() if c < len(frozen)}
+
+
+def partial_note(partial: dict[str, int], ranked: dict[str, float]) -> str:
+    """What the note says of the parameters set in only some trials ('' when there are none)."""
+    if not partial:
+        return ""
+    shown = ", ".join(f"{n} ({c})" for n, c in partial.items())
+    out = [n for n in partial if n not in ranked]
+    return (f" Set in only some trials (conditional): {shown}"
+            + (f"; not ranked: {', '.join(out)}." if out else "; ranked over the trials that set "
+               "them."))
 
 
 def chart(results: StudyResults) -> Chart:
@@ -83,6 +110,6 @@ def chart(results: StudyResults) -> Chart:
     fig = go.Figure(go.Bar(x=[importances[n] for n in names], y=[esc(n) for n in names],
                            orientation="h", marker={"color": "#1f77b4"},
                            hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text=f"importance ({esc(note)})")
-    return Chart("importance", title, about,
+    fig.update_xaxes(title_text="importance")
+    return Chart("importance", title, f"{about} {note}",
                  figure=style(fig, height=max(260, 60 + 40 * len(names))))

@@ -1,7 +1,11 @@
 """Parallel coordinates over the sampled parameters, each line a trial coloured by val_bpb.
 
 Categorical parameters become integer axes labelled with their choices; a numeric parameter
-spanning two orders of magnitude or more (vocab size, learning rate) gets a log10 axis.
+spanning two orders of magnitude or more (vocab size, learning rate) gets a log10 axis. A
+conditional parameter (``when = "..."``) is not set in a trial whose condition is false: that
+trial is drawn all the same, through a ``(not set)`` tick at the bottom of the axis, so a space
+where every trial lacks one parameter or another (``d_ff`` only with sdpa, ``lr`` only with naive)
+still has its lines.
 """
 
 from __future__ import annotations
@@ -17,51 +21,87 @@ from sweeps.charts import Chart, esc, style
 from sweeps.results import StudyResults
 
 LOG_SPAN = 100.0
+#: The tick of a trial in which the parameter is not set (its condition was false).
+NOT_SET = "(not set)"
+
+
+def nice_ticks(low: float, high: float, n: int = 5) -> list[float]:
+    """About ``n`` round ticks (steps of 1, 2 or 5 times a power of ten) covering [low, high]."""
+    if not high > low:
+        return [low]
+    raw = (high - low) / (n - 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    first, last = math.floor(low / step), math.ceil(high / step)
+    # round(): 0.1 + 0.2 is 0.30000000000000004, and a tick's text should read 0.3
+    return [round(k * step, 12) for k in range(first, last + 1)]
 
 
 def dimension(label: str, values: pd.Series) -> dict[str, Any]:
-    """A plotly parcoords dimension for one parameter column (no missing values)."""
-    numeric = pd.to_numeric(values, errors="coerce")
-    is_bool = values.map(lambda v: isinstance(v, (bool, np.bool_))).any()
-    if numeric.notna().all() and not is_bool:
+    """A plotly parcoords dimension for one parameter column; a missing value (the parameter
+    not set in that trial) sits at the ``(not set)`` tick, below every value."""
+    missing = values.isna().to_numpy()
+    present = values[~missing]
+    numeric = pd.to_numeric(present, errors="coerce")
+    is_bool = present.map(lambda v: isinstance(v, (bool, np.bool_))).any()
+    if len(present) and numeric.notna().all() and not is_bool:
         v = numeric.astype(float).to_numpy()
-        if v.min() > 0 and v.max() / v.min() >= LOG_SPAN:
+        log = v.min() > 0 and v.max() / v.min() >= LOG_SPAN
+        if log:
             ticks = [10.0 ** e for e in range(math.floor(math.log10(v.min())),
                                                math.ceil(math.log10(v.max())) + 1)]
-            return {"label": f"{label} (log)", "values": np.log10(v),
-                    "tickvals": [math.log10(t) for t in ticks],
-                    "ticktext": [f"{t:g}" for t in ticks]}
-        return {"label": label, "values": v}
-    choices = sorted({str(x) for x in values}, key=lambda c: (len(c), c))
+            label, v = f"{label} (log)", np.log10(v)
+            tickvals, ticktext = [math.log10(t) for t in ticks], [f"{t:g}" for t in ticks]
+        elif not missing.any():
+            return {"label": label, "values": v}
+        else:
+            tickvals = nice_ticks(float(v.min()), float(v.max()))
+            ticktext = [f"{t:g}" for t in tickvals]
+        if not missing.any():
+            return {"label": label, "values": v, "tickvals": tickvals, "ticktext": ticktext}
+        # One step of the axis's ticks below its lowest (a lone tick: one unit below it).
+        gap = (tickvals[-1] - tickvals[0]) / (len(tickvals) - 1) if len(tickvals) > 1 else 1.0
+        at = min(tickvals[0], float(v.min())) - gap
+        out = np.full(len(values), at)
+        out[~missing] = v
+        top = max(tickvals[-1], float(v.max()))
+        return {"label": label, "values": out, "range": [at, top],
+                "tickvals": [at, *tickvals], "ticktext": [NOT_SET, *ticktext]}
+    choices = sorted({str(x) for x in present}, key=lambda c: (len(c), c))
+    if missing.any():
+        choices.insert(0, NOT_SET)  # at the bottom, as on a numeric axis
     codes = {c: i for i, c in enumerate(choices)}
-    return {"label": label, "values": np.array([codes[str(x)] for x in values], dtype=float),
+    shown = [NOT_SET if gone else str(x) for x, gone in zip(values, missing, strict=True)]
+    return {"label": label, "values": np.array([codes[s] for s in shown], dtype=float),
             "tickvals": list(range(len(choices))), "ticktext": [esc(c) for c in choices]}
 
 
-def data(trials: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray, int]:
-    """(dimensions, val_bpb colour values, trials left out for a missing parameter) over the
-    trials with a val_bpb; the last dimension is val_bpb itself."""
+def data(trials: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, int]]:
+    """(dimensions, val_bpb colour values, {parameter: trials in which it is not set}) over
+    every trial with a val_bpb; the last dimension is val_bpb itself."""
     params = [c for c in trials.columns if c.startswith("param_")]
     frame = trials[trials["val_bpb"].notna()]
     if not params or frame.empty:
-        return [], np.array([]), 0
-    complete = frame.dropna(subset=params)
-    dims = [dimension(c.removeprefix("param_"), complete[c]) for c in params]
-    bpb = complete["val_bpb"].to_numpy(dtype=float)
+        return [], np.array([]), {}
+    dims = [dimension(c.removeprefix("param_"), frame[c]) for c in params]
+    bpb = frame["val_bpb"].to_numpy(dtype=float)
     dims.append({"label": "val_bpb", "values": bpb})
-    return dims, bpb, len(frame) - len(complete)
+    unset = {c.removeprefix("param_"): int(n) for c in params if (n := frame[c].isna().sum())}
+    return dims, bpb, unset
 
 
 def chart(results: StudyResults) -> Chart:
     title = "Parallel coordinates over the sampled parameters"
     about = ("One line per trial with a val_bpb, coloured by it (darker is better); drag along "
              "an axis to filter.")
-    dims, bpb, dropped = data(results.trials)
+    dims, bpb, unset = data(results.trials)
     if len(bpb) == 0:
         return Chart("parallel", title, about,
                      note="No trial with a val_bpb has sampled parameters.")
-    if dropped:
-        about += f" {dropped} trial(s) without every parameter (conditional ones) are left out."
+    if unset:
+        counts = ", ".join(f"{name} in {n}" for name, n in unset.items())
+        about += (f" Conditional parameters not set (their condition was false): {counts} "
+                  f"trial(s); those lines pass through the {NOT_SET} tick.")
     fig = go.Figure(go.Parcoords(
         dimensions=dims,
         line={"color": bpb, "colorscale": "Viridis", "showscale": True,

@@ -62,9 +62,12 @@ def report(
         ("trials", ", ".join(f"{o} {n}" for o, n in counts.items()) or "none"),
         ("charts", ", ".join(c.key for c in charts if c.figure is not None or c.html)),
     ]
-    notes = [c.key for c in charts if c.note]
+    notes = [c.key for c in charts if c.note and c.error is None]
     if notes:
         rows.append(("notes instead of charts", ", ".join(notes)))
+    # A chart that raised: the report is written without it, and says why (sweeps.report.draw).
+    rows += [("left out, could not be drawn", f"{c.key}: {c.error}")
+             for c in charts if c.error is not None]
     if pngs:
         rows.append(("images", f"{len(pngs)} in {png}"))
     rows += [("size", human_bytes(out.stat().st_size)),

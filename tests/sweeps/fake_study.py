@@ -11,6 +11,7 @@ executemany per table through Optuna's own ORM tables (``optuna.storages._rdb.mo
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import fcntl
 import json
@@ -31,9 +32,10 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from lm import flops
-from lm.config import TrainConfig
+from lm.config import TrainConfig, default_vocab_size
 from sweeps import records
 from sweeps import storage as st
+from sweeps.conditions import Condition, parse_condition
 
 OUTCOMES = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
             "timeout", "crashed", "interrupted")
@@ -52,6 +54,7 @@ DISTRIBUTIONS = {
     "attention": CategoricalDistribution(["sdpa", "naive"]),
     "lr": FloatDistribution(1e-4, 1e-1, log=True),
 }
+TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 WORDS = ("the", "a", "students", "teacher", "raise", "history", "war", "empire", "proof",
          "answer", "question", "why", "how", "class", "king", "<unk>")
 
@@ -84,6 +87,21 @@ def _params(rng: np.random.Generator) -> dict[str, Any]:
     }
 
 
+def _apply_conditions(p: dict[str, Any], conditions: dict[str, Condition]) -> set[str]:
+    """Leave out the parameters whose condition fails, in ``DISTRIBUTIONS`` order, each condition
+    read against the draw with the parameters left out before it at their defaults (a later
+    parameter's drawn value stands for a field a spec would search first); their config values
+    are ``TrainConfig``'s defaults. The names left out."""
+    unset = set()
+    for name in list(p):
+        if name in conditions and not conditions[name].holds(p):
+            unset.add(name)
+            p[name] = TRAIN_DEFAULTS[name]
+            if name == "vocab_size":  # None: the tokenizer's default, as TrainConfig sets it
+                p[name] = default_vocab_size(p["tokenizer"])
+    return unset
+
+
 def predicted_bytes(p: dict[str, Any]) -> int:
     """A rough analytic peak: weights/Adam + logits (3 copies) + naive attention's T x T."""
     b, t, v = p["batch_size"], p["seq_len"], p["vocab_size"]
@@ -108,10 +126,17 @@ def _quality(p: dict[str, Any], rng: np.random.Generator) -> tuple[float, float,
 
 
 def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
-              samples: dict[int, list[dict[str, str]]] | None = None) -> optuna.Study:
-    """A study of ``n`` finished trials (the first nine cover every outcome) written to ``url``.
+              samples: dict[int, list[dict[str, str]]] | None = None,
+              when: dict[str, str] | None = None,
+              outcomes: tuple[str, ...] = OUTCOMES) -> optuna.Study:
+    """A study of ``n`` finished trials written to ``url``: the first ones have ``outcomes``
+    (by default the nine that cover every outcome), the rest an outcome their values lead to.
 
     ``samples`` overrides the generated samples of given trial numbers (e.g. HTML in a sample).
+    ``when`` makes parameters conditional, as a spec's ``[space.<name>] when = "..."`` does
+    (``{"d_ff": "attention == 'sdpa'"}``, read by ``sweeps.conditions``): a parameter whose
+    condition fails for a trial's draw is not suggested (absent from its Optuna params and its
+    ``sampled``), and its config holds ``TrainConfig``'s default, as ``sweeps.space`` does.
     """
     rng = np.random.default_rng(seed)
     storage = st.open_storage(url)
@@ -124,10 +149,12 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
         {"metric": "peak_mem", "direction": "minimize"}]}})
     trials, evals, sample_rows = [], [], []
     now = time.time()
+    conditions = {k: parse_condition(v) for k, v in (when or {}).items()}
     for number in range(n):
         p = _params(rng)
-        outcome = OUTCOMES[number] if number < len(OUTCOMES) else None
-        trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now)
+        unset = _apply_conditions(p, conditions)
+        outcome = outcomes[number] if number < len(outcomes) else None
+        trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now, unset)
         trials.append(trial)
         evals.append(trial_evals)
         sample_rows.append((samples or {}).get(number, trial_samples))
@@ -168,6 +195,9 @@ def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
                      trials: list[optuna.trial.FrozenTrial]) -> dict[int, int]:
     """Insert finished trials with one executemany per Optuna table; {number: trial_id}."""
     from optuna.storages._rdb import models as m
+
+    if not trials:  # a study with no trial yet (an empty executemany inserts one bare row)
+        return {}
 
     def utc(d: datetime.datetime | None) -> datetime.datetime | None:
         return None if d is None else d.astimezone(datetime.UTC).replace(tzinfo=None)
@@ -233,11 +263,13 @@ def _pick_outcome(p: dict[str, Any], predicted: int, measured: int,
 
 
 def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.Generator,
-           now: float) -> tuple[optuna.trial.FrozenTrial, list[dict], list[dict]]:
+           now: float, unset: frozenset[str] | set[str] = frozenset()
+           ) -> tuple[optuna.trial.FrozenTrial, list[dict], list[dict]]:
     predicted_raw = predicted_bytes(p)
     predicted = int(predicted_raw * 1.1)
     measured = int(predicted_raw * rng.uniform(0.85, 1.25))
     outcome = outcome or _pick_outcome(p, predicted, measured, rng)
+    suggested = {k: v for k, v in p.items() if k not in unset}
     bpb, _, bpt, unk = _quality(p, rng)
     entropy = 5.5 if p["tokenizer"] != "byte" else 3.2
     n_evals = {"complete": 5, "predicted_oom": 0, "oom": int(rng.integers(0, 2)),
@@ -288,7 +320,7 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
         "outcome": outcome, "reason": reason, "run_dir": f"runs/trials/{number}",
         "host": "worker-a" if number % 2 else "worker-b", "pid": 1000 + number,
         "started_at": now - 3600 + number, "wall_s": wall_s, "config": config_for(p),
-        "sampled": dict(p), "predicted_mem_bytes": predicted,
+        "sampled": suggested, "predicted_mem_bytes": predicted,
         "predicted_mem_raw_bytes": predicted_raw, "memory_budget_bytes": BUDGET,
         "calibration_factor": 1.1,
         "constraint": 1.0 if outcome in ("oom", "predicted_oom") else 0.0,
@@ -316,8 +348,8 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
     if state == TrialState.COMPLETE:
         values = [last["val_bpb"], float(measured)]
     trial = optuna.trial.create_trial(
-        state=state, values=values, params=p,
-        distributions={k: DISTRIBUTIONS[k] for k in p},
+        state=state, values=values, params=suggested,
+        distributions={k: DISTRIBUTIONS[k] for k in suggested},
         user_attrs=attrs,
         intermediate_values={e["tokens"]: e["val_bpb"] for e in evals} if state ==
         TrialState.PRUNED else None,

@@ -201,17 +201,24 @@ def test_parallel_coordinates_dimensions() -> None:
         {"number": 1, "param_tokenizer": "word", "param_lr": 1e-2, "param_d_ff": 128,
          "val_bpb": 2.5},
         {"number": 2, "param_tokenizer": "bpe", "param_lr": 1e-3, "param_d_ff": NAN,
-         "val_bpb": 3.0},  # a conditional parameter missing: left out
+         "val_bpb": 3.0},  # a conditional parameter not set: drawn at "(not set)"
         {"number": 3, "param_tokenizer": "bpe", "param_lr": 1e-3, "param_d_ff": 64,
          "val_bpb": NAN},  # no val_bpb: not drawn
     ])
-    dims, color, dropped = parallel.data(frame)
+    dims, color, unset = parallel.data(frame)
     by = {d["label"]: d for d in dims}
-    assert set(by) == {"tokenizer", "lr (log)", "d_ff", "val_bpb"} and dropped == 1
+    assert set(by) == {"tokenizer", "lr (log)", "d_ff", "val_bpb"} and unset == {"d_ff": 1}
     assert by["tokenizer"]["ticktext"] == ["bpe", "word"]
-    assert by["tokenizer"]["values"].tolist() == [0.0, 1.0]
-    assert by["lr (log)"]["values"].tolist() == pytest.approx([-4, -2])
-    assert color.tolist() == [2.0, 2.5]
+    assert by["tokenizer"]["values"].tolist() == [0.0, 1.0, 0.0]
+    assert by["lr (log)"]["values"].tolist() == pytest.approx([-4, -2, -3])
+    # round ticks over 64..128, and "(not set)" one step below them
+    assert by["d_ff"]["ticktext"] == ["(not set)", "60", "80", "100", "120", "140"]
+    assert by["d_ff"]["values"].tolist() == [64.0, 128.0, 40.0]
+    assert color.tolist() == [2.0, 2.5, 3.0]
+    # a categorical parameter not set: "(not set)" is its lowest choice
+    dim = parallel.dimension("tokenizer", pd.Series(["word", None, "bpe"]))
+    assert dim["ticktext"] == ["(not set)", "bpe", "word"]
+    assert dim["values"].tolist() == [2.0, 0.0, 1.0]
 
 
 def test_importances_need_two_complete_trials() -> None:
