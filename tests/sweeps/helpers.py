@@ -218,6 +218,12 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment process ``pid`` was started with (``/proc/PID/environ``)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if item)
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -14,15 +14,10 @@ from sweeps.forkserver import ForkServer
 from sweeps.launchers import SubprocessLauncher
 from sweeps.runner import RunnerContext, run_trial
 from sweeps.spec import read_spec
-from tests.sweeps.helpers import CPU, spec_dict, worker_study
+from tests.sweeps.helpers import CPU, environ_of, spec_dict, worker_study
 
 SECRETS = {"SWEEPS_STORAGE": "postgresql://alice:hunter2@127.0.0.1:5432/sweeps",
            "PGPASSWORD": "hunter3", "DATABASE_URL": "postgresql://bob:hunter4@db.example/x"}
-
-
-def environ_of(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if item)
 
 
 def assert_clean(env: dict[str, str]) -> None:

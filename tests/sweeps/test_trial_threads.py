@@ -16,8 +16,7 @@ from sweeps import plan
 from sweeps.launchers import SubprocessLauncher
 from sweeps.runner import RunnerContext, WorkerDevice, run_trial
 from sweeps.spec import read_spec
-from tests.sweeps.helpers import spec_dict, worker_study
-from tests.sweeps.test_child_secrets import environ_of
+from tests.sweeps.helpers import environ_of, spec_dict, worker_study
 
 
 @pytest.mark.study
