@@ -47,6 +47,7 @@ from sweeps.charts import (
     pareto,
     samples,
     scaling,
+    timeline,
     vocab,
 )
 from sweeps.results import StudyResults
@@ -57,6 +58,7 @@ CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
     effects.table_chart, effects.forest_chart,  # an [ablation] study's answer first
     pareto.chart, compute.chart, scaling.chart, vocab.chart, memory_map.chart, memory_pred.chart,
     curves.chart, parallel.chart, importance.chart, collapse.chart, samples.chart,
+    timeline.chart,
 )
 #: What a chart is called when it could not be drawn (its section's key, and a name for the note
 #: and the heading): every function of ``CHARTS`` and of ``compare.CHARTS``.
@@ -74,6 +76,7 @@ CHART_NAMES: dict[Callable[..., Chart], tuple[str, str]] = {
     importance.chart: ("importance", "Parameter importances"),
     collapse.chart: ("collapse", "Verdicts on predictions"),
     samples.chart: ("samples", "Generated samples"),
+    timeline.chart: ("timeline", "Timeline"),
     compare.pareto_chart: ("compare-pareto", "Pareto fronts by study"),
     compare.vocab_chart: ("compare-vocab", "Vocabulary by study"),
     compare.curves_chart: ("compare-curves", "Learning curves by study"),

@@ -61,6 +61,10 @@ CONFIG_COLUMNS = ("tokenizer", "vocab_size", "d_model", "n_layers", "n_heads", "
                   "max_tokens", "max_bytes", "max_flops", "seed", "device")
 _INT_CONFIG = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch_size",
                "grad_accum", "max_tokens", "seed")
+#: Where and when a trial ran, as the runner records it (``runner.run_trial``): its worker
+#: process, the device it was admitted to (``gpu 0``, ``node 1a2b3c4d gpu 0``, ``cpu``), when
+#: that process took it up and when it was admitted (Unix seconds): the timeline's input.
+WHERE_AND_WHEN = ("pid", "placed_on", "started_at", "admitted_at")
 #: Evaluation keys with their own column in ``evals_frame`` (the rest of the JSON follows).
 EVAL_COLUMNS = ("trial_number", "step", "tokens", "val_bpb", "val_loss", "train_loss",
                 "unigram_gap", "peak_mem_bytes", "tokens_per_s", "elapsed_s")
@@ -259,7 +263,8 @@ def _columns(param_names: Mapping[str, Any]) -> list[str]:
             *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
             "vocab_actual", "fitted", "fitted_batch_size", "fitted_grad_accum", "retries",
             "retry_of", "carried_from", "copy_of", "budget_unit", "host", "slurm_job",
-            "run_dir", "datetime_start", "datetime_complete", "duration_s", "config_json"]
+            *WHERE_AND_WHEN, "run_dir", "datetime_start", "datetime_complete", "duration_s",
+            "config_json"]
 
 
 def plain_value(value: Any) -> Any:
@@ -320,6 +325,10 @@ def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dic
     row["budget_unit"] = attrs.get("budget_unit")  # tokens, bytes or flops (``lm.budget``)
     row["host"] = attrs.get("host")
     row["slurm_job"] = attrs.get("slurm_job")  # ARRAYJOB_TASK: set by the Slurm engine's tasks
+    row["pid"] = attrs.get("pid")
+    row["placed_on"] = attrs.get("placed_on")
+    for key in ("started_at", "admitted_at"):
+        row[key] = _number(attrs.get(key))
     row["run_dir"] = attrs.get("run_dir")
     row["datetime_start"] = start
     row["datetime_complete"] = end
@@ -350,13 +359,14 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     for key in METRIC_COLUMNS:
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
     ints = [*_INT_METRICS, *_INT_CONFIG, "vocab_actual", "fitted_batch_size",
-            "fitted_grad_accum", "retries", "retry_of", "copy_of", "max_bytes"]
+            "fitted_grad_accum", "retries", "retry_of", "copy_of", "max_bytes", "pid"]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():
             frame[key] = values.round().astype("Int64")
     frame["lr"] = pd.to_numeric(frame["lr"], errors="coerce").astype("float64")
-    frame["duration_s"] = pd.to_numeric(frame["duration_s"], errors="coerce").astype("float64")
+    for key in ("duration_s", "started_at", "admitted_at"):
+        frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
     frame["fitted"] = frame["fitted"].astype(bool)
     return frame
 

@@ -1,11 +1,13 @@
-"""``sweeps run``, ``sweeps worker``, ``sweeps status``, ``sweeps trials`` and ``sweeps demo``:
-each parses its options and calls the study service (``sweeps.study``, ``sweeps.plan``,
-``sweeps.workers``); what they print is here. A malformed spec or an unreachable database is one
-line and exit 2, before anything is created.
+"""``sweeps run``, ``sweeps worker``, ``sweeps status``, ``sweeps trials``, ``sweeps timeline``
+and ``sweeps demo``: each parses its options and calls the study service (``sweeps.study``,
+``sweeps.plan``, ``sweeps.workers``; the timeline is ``sweeps.charts.timeline``'s data); what
+they print is here. A malformed spec or an unreachable database is one line and exit 2, before
+anything is created.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from pathlib import Path
@@ -384,4 +386,54 @@ def trials(
                       "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
                       "-" if r["flops"] is None else f"{r['flops']:.3g}", *where,
                       plain(r["reason"] or ""))
+    wide_console().print(table)
+
+
+#: Cells of the strip that pictures each row of ``sweeps timeline`` across the study's span.
+STRIP_WIDTH = 40
+
+
+@app.command()
+def timeline(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.")],
+    storage: StorageOption = None,
+) -> None:
+    """One row per worker (host, Slurm task, device): its trials, busy time, utilisation (the
+    share of the study's span it ran a trial), waits before start, and a strip of when it ran,
+    coloured by outcome."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from sweeps import results
+    from sweeps.charts import outcome_color
+    from sweeps.charts import timeline as tl_mod
+    from sweeps.storage import resolve_storage_url
+
+    tl = tl_mod.data(results.study_frame(resolve_storage_url(storage, None), study_name))
+    queued = f"; {tl.queued} queued, not started" if tl.queued else ""
+    if tl.bars.empty:
+        console.print(plain(f"study {study_name}: no trial has started yet{queued}"),
+                      highlight=False)
+        return
+    rows = tl.rows
+    when = " to ".join(datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+                       for t in (tl.start, tl.end))
+    table = Table(box=None, padding=(0, 2), title_justify="left", title=plain(
+        f"study {study_name}: {len(tl.bars)} trials on {len(rows)} worker(s) over "
+        f"{tl_mod.duration(tl.span_s)} ({when}, local time); mean utilisation "
+        f"{tl_mod.share(rows['utilisation'].mean())}{queued}"))
+    for col in ("worker", "trials", "busy", "utilisation", "wait mean / longest", "outcomes",
+                "when it ran"):
+        table.add_column(col, overflow="fold")
+    for r in rows.itertuples():
+        cells = tl_mod.strip(tl, r.worker, STRIP_WIDTH)
+        picture = Text()
+        for outcome in cells:
+            picture.append("·" if outcome is None else "█",
+                           style=None if outcome is None else outcome_color(outcome))
+        table.add_row(plain(r.worker), f"{r.trials}" + (f" ({r.lanes} at once)" if r.lanes > 1
+                                                         else ""),
+                      tl_mod.duration(r.busy_s), tl_mod.share(r.utilisation),
+                      f"{tl_mod.duration(r.mean_wait_s)} / {tl_mod.duration(r.max_wait_s)}",
+                      plain(counts_text(r.outcomes)), picture)
     wide_console().print(table)

@@ -128,7 +128,10 @@ def _quality(p: dict[str, Any], rng: np.random.Generator) -> tuple[float, float,
 def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
               samples: dict[int, list[dict[str, str]]] | None = None,
               when: dict[str, str] | None = None,
-              outcomes: tuple[str, ...] = OUTCOMES) -> optuna.Study:
+              outcomes: tuple[str, ...] = OUTCOMES,
+              attrs: dict[int, dict[str, Any]] | None = None,
+              times: dict[int, tuple[datetime.datetime, datetime.datetime]] | None = None,
+              ) -> optuna.Study:
     """A study of ``n`` finished trials written to ``url``: the first ones have ``outcomes``
     (by default the nine that cover every outcome), the rest an outcome their values lead to.
 
@@ -137,6 +140,9 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
     (``{"d_ff": "attention == 'sdpa'"}``, read by ``sweeps.conditions``): a parameter whose
     condition fails for a trial's draw is not suggested (absent from its Optuna params and its
     ``sampled``), and its config holds ``TrainConfig``'s default, as ``sweeps.space`` does.
+    ``attrs`` sets (or, with None, removes) user attributes of given trial numbers (where and
+    when it ran: ``placed_on``, ``admitted_at``, ...), ``times`` their Optuna ``datetime_start``
+    and ``datetime_complete`` (local time, as Optuna stores them).
     """
     rng = np.random.default_rng(seed)
     storage = st.open_storage(url)
@@ -155,6 +161,12 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
         unset = _apply_conditions(p, conditions)
         outcome = outcomes[number] if number < len(outcomes) else None
         trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now, unset)
+        if number in (attrs or {}):
+            given = (attrs or {})[number]
+            trial.user_attrs = {**{k: v for k, v in trial.user_attrs.items() if k not in given},
+                                **{k: v for k, v in given.items() if v is not None}}
+        if number in (times or {}):
+            trial.datetime_start, trial.datetime_complete = (times or {})[number]
         trials.append(trial)
         evals.append(trial_evals)
         sample_rows.append((samples or {}).get(number, trial_samples))
@@ -199,14 +211,15 @@ def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
     if not trials:  # a study with no trial yet (an empty executemany inserts one bare row)
         return {}
 
-    def utc(d: datetime.datetime | None) -> datetime.datetime | None:
-        return None if d is None else d.astimezone(datetime.UTC).replace(tzinfo=None)
+    def local(d: datetime.datetime | None) -> datetime.datetime | None:
+        """As Optuna stores it: naive local time (an aware one converted to it)."""
+        return d if d is None or d.tzinfo is None else d.astimezone().replace(tzinfo=None)
 
     with storage.engine.begin() as conn:
         conn.execute(m.TrialModel.__table__.insert(), [
             {"number": number, "study_id": study_id, "state": t.state,
-             "datetime_start": utc(t.datetime_start),
-             "datetime_complete": utc(t.datetime_complete)}
+             "datetime_start": local(t.datetime_start),
+             "datetime_complete": local(t.datetime_complete)}
             for number, t in enumerate(trials)])
         table = m.TrialModel.__table__
         ids = dict(conn.execute(sa.select(table.c.number, table.c.trial_id).where(

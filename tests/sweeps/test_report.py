@@ -328,19 +328,20 @@ def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> No
     # No trial of this study was planned at a compute budget: no IsoFLOP section at all.
     assert [c.key for c in charts] == ["effects", "forest", "pareto", "compute", "vocab",
                                        "memory_map", "memory_pred", "curves", "parallel",
-                                       "importance", "collapse", "samples"]
+                                       "importance", "collapse", "samples", "timeline"]
     # Not an ablation: those sections are notes.
     assert all("Not an [ablation] study" in c.note for c in charts[:2])
     charts = charts[2:]
     drawn = [c for c in charts if c.key != "samples"]
-    assert all(c.figure is not None for c in drawn) and charts[-1].html
+    assert all(c.figure is not None for c in drawn)
+    assert next(c for c in charts if c.key == "samples").html
     assert "IsoFLOP" not in page
     # plotly.js inlined exactly once; nothing fetched from the network
     header = report.plotly.offline.get_plotlyjs()[:200]
     assert page.count(header) == 1 and page.count("* plotly.js v") == 1
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
-    assert page.count('class="chart"') == 9
-    assert page.count("Plotly.newPlot(") == 9
+    assert page.count('class="chart"') == 10
+    assert page.count("Plotly.newPlot(") == 10
     # the summary header
     assert "Study <code>small</code>" in page and small_url in page
     counts = data.trials["outcome"].value_counts()

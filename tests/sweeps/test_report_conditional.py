@@ -25,7 +25,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 ISSUE_SPACE = {"d_ff": "attention == 'sdpa'", "lr": "attention == 'naive'"}
 #: The sections of a random-search study's report (no compute budgets: no IsoFLOP fit).
 SECTIONS = ["effects", "forest", "pareto", "compute", "vocab", "memory_map", "memory_pred",
-            "curves", "parallel", "importance", "collapse", "samples"]
+            "curves", "parallel", "importance", "collapse", "samples", "timeline"]
 
 SECTIONS_ALWAYS = [k for k in SECTIONS if k != "vocab"]
 
@@ -79,7 +79,7 @@ def test_report_of_a_conditional_space_is_written_with_every_chart(issue_url: st
     assert "d_ff (" in chart.about and "lr (" in chart.about
     page = out.read_text()
     assert parallel.NOT_SET in page and "could not be drawn" not in page
-    assert page.count('class="chart"') == 9
+    assert page.count('class="chart"') == 10
 
 
 def test_sweeps_report_of_a_conditional_space_exits_0(issue_url: str, tmp_path: Path) -> None:
@@ -210,7 +210,7 @@ def test_a_chart_that_raises_is_left_out_with_a_note_and_the_rest_is_written(
     assert all(c.figure is not None or c.html for c in charts
                if c.key not in ("parallel", "effects", "forest"))
     page = out.read_text()
-    assert page.count('class="chart"') == 8  # the nine drawn charts but parallel coordinates
+    assert page.count('class="chart"') == 9  # the ten drawn charts but parallel coordinates
     assert ("Parallel coordinates: left out, could not be drawn: ValueError: zero-size array "
             "to reduction operation minimum which has no identity</p>") in page
     assert "second line" not in page
@@ -240,7 +240,7 @@ def test_a_figure_that_cannot_be_written_is_left_out_with_a_note(
     assert curves.error == "TypeError: Object of type Timestamp is not JSON serializable"
     assert curves.figure is None and curves.about == report.LEFT_OUT
     assert [c.key for c in charts if c.error] == ["curves"]
-    assert text.count('class="chart"') == 8 and "Learning curves: left out" in text
+    assert text.count('class="chart"') == 9 and "Learning curves: left out" in text
 
 
 def test_every_chart_has_a_name_for_its_note(issue_url: str) -> None:
