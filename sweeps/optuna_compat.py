@@ -12,7 +12,8 @@ has no rename API: one UPDATE of its ``studies`` table, inside the caller's tran
 which system attributes hold a trial's constraints, the base class of the heartbeat retry
 callback (renamed across versions), the schema revisions Optuna ships (an old schema told from a
 newer one) and the table of each of Optuna's records (the report, ``sweeps status`` and
-``sweeps.lifecycle`` read them with plain SQL). Nothing outside this module touches a private
+``sweeps.lifecycle`` read them with plain SQL), and naming a study's objectives (public, but
+experimental: it warns). Nothing outside this module touches a private
 name of Optuna's (``tests/test_conventions.py`` keeps it so).
 ``tests/sweeps/test_optuna_compat.py`` fails loudly when an Optuna release changes any of them.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,18 @@ def running_trials(conn: sa.Connection, study_id: int) -> int:
     t = TRIALS_TABLE
     return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(
         t.c.study_id == study_id, t.c.state == TrialState.RUNNING)).scalar_one())
+
+
+def set_metric_names(study: optuna.Study, names: Sequence[str]) -> None:
+    """Name the study's objectives for Optuna's own tools (optuna-dashboard, ``optuna trials``,
+    ``optuna.visualization``), which otherwise say "Objective 0": ``Study.set_metric_names``,
+    public but marked experimental (it warns on every call). Written only when they differ, so
+    a process opening the study writes nothing when they are set already."""
+    if study.metric_names == list(names):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(names))
 
 
 def quiet_optuna() -> None:

@@ -143,9 +143,9 @@ _IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
 
 def create_or_resume(spec: StudySpec, storage: RDBStorage, *, n_trials: int | None = None,
                      carry: CarryPlan | None = None) -> tuple[optuna.Study, bool]:
-    """The study named by the spec: created (spec stored, ``carry``'s trials of an older study
-    added and ``[[enqueue]]``/ablation trials queued, each once), or resumed after checking the
-    stored spec agrees. Returns (study, created)."""
+    """The study named by the spec: created (spec stored, its objectives named, ``carry``'s
+    trials of an older study added and ``[[enqueue]]``/ablation trials queued, each once), or
+    resumed after checking the stored spec agrees. Returns (study, created)."""
     name = spec.name
     # The creator is the process whose create_study succeeded: of several started at once, the
     # others see DuplicatedStudyError and resume.
@@ -170,6 +170,7 @@ def create_or_resume(spec: StudySpec, storage: RDBStorage, *, n_trials: int | No
                                   f"{spec.source or 'this spec'}; restore it, or give the study "
                                   "a new name")
     study.set_user_attr(SPEC_ATTR, current)
+    optuna_compat.set_metric_names(study, spec.study.metrics)  # "val_bpb", not "Objective 0"
     # The latest run's target, so workers joining later stop at the same count.
     study.set_user_attr(N_TRIALS_ATTR, int(n_trials if n_trials is not None
                                            else spec.study.n_trials))
@@ -220,16 +221,20 @@ def offset_seed(seed: int, offset: int) -> int:
 
 def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
                      seed_offset: int = 0) -> optuna.Study:
-    """The study with the spec's sampler and pruner; ``seed_offset`` keeps a resumed or joining
-    process from replaying the random draws of the first one."""
+    """The study with the spec's sampler and pruner, its objectives named as the spec names them
+    (Optuna's metric names); ``seed_offset`` keeps a resumed or joining process from replaying
+    the random draws of the first one."""
     if spec.study.seed is not None and seed_offset:
         seed = offset_seed(spec.study.seed, seed_offset)
         spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, seed=seed))
     from optuna.trial import Trial
 
     constraints = None if hasattr(Trial, "set_constraint") else constraints_from_attrs
-    return optuna.load_study(study_name=spec.name, storage=storage,
-                             sampler=make_sampler(spec, constraints), pruner=make_pruner(spec))
+    study = optuna.load_study(study_name=spec.name, storage=storage,
+                              sampler=make_sampler(spec, constraints), pruner=make_pruner(spec))
+    # A study created before the tool named its metrics gets them from any process that runs it.
+    optuna_compat.set_metric_names(study, spec.study.metrics)
+    return study
 
 
 def recover_local(storage: RDBStorage, study: optuna.Study, max_retries: int) -> list[int]:
