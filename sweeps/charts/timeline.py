@@ -14,7 +14,8 @@ place its task. A row's utilisation is the share of the study's span (the first 
 last ended) during which at least one trial ran on it. Optuna stores its datetimes as the
 worker's local time without a zone; they are read as this machine's local time (as Optuna's
 own tools do), the recorded Unix times as they are. Trials carried from another study
-(``carried_from``) did not run here; queued ones have not started: neither has a bar.
+(``carried_from``) did not run here, a copy of an earlier trial's result (``copy_of``) did not
+train, and queued ones have not started: none has a bar.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def data(trials: pd.DataFrame, now: float | None = None) -> Timeline:
     queued = int((trials["outcome"] == outcomes.WAITING).sum())
     found = []
     for _, t in trials.iterrows():
-        if _given(t.get("carried_from")):
+        if _given(t.get("carried_from")) or _given(t.get("copy_of")):
             continue
         asked = _epoch(t.get("datetime_start"))
         began = next((float(v) for v in (t.get("admitted_at"), t.get("started_at"))
@@ -182,8 +183,8 @@ def chart(results: StudyResults) -> Chart:
     waits = bars[bars["wait_s"] > 0]
     if len(waits):
         fig.add_trace(go.Bar(
-            orientation="h", y=waits["y"] - 0.3, base=_dates(waits["asked"]),
-            x=waits["wait_s"] * 1000, width=0.12, name="waiting", marker_color=WAIT_COLOR,
+            orientation="h", y=waits["y"] - 0.43, base=_dates(waits["asked"]),
+            x=waits["wait_s"] * 1000, width=0.1, name="waiting", marker_color=WAIT_COLOR,
             text=[f"trial {n}: waited {duration(w)}" for n, w in zip(
                 waits["number"], waits["wait_s"], strict=True)],
             textposition="none", hovertemplate="%{text}<extra></extra>"))

@@ -27,6 +27,7 @@ PLAN = {
     4: ("timeout", {"host": "n2", "placed_on": "cpu", "slurm_job": "77_3"}, 150, 150, 400),
     5: ("complete", {"host": "h1", "placed_on": "gpu 0", "carried_from": "base#3"}, 0, 0, 1),
     6: ("crashed", {"host": "h3", "pid": 99, "placed_on": None}, 30, 30, 130),  # no admission
+    7: ("complete", {"host": "h1", "pid": 7, "placed_on": None, "copy_of": 0}, 390, 390, 391),
 }
 GPU0, GPU1, SLURM, PROCESS = "h1 · gpu 0", "h1 · gpu 1", "n2 · slurm 77_3 · cpu", "h3 · pid 99"
 
@@ -63,6 +64,7 @@ def test_one_row_per_worker_in_the_order_they_began(frame: pd.DataFrame) -> None
     assert (tl.start, tl.end, tl.span_s) == (T0, T0 + 400, 400)
     bars = tl.bars.set_index("number")
     assert 5 not in bars.index  # carried from another study: it did not run here
+    assert 7 not in bars.index  # a copy of trial 0's result: it did not train
     assert bars.loc[1, "worker"] == GPU0 and bars.loc[4, "worker"] == SLURM
     assert not bars["running"].any() and tl.queued == 0
 
