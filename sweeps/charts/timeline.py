@@ -24,7 +24,9 @@ import datetime
 import itertools
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,7 +65,7 @@ class Timeline:
         return 0.0 if self.start is None or self.end is None else self.end - self.start
 
 
-def worker_of(trial: pd.Series) -> str:
+def worker_of(trial: Mapping[str, Any]) -> str:
     """The row a trial ran on: host, Slurm task, device (or the worker process)."""
     parts = [str(trial["host"])] if _given(trial.get("host")) else []
     if _given(trial.get("slurm_job")):
@@ -81,7 +83,7 @@ def data(trials: pd.DataFrame, now: float | None = None) -> Timeline:
     now = time.time() if now is None else now
     queued = int((trials["outcome"] == outcomes.WAITING).sum())
     found = []
-    for _, t in trials.iterrows():
+    for t in trials.to_dict("records"):  # plain dicts: iterrows is ~10x slower
         if _given(t.get("carried_from")) or _given(t.get("copy_of")):
             continue
         asked = _epoch(t.get("datetime_start"))
@@ -97,25 +99,30 @@ def data(trials: pd.DataFrame, now: float | None = None) -> Timeline:
                       "reason": t.get("reason"), "worker": worker_of(t), "lane": 0,
                       "asked": asked, "began": began, "ended": ended,
                       "wait_s": began - asked, "run_s": ended - began, "running": running})
-    bars = pd.DataFrame(found, columns=list(BAR_COLUMNS))
-    if bars.empty:
-        return Timeline(bars, pd.DataFrame(columns=list(ROW_COLUMNS)), None, None, queued)
-    bars = bars.sort_values(["began", "number"]).reset_index(drop=True)
-    start, end = float(bars["asked"].min()), float(bars["ended"].max())
+    if not found:
+        return Timeline(pd.DataFrame(columns=list(BAR_COLUMNS)),
+                        pd.DataFrame(columns=list(ROW_COLUMNS)), None, None, queued)
+    found.sort(key=lambda b: (b["began"], b["number"]))
+    start, end = min(b["asked"] for b in found), max(b["ended"] for b in found)
+    by_worker: dict[str, list[dict]] = {}
+    for bar in found:
+        by_worker.setdefault(bar["worker"], []).append(bar)
     rows = []
-    for worker, part in bars.groupby("worker", sort=False):
-        lanes = _lanes(part)
-        bars.loc[part.index, "lane"] = lanes
-        busy = _union(part["began"].to_numpy(), part["ended"].to_numpy())
-        counts = part["outcome"].value_counts()
-        rows.append({"worker": worker, "trials": len(part), "lanes": max(lanes) + 1,
-                     "busy_s": busy,
+    for worker, part in by_worker.items():  # in the order each first began a trial
+        for bar, lane in zip(part, _lanes(part), strict=True):
+            bar["lane"] = lane
+        busy = _union([b["began"] for b in part], [b["ended"] for b in part])
+        waits = [b["wait_s"] for b in part]
+        counts: dict[str, int] = {}
+        for bar in part:
+            counts[bar["outcome"]] = counts.get(bar["outcome"], 0) + 1
+        rows.append({"worker": worker, "trials": len(part),
+                     "lanes": max(b["lane"] for b in part) + 1, "busy_s": busy,
                      "utilisation": busy / (end - start) if end > start else math.nan,
-                     "mean_wait_s": float(part["wait_s"].mean()),
-                     "max_wait_s": float(part["wait_s"].max()),
-                     "outcomes": {o: int(counts[o]) for o in outcome_order(counts.index)}})
-    bars["lane"] = bars["lane"].astype(int)
-    return Timeline(bars, pd.DataFrame(rows, columns=list(ROW_COLUMNS)), start, end, queued)
+                     "mean_wait_s": sum(waits) / len(waits), "max_wait_s": max(waits),
+                     "outcomes": {o: counts[o] for o in outcome_order(counts)}})
+    return Timeline(pd.DataFrame(found, columns=list(BAR_COLUMNS)),
+                    pd.DataFrame(rows, columns=list(ROW_COLUMNS)), start, end, queued)
 
 
 def strip(tl: Timeline, worker: str, width: int) -> list[str | None]:
@@ -233,21 +240,21 @@ def _dates(seconds: pd.Series) -> list[datetime.datetime]:
     return [datetime.datetime.fromtimestamp(s) for s in seconds]
 
 
-def _lanes(part: pd.DataFrame) -> list[int]:
-    """A lane per bar (in ``part``'s order, sorted by began): the first whose last bar ended."""
+def _lanes(part: list[dict]) -> list[int]:
+    """A lane per bar (``part`` sorted by began): the first lane whose last bar has ended."""
     free: list[float] = []  # each lane's last end
     lanes = []
-    for began, ended in zip(part["began"], part["ended"], strict=True):
-        lane = next((i for i, last in enumerate(free) if last <= began), len(free))
+    for bar in part:
+        lane = next((i for i, last in enumerate(free) if last <= bar["began"]), len(free))
         if lane == len(free):
-            free.append(ended)
+            free.append(bar["ended"])
         else:
-            free[lane] = ended
+            free[lane] = bar["ended"]
         lanes.append(lane)
     return lanes
 
 
-def _union(began: np.ndarray, ended: np.ndarray) -> float:
+def _union(began: list[float], ended: list[float]) -> float:
     """Seconds covered by at least one of the intervals."""
     total, reach = 0.0, -math.inf
     for lo, hi in sorted(zip(began, ended, strict=True)):

@@ -204,7 +204,7 @@ def test_a_two_thousand_trial_report_opens_and_renders(
     started = time.perf_counter()
     dom = open_in_chromium(chromium, out, tmp_path)
     opened = time.perf_counter() - started
-    assert_rendered(dom, 9)  # every chart, collapse and compute included (scaling: a note)
+    assert_rendered(dom, 10)  # every chart, collapse, compute and timeline (scaling: a note)
     assert dom.count("<tr>") > 30  # the samples table, thinned
     print(f"\n2,000 trials: `sweeps report` {built:.1f} s (with interpreter start), "
           f"{out.stat().st_size / 2**20:.2f} MiB; opened and rendered by Chromium in "
