@@ -275,17 +275,30 @@ def copy_study_rows(source: sa.Connection, target: sa.Connection, study_id: int,
             rows = source.execute(sa.select(owned.table).where(owned.parent_column.in_(chunk))
                                   .order_by(*owned.table.primary_key.columns)).mappings().all()
             for batch in _batches(rows):
-                values = [{**_without_id(owned.table, r), key: parents[r[key]]} for r in batch]
-                written += len(values)
-                if owned.own_id is None:
-                    target.execute(owned.table.insert(), values)
-                    continue
-                new = target.execute(owned.table.insert().returning(
-                    owned.own_id, sort_by_parameter_order=True), values).scalars().all()
-                mapping.update(zip((r[owned.own_id.name] for r in batch), new, strict=True))
+                target.execute(owned.table.insert(), [
+                    {**_without_id(owned.table, r), key: parents[r[key]]} for r in batch])
+            written += len(rows)
+            if owned.own_id is not None:
+                mapping.update(_new_ids(target, owned, [parents[p] for p in chunk],
+                                        [r[owned.own_id.name] for r in rows]))
         if owned.own_id is not None:
             ids[owned.table] = mapping
     return CopiedStudy(new_id, ids.get(TRIALS_TABLE, {}), written)
+
+
+def _new_ids(target: sa.Connection, owned: _Owned, new_parents: list[int],
+             old: list[int]) -> dict[int, int]:
+    """{old id: new id} of the rows just inserted under ``new_parents``, in ``old``'s order:
+    the parents are this transaction's own (no one else's rows hang under them yet) and the
+    database numbers one connection's inserts in the order they are sent, so the new ids in
+    order are the old rows in order. (A batched ``INSERT ... RETURNING`` would say the same,
+    but SQLAlchemy sends it one row at a time on SQLite to keep the order.)"""
+    assert owned.own_id is not None
+    new = target.execute(sa.select(owned.own_id).where(owned.parent_column.in_(new_parents))
+                         .order_by(owned.own_id)).scalars().all()
+    if len(new) != len(old):
+        raise RuntimeError(f"copied {len(old)} rows of {owned.table.name}, found {len(new)}")
+    return dict(zip(old, new, strict=True))
 
 
 def delete_study_rows(conn: sa.Connection, study_id: int) -> None:
