@@ -275,7 +275,7 @@ def copy_study_rows(source: sa.Connection, target: sa.Connection, study_id: int,
             rows = source.execute(sa.select(owned.table).where(owned.parent_column.in_(chunk))
                                   .order_by(*owned.table.primary_key.columns)).mappings().all()
             for batch in _batches(rows):
-                target.execute(owned.table.insert(), [
+                insert_rows(target, owned.table, [
                     {**_without_id(owned.table, r), key: parents[r[key]]} for r in batch])
             written += len(rows)
             if owned.own_id is not None:
@@ -310,6 +310,13 @@ def delete_study_rows(conn: sa.Connection, study_id: int) -> None:
     done = conn.execute(STUDIES_TABLE.delete().where(STUDIES_TABLE.c.study_id == study_id))
     if done.rowcount != 1:
         raise RuntimeError(f"deleting study id {study_id} removed {done.rowcount} rows")
+
+
+def insert_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``rows`` (a batch: at most ``COPY_BATCH``, every row with the same keys) in one
+    ``executemany``."""
+    if rows:
+        conn.execute(table.insert(), list(rows))
 
 
 def _without_id(table: sa.Table, row: Any) -> dict[str, Any]:

@@ -250,8 +250,7 @@ def copy_study_rows(source: sa.Connection, target: sa.Connection, study: str, ne
                        "trial_number": trial_ids[r["trial_number"]][0],
                        "trial_id": trial_ids[r["trial_number"]][1]}
                       for r in rows if r["trial_number"] in trial_ids]
-            if values:
-                target.execute(table.insert(), values)
+            optuna_compat.insert_rows(target, table, values)
             copied += len(values)
     return copied
 
