@@ -12,7 +12,12 @@ has no rename API: one UPDATE of its ``studies`` table, inside the caller's tran
 which system attributes hold a trial's constraints, the base class of the heartbeat retry
 callback (renamed across versions), the schema revisions Optuna ships (an old schema told from a
 newer one) and the table of each of Optuna's records (the report, ``sweeps status`` and
-``sweeps.lifecycle`` read them with plain SQL). Nothing outside this module touches a private
+``sweeps.lifecycle`` read them with plain SQL). And for ``sweeps copy``/``delete``/``status``
+on large studies: a study's rows copied and deleted with plain SQL inside the caller's one
+transaction (the tables read off Optuna's models and their foreign keys), a copied trial failed
+and re-queued inside that transaction (Optuna's per-attribute writer and new-trial builder on a
+session of the caller's connection), the trials a summary counts read without loading them
+whole, and the Pareto front of given trials. Nothing outside this module touches a private
 name of Optuna's (``tests/test_conventions.py`` keeps it so).
 ``tests/sweeps/test_optuna_compat.py`` fails loudly when an Optuna release changes any of them.
 """
