@@ -97,8 +97,10 @@ def main() -> None:
                           capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"lifecycle commands on a {args.trials:,}-trial study, code {args.code}"
-              f"{f' ({head})' if head else ''}: wall seconds and peak MiB of each process")
+              f"{f' ({head})' if head else ''}: wall seconds and peak MiB of each process "
+              f"(load average {load} on {os.cpu_count()} CPUs)")
         print(f"  {'storage':<11} {'command':<7} {'seconds':>8} {'peak MiB':>9}")
         for label, url, drop in bench_storages(f"sqlite:///{tmp / 'big.db'}"):
             try:
