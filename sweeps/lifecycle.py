@@ -11,7 +11,9 @@ them), except ``delete --delete-runs``, which removes ``DIR/<study>``.
 
 Each refuses, with one line and nothing changed: a missing study, a new name that exists or is
 not a valid study name (the spec's rules), and a study with RUNNING trials (its workers would
-lose their study under them) unless ``force``. A copy that fails half way is removed again.
+lose their study under them) unless ``force``. Each is one transaction
+(``storage.write_transaction``): killed at any point (``kill -9`` included), a copy leaves no
+study of the new name and a delete leaves the study whole, and running it again does all of it.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from optuna.trial import TrialState
 
 from lm.errors import SweepsError
 from sweeps import optuna_compat, records
 from sweeps import storage as st
-from sweeps.liveness import fail_and_requeue
+from sweeps.liveness import failed_attrs, requeue_template
 from sweeps.spec.values import MAX_NAME_LENGTH, STUDY_NAME
 
 #: The study user attribute that holds the spec (``sweeps.workers.SPEC_ATTR``, not imported:
@@ -133,11 +136,11 @@ def renamed_spec(spec: Any, new: str) -> Any:
 def delete_study(url: str, name: str, *, force: bool = False, runs_dir: Path | None = None,
                  delete_runs: bool = False,
                  confirm: Callable[[str], bool] | None = None) -> Outcome:
-    """Delete study ``name``: its ``sweeps_`` rows, then Optuna's (one call), then, with
-    ``delete_runs``, ``runs_dir/<name>``. ``confirm(question)`` is asked after every check
-    (None: no question); a no deletes nothing."""
-    import optuna
-
+    """Delete study ``name``: Optuna's rows and its ``sweeps_`` rows in one transaction (a
+    delete killed half way leaves the study whole), then, with ``delete_runs``, only once that
+    committed, ``runs_dir/<name>``. ``confirm(question)`` is asked after every check (None: no
+    question); a no deletes nothing. The checks are made again inside the transaction: the
+    question waits on a person, the transaction on nobody."""
     if delete_runs and runs_dir is None:
         raise SweepsError("--delete-runs needs --runs-dir DIR (a study's runs are under "
                           "DIR/<study>)")
@@ -153,9 +156,13 @@ def delete_study(url: str, name: str, *, force: bool = False, runs_dir: Path | N
                     + (f" and its runs {run_dirs}" if run_dirs else "") + "?")
         if confirm is not None and not confirm(question):
             raise SweepsError(f"not confirmed: study {name!r} was not deleted")
-        # The project's rows first: rows left behind would join a later study of the same name.
-        records.delete_study_records(rdb, name)
-        optuna.delete_study(study_name=name, storage=rdb)
+        with st.write_transaction(rdb.engine) as conn:
+            study_id = _study_id(conn, name, shown, lock=True)
+            _check_not_running(conn, study_id, name, "deleting it", force)
+            trials = _trial_count(conn, study_id)
+            # The project's rows too: rows left behind would join a later study of the name.
+            records.delete_study_rows(conn, name)
+            optuna_compat.delete_study_rows(conn, study_id)
     finally:
         rdb.engine.dispose()
     if run_dirs is not None and run_dirs.exists():
@@ -186,7 +193,7 @@ def rename_study(url: str, name: str, new: str, *, force: bool = False) -> Outco
     shown = st.mask_url(url)
     rdb = _open(url)
     try:
-        with rdb.engine.begin() as conn:
+        with st.write_transaction(rdb.engine) as conn:
             study_id = _study_id(conn, name, shown, lock=True)
             if _exists(conn, new):
                 raise SweepsError(f"study {new!r} already exists in {shown}; pick another name "
@@ -195,12 +202,7 @@ def rename_study(url: str, name: str, new: str, *, force: bool = False) -> Outco
             _check_not_running(conn, study_id, name, "renaming it", force)
             trials = _trial_count(conn, study_id)
             optuna_compat.rename_study(conn, study_id, new)
-            attrs = optuna_compat.STUDY_USER_ATTRS_TABLE
-            stored = conn.execute(sa.select(attrs.c.value_json).where(
-                attrs.c.study_id == study_id, attrs.c.key == SPEC_ATTR)).scalar()
-            if stored is not None:
-                optuna_compat.set_study_user_attr(conn, study_id, SPEC_ATTR,
-                                                  renamed_spec(json.loads(stored), new))
+            _rename_spec(conn, study_id, new)
             records.rename_study_records(conn, name, new)
     except sa.exc.IntegrityError:
         raise SweepsError(f"study {new!r} already exists in {shown} (created just now); pick "
@@ -215,69 +217,75 @@ def rename_study(url: str, name: str, new: str, *, force: bool = False) -> Outco
 
 def copy_study(url: str, name: str, new: str, *, to_url: str | None = None,
                force: bool = False) -> Outcome:
-    """Copy study ``name`` to ``new`` (in ``to_url``, default the same database) with Optuna's
-    ``copy_study`` (trials, attributes, directions), the spec renamed, and the evaluations and
-    samples of every trial. With ``force``, a study with RUNNING trials is copied too: in the
-    copy those trials are failed and queued again (their run goes on in the source only)."""
+    """Copy study ``name`` to ``new`` (in ``to_url``, default the same database) in one
+    transaction on the target: Optuna's rows (trials, values, parameters, attributes,
+    directions, intermediate values, heartbeats: ``optuna_compat.copy_study_rows``), the spec
+    renamed, and the evaluations and samples of every trial. Killed half way, the target holds
+    no study ``new`` and a second run copies it whole. Across databases the source is read in
+    one read transaction (one moment of it). With ``force``, a study with RUNNING trials is
+    copied too: in the copy those trials are failed and queued again (their run goes on in the
+    source only)."""
     check_name(new)
     shown, target_shown = st.mask_url(url), st.mask_url(to_url or url)
     source = _open(url)
     target = source if to_url is None else st.open_storage(to_url)
     try:
-        with source.engine.connect() as conn:
-            study_id = _study_id(conn, name, shown)
-            _check_not_running(conn, study_id, name, "copying it", force)
-        with target.engine.connect() as conn:
-            if _exists(conn, new):
-                raise SweepsError(f"study {new!r} already exists in {target_shown}; pick another "
-                                  f"name or delete it first (`sweeps delete {new}`)")
-            _check_case_clash(conn, new, target_shown)
-        trials, rows, requeued = _copy(source, name, target, new)
+        with contextlib.ExitStack() as stack:
+            dst = stack.enter_context(st.write_transaction(target.engine))
+            src = dst if to_url is None else stack.enter_context(
+                st.read_transaction(source.engine))
+            study_id = _study_id(src, name, shown, lock=to_url is None)
+            running = _running_ids(src, study_id)
+            _check_not_running(src, study_id, name, "copying it", force)
+            if _exists(dst, new):
+                raise SweepsError(f"study {new!r} already exists in {target_shown}; pick "
+                                  f"another name or delete it first (`sweeps delete {new}`)")
+            _check_case_clash(dst, new, target_shown)
+            copied = optuna_compat.copy_study_rows(src, dst, study_id, new)
+            _rename_spec(dst, copied.study_id, new)
+            numbers = _numbers(dst, copied.study_id)
+            ids = {numbers[i]: (numbers[i], i) for i in copied.trial_ids.values()}
+            rows = records.copy_study_rows(src, dst, name, new, ids)
+            for old_id in running:
+                # Built from the source's trial (read outside this transaction, which alone
+                # sees the copy); the copy's trial has the same number, parameters, attributes.
+                template = requeue_template(source.get_trial(old_id), max_retries=None)
+                optuna_compat.fail_and_requeue_in(
+                    dst, target, copied.study_id, copied.trial_ids[old_id],
+                    failed_attrs(f"copied from study {name!r} while running; its run went on "
+                                 "there"), template)
+    except sa.exc.IntegrityError:
+        raise SweepsError(f"study {new!r} already exists in {target_shown} (created just now); "
+                          "pick another name") from None
     finally:
         source.engine.dispose()
         target.engine.dispose()
-    return Outcome(name, trials, target_shown, new=new, rows=rows, requeued=requeued)
+    return Outcome(name, len(copied.trial_ids), target_shown, new=new, rows=rows,
+                   requeued=len(running))
 
 
-def _copy(source: Any, name: str, target: Any, new: str) -> tuple[int, int, int]:
-    """(trials, sweeps_ rows, re-queued trials) of the copy; a failed copy is removed again."""
-    import optuna
+def _running_ids(conn: sa.Connection, study_id: int) -> list[int]:
+    t = optuna_compat.TRIALS_TABLE
+    return list(conn.execute(sa.select(t.c.trial_id).where(
+        t.c.study_id == study_id, t.c.state == TrialState.RUNNING).order_by(t.c.number)
+    ).scalars())
 
-    optuna_compat.quiet_optuna()
-    try:
-        optuna.copy_study(from_study_name=name, from_storage=source, to_storage=target,
-                          to_study_name=new)
-    except optuna.exceptions.DuplicatedStudyError:
-        raise SweepsError(f"study {new!r} already exists in {st.mask_url(_url(target))} "
-                          "(created just now); pick another name") from None
-    except BaseException:
-        # Optuna creates the new study before it copies anything: a copy that fails midway
-        # (a damaged source value) left a half study under the new name.
-        with contextlib.suppress(KeyError):
-            optuna.delete_study(study_name=new, storage=target)
-        raise
-    try:
-        copied = optuna.load_study(study_name=new, storage=target)
-        spec = copied.user_attrs.get(SPEC_ATTR)
-        if spec is not None:
-            copied.set_user_attr(SPEC_ATTR, renamed_spec(spec, new))
-        old = sorted(optuna.load_study(study_name=name, storage=source).get_trials(
-            deepcopy=False), key=lambda t: t.number)
-        mine = sorted(copied.get_trials(deepcopy=False), key=lambda t: t.number)
-        ids = {o.number: (m.number, optuna_compat.trial_id(m))
-               for o, m in zip(old, mine, strict=True)}
-        rows = records.copy_study_records(source, name, target, new, ids)
-        requeued = 0
-        for t in mine:
-            if t.state == optuna.trial.TrialState.RUNNING:
-                requeued += fail_and_requeue(
-                    target, copied, t, max_retries=None,
-                    reason=f"copied from study {name!r} while running; its run went on there")
-        return len(mine), rows, requeued
-    except BaseException:
-        records.delete_study_records(target, new)
-        optuna.delete_study(study_name=new, storage=target)
-        raise
+
+def _numbers(conn: sa.Connection, study_id: int) -> dict[int, int]:
+    """{trial id: number} of a study's trials."""
+    t = optuna_compat.TRIALS_TABLE
+    return dict(conn.execute(sa.select(t.c.trial_id, t.c.number).where(
+        t.c.study_id == study_id)).all())
+
+
+def _rename_spec(conn: sa.Connection, study_id: int, new: str) -> None:
+    """The stored spec's ``[study] name`` set to ``new``, inside the caller's transaction."""
+    attrs = optuna_compat.STUDY_USER_ATTRS_TABLE
+    stored = conn.execute(sa.select(attrs.c.value_json).where(
+        attrs.c.study_id == study_id, attrs.c.key == SPEC_ATTR)).scalar()
+    if stored is not None:
+        optuna_compat.set_study_user_attr(conn, study_id, SPEC_ATTR,
+                                          renamed_spec(json.loads(stored), new))
 
 
 def _url(rdb: Any) -> str:

@@ -58,20 +58,36 @@ REQUEUE_KEEPS = ("confirms",)
 def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None) -> bool:
     """Queue ``trial``'s parameters again as a WAITING trial; False when it already was
     re-queued ``max_retries`` times."""
+    template = requeue_template(trial, max_retries=max_retries)
+    if template is None:
+        return False
+    study.add_trial(template)
+    return True
+
+
+def requeue_template(trial: FrozenTrial, *, max_retries: int | None) -> FrozenTrial | None:
+    """The WAITING trial that runs ``trial``'s parameters again (None when it already was
+    re-queued ``max_retries`` times): the one definition of a retry, for ``requeue`` and for a
+    copy's running trials (``sweeps.lifecycle``, inside its transaction)."""
     history = [*trial.system_attrs.get("retry_history", []), trial.number]
     if max_retries is not None and len(history) > max_retries:
-        return False
+        return None
     system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
     # What the trial is, not what its run did, stays with the retry (a confirmation's link).
     kept = {k: trial.user_attrs[k] for k in REQUEUE_KEEPS if k in trial.user_attrs}
-    study.add_trial(optuna.trial.create_trial(
+    return optuna.trial.create_trial(
         state=TrialState.WAITING,
         params=trial.params,
         distributions=trial.distributions,
         user_attrs={**kept, "retries": len(history), "retry_of": history[0]},
         system_attrs=system_attrs,
-    ))
-    return True
+    )
+
+
+def failed_attrs(reason: str | None = None) -> dict[str, str]:
+    """The user attributes of a trial failed because its worker is gone."""
+    return {"outcome": outcomes.CRASHED,
+            "reason": reason or "its worker process ended without finishing it"}
 
 
 @contextlib.contextmanager
@@ -181,10 +197,9 @@ def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *
     study_obj = study if isinstance(study, optuna.Study) else optuna.load_study(
         study_name=study, storage=storage)
     trial_id = optuna_compat.trial_id(trial)
-    why = reason or "its worker process ended without finishing it"
     try:
-        storage.set_trial_user_attr(trial_id, "outcome", outcomes.CRASHED)
-        storage.set_trial_user_attr(trial_id, "reason", why)
+        for key, value in failed_attrs(reason).items():
+            storage.set_trial_user_attr(trial_id, key, value)
         if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
             return False
     except optuna.exceptions.UpdateFinishedTrialError:

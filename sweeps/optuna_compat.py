@@ -13,25 +13,34 @@ which system attributes hold a trial's constraints, the base class of the heartb
 callback (renamed across versions), the schema revisions Optuna ships (an old schema told from a
 newer one) and the table of each of Optuna's records (the report, ``sweeps status`` and
 ``sweeps.lifecycle`` read them with plain SQL), and naming a study's objectives (public, but
-experimental: it warns). Nothing outside this module touches a private
+experimental: it warns). And for ``sweeps copy``/``delete``/``status``
+on large studies: a study's rows copied and deleted with plain SQL inside the caller's one
+transaction (the tables read off Optuna's models and their foreign keys), a copied trial failed
+and re-queued inside that transaction (Optuna's per-attribute writer and new-trial builder on a
+session of the caller's connection), the trials a summary counts read without loading them
+whole, and the Pareto front of given trials. Nothing outside this module touches a private
 name of Optuna's (``tests/test_conventions.py`` keeps it so).
 ``tests/sweeps/test_optuna_compat.py`` fails loudly when an Optuna release changes any of them.
 """
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy as sa
+import sqlalchemy.orm
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
-from optuna.trial import TrialState, create_trial
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from sweeps.text import storable, storable_value
 
@@ -198,3 +207,233 @@ def set_metric_names(study: optuna.Study, names: Sequence[str]) -> None:
 def quiet_optuna() -> None:
     """Optuna's INFO lines (a trial finished, a study created) off: the CLI says what matters."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+# --- a study's rows, copied and deleted with plain SQL ------------------------------------------
+
+#: Rows per ``executemany`` (and trials per read) of a copy: a 3,000-trial study is some hundreds
+#: of statements, not one (or several) per trial and attribute as through Optuna's API.
+COPY_BATCH = 500
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """One of Optuna's tables that holds a study's rows: its column that points at the parent
+    row (a study, or a trial), the parent table, and its own id column where another table
+    points at its rows (a trial's id), else None."""
+
+    table: sa.Table
+    parent_column: sa.Column
+    parent: sa.Table
+    own_id: sa.Column | None
+
+
+def study_tables() -> list[_Owned]:
+    """Optuna's tables of a study's rows, parents first, read off its ORM models' foreign keys
+    (not a list kept here): every table but ``studies`` and the ones that point at nothing
+    (``version_info``). An Optuna release whose tables no longer form that tree (a row with two
+    parents) is refused loudly, never copied half."""
+    tables = models.BaseModel.metadata.sorted_tables
+    referenced = {fk.column.table for t in tables for fk in t.foreign_keys}
+    reached = {STUDIES_TABLE}
+    out = []
+    for table in tables:
+        if table is STUDIES_TABLE or not table.foreign_keys:
+            continue
+        fks = list(table.foreign_keys)
+        parent = fks[0].column.table
+        if len(fks) != 1 or parent not in reached or not fks[0].column.primary_key:
+            raise RuntimeError(f"Optuna's table {table.name} is not a child of one study or "
+                               f"trial row (foreign keys: {[str(f.column) for f in fks]}); this "
+                               "Optuna's tables are not copied with plain SQL")
+        own = None
+        if table in referenced:
+            (own,) = table.primary_key.columns
+        out.append(_Owned(table, fks[0].parent, parent, own))
+        reached.add(table)
+    return out
+
+
+def _of_study(owned: _Owned, plan: list[_Owned], study_id: int) -> sa.ColumnElement[bool]:
+    """The condition that picks ``owned``'s rows of study ``study_id`` (a subquery per level)."""
+    if owned.parent is STUDIES_TABLE:
+        return owned.parent_column == study_id
+    up = next(p for p in plan if p.table is owned.parent)
+    assert up.own_id is not None
+    return owned.parent_column.in_(sa.select(up.own_id).where(_of_study(up, plan, study_id)))
+
+
+@dataclass(frozen=True)
+class CopiedStudy:
+    """What ``copy_study_rows`` wrote: the new study's id, each trial's new id by its old one,
+    and the rows written (Optuna's)."""
+
+    study_id: int
+    trial_ids: dict[int, int]
+    rows: int
+
+
+def copy_study_rows(source: sa.Connection, target: sa.Connection, study_id: int,
+                    new_name: str) -> CopiedStudy:
+    """Copy study ``study_id`` (read on ``source``) as ``new_name`` (written on ``target``: the
+    same connection, or one on another database), every row of every table of
+    ``study_tables`` with its ids remapped, in batches of ``COPY_BATCH`` rows, inside the
+    callers' transactions (nothing is committed here). A name taken by then is the unique
+    constraint's ``IntegrityError``."""
+    s = STUDIES_TABLE
+    row = source.execute(sa.select(s).where(s.c.study_id == study_id)).mappings().one()
+    new_id = target.execute(s.insert().returning(s.c.study_id), [
+        {**_without_id(s, row), "study_name": new_name}]).scalar_one()
+    ids: dict[sa.Table, dict[int, int]] = {s: {study_id: new_id}}
+    written = 1
+    for owned in study_tables():
+        parents = ids[owned.parent]
+        mapping: dict[int, int] = {}
+        key = owned.parent_column.name
+        for chunk in _batches(sorted(parents)):
+            rows = source.execute(sa.select(owned.table).where(owned.parent_column.in_(chunk))
+                                  .order_by(*owned.table.primary_key.columns)).mappings().all()
+            for batch in _batches(rows):
+                insert_rows(target, owned.table, [
+                    {**_without_id(owned.table, r), key: parents[r[key]]} for r in batch])
+            written += len(rows)
+            if owned.own_id is not None:
+                mapping.update(_new_ids(target, owned, [parents[p] for p in chunk],
+                                        [r[owned.own_id.name] for r in rows]))
+        if owned.own_id is not None:
+            ids[owned.table] = mapping
+    return CopiedStudy(new_id, ids.get(TRIALS_TABLE, {}), written)
+
+
+def _new_ids(target: sa.Connection, owned: _Owned, new_parents: list[int],
+             old: list[int]) -> dict[int, int]:
+    """{old id: new id} of the rows just inserted under ``new_parents``, in ``old``'s order:
+    the parents are this transaction's own (no one else's rows hang under them yet) and the
+    database numbers one connection's inserts in the order they are sent, so the new ids in
+    order are the old rows in order. (A batched ``INSERT ... RETURNING`` would say the same,
+    but SQLAlchemy sends it one row at a time on SQLite to keep the order.)"""
+    assert owned.own_id is not None
+    new = target.execute(sa.select(owned.own_id).where(owned.parent_column.in_(new_parents))
+                         .order_by(owned.own_id)).scalars().all()
+    if len(new) != len(old):
+        raise RuntimeError(f"copied {len(old)} rows of {owned.table.name}, found {len(new)}")
+    return dict(zip(old, new, strict=True))
+
+
+def delete_study_rows(conn: sa.Connection, study_id: int) -> None:
+    """Delete every row of study ``study_id`` from Optuna's tables, children first, inside the
+    caller's transaction: one statement per table, whatever the number of trials."""
+    plan = study_tables()
+    for owned in reversed(plan):
+        conn.execute(owned.table.delete().where(_of_study(owned, plan, study_id)))
+    done = conn.execute(STUDIES_TABLE.delete().where(STUDIES_TABLE.c.study_id == study_id))
+    if done.rowcount != 1:
+        raise RuntimeError(f"deleting study id {study_id} removed {done.rowcount} rows")
+
+
+def insert_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``rows`` (a batch: at most ``COPY_BATCH``, every row with the same keys) in one
+    ``executemany``."""
+    if rows:
+        conn.execute(table.insert(), list(rows))
+
+
+def _without_id(table: sa.Table, row: Any) -> dict[str, Any]:
+    """A row's values without its own generated id (the target database numbers it)."""
+    ids = {c.name for c in table.primary_key.columns}
+    return {k: v for k, v in row.items() if k not in ids}
+
+
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), COPY_BATCH):
+        yield items[start:start + COPY_BATCH]
+
+
+def fail_and_requeue_in(conn: sa.Connection, rdb: RDBStorage, study_id: int, trial_id: int,
+                        attrs: dict[str, Any], template: FrozenTrial | None) -> None:
+    """Fail trial ``trial_id`` (its user attributes ``attrs`` written first) and add
+    ``template`` (``sweeps.liveness.requeue_template``; None: none) to study ``study_id``, as
+    ``liveness.fail_and_requeue`` does through the public API, but inside the caller's
+    transaction ``conn`` (a copy's trials exist nowhere else yet)."""
+    session = sa.orm.Session(bind=conn)
+    try:
+        for key, value in attrs.items():
+            rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel,
+                                               trial_id, key, storable_value(value))
+        trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+        trial.state = TrialState.FAIL
+        trial.datetime_complete = datetime.datetime.now()
+        session.flush()
+        if template is not None:
+            models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+            rdb._get_prepared_new_trial(study_id, template, session)
+        session.flush()
+    finally:
+        session.close()
+
+
+# --- a study's summary, read with plain SQL -----------------------------------------------------
+
+
+def study_user_attrs(conn: sa.Connection, study_id: int) -> dict[str, Any]:
+    """A study's user attributes (ValueError when a stored value is not JSON)."""
+    t = STUDY_USER_ATTRS_TABLE
+    return {k: json.loads(v) for k, v in conn.execute(
+        sa.select(t.c.key, t.c.value_json).where(t.c.study_id == study_id))}
+
+
+def study_directions(conn: sa.Connection, study_id: int) -> list[StudyDirection]:
+    t = STUDY_DIRECTIONS_TABLE
+    return list(conn.execute(sa.select(t.c.direction).where(t.c.study_id == study_id)
+                             .order_by(t.c.objective)).scalars())
+
+
+def summary_trials(conn: sa.Connection, study_id: int, *, user_keys: Sequence[str] = (),
+                   system_keys: Sequence[str] = ()) -> list[FrozenTrial]:
+    """The study's trials, by number, as ``FrozenTrial``s that hold only their number, state,
+    dates, values, the user and system attributes named (and the constraints, which decide a
+    constrained Pareto front): no parameters, no intermediate values, no other attribute. Four
+    queries whatever the number of trials (``sweeps status`` on 3,000 trials: no full load).
+    ValueError when a stored value read is not JSON."""
+    t, v = TRIALS_TABLE, models.TrialValueModel.__table__
+    of_study = sa.select(t.c.trial_id).where(t.c.study_id == study_id)
+    values: dict[int, dict[int, float]] = {}
+    for tid, objective, value, kind in conn.execute(
+            sa.select(v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
+            .where(v.c.trial_id.in_(of_study))):
+        values.setdefault(tid, {})[objective] = models.TrialValueModel.stored_repr_to_value(
+            value, kind)
+    attrs: list[dict[int, dict[str, Any]]] = []
+    for table, keys, prefix in ((TRIAL_USER_ATTRS_TABLE, user_keys, None),
+                                (TRIAL_SYSTEM_ATTRS_TABLE, system_keys, CONSTRAINTS_KEY)):
+        wanted = table.c.key.in_(list(keys))
+        if prefix is not None:
+            wanted = sa.or_(wanted, table.c.key.startswith(prefix, autoescape=True))
+        found: dict[int, dict[str, Any]] = {}
+        for tid, key, value in conn.execute(sa.select(table.c.trial_id, table.c.key,
+                                                      table.c.value_json)
+                                            .where(table.c.trial_id.in_(of_study), wanted)):
+            found.setdefault(tid, {})[key] = json.loads(value)
+        attrs.append(found)
+    rows = conn.execute(sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
+                                  t.c.datetime_complete).where(t.c.study_id == study_id)
+                        .order_by(t.c.number))
+    return [FrozenTrial(number=number, state=state, value=None,
+                        values=[values[tid][i] for i in sorted(values[tid])]
+                        if tid in values else None,
+                        datetime_start=start, datetime_complete=complete, params={},
+                        distributions={}, user_attrs=attrs[0].get(tid, {}),
+                        system_attrs=attrs[1].get(tid, {}), intermediate_values={},
+                        trial_id=tid)
+            for tid, number, state, start, complete in rows]
+
+
+def pareto_front(trials: Sequence[FrozenTrial],
+                 directions: Sequence[StudyDirection]) -> list[FrozenTrial]:
+    """``Study.best_trials`` of ``trials`` (feasible ones only where any has constraints),
+    without the study loading every trial again."""
+    from optuna.study._constrained_optimization import _is_constrained_optimization
+    from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
+
+    return _get_pareto_front_trials_by_trials(
+        trials, directions, consider_constraint=_is_constrained_optimization(trials))

@@ -26,6 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
+from sweeps import optuna_compat
 from sweeps.text import storable, storable_value
 
 EngineLike = sa.Engine | RDBStorage
@@ -201,39 +202,57 @@ def read_hosts(engine: EngineLike, study: str | None = None, *, host: str | None
 
 
 def delete_study_records(engine: EngineLike, study: str) -> None:
-    """Remove a study's rows from the project's tables (``optuna.delete_study`` does Optuna's)."""
+    """Remove a study's rows from the project's tables, in a transaction of their own."""
     with _engine(engine).begin() as conn:
-        for table in (evals_table, samples_table, hosts_table):
-            conn.execute(table.delete().where(table.c.study_name == study))
+        delete_study_rows(conn, study)
+
+
+def delete_study_rows(conn: sa.Connection, study: str) -> None:
+    """Remove a study's rows from the project's tables inside the caller's transaction
+    (``sweeps.lifecycle`` deletes Optuna's rows in the same one)."""
+    for table in (evals_table, samples_table, hosts_table):
+        conn.execute(table.delete().where(table.c.study_name == study))
 
 
 def copy_study_records(source: EngineLike, study: str, target: EngineLike, new_study: str,
                        trial_ids: Mapping[int, tuple[int, int]]) -> int:
-    """Copy the evaluations and samples of ``study``'s trials into ``new_study`` (on ``target``,
-    which may be another database): ``trial_ids`` maps each copied trial's number to its
-    (number, storage id) in the new study; other trials' rows stay behind. Host rows are not
-    copied: they name live worker processes of the source. One transaction; rows copied."""
-    rows_by_table = {}
-    with _engine(source).connect() as conn:
-        for table in (evals_table, samples_table):
-            rows = [dict(r._mapping) for r in conn.execute(
-                sa.select(table).where(table.c.study_name == study).order_by(table.c.id))]
+    """``copy_study_rows`` in a transaction of its own on ``target``; rows copied."""
+    with _engine(source).connect() as src, _engine(target).begin() as dst:
+        return copy_study_rows(src, dst, study, new_study, trial_ids)
+
+
+def copy_study_rows(source: sa.Connection, target: sa.Connection, study: str, new_study: str,
+                    trial_ids: Mapping[int, tuple[int, int]]) -> int:
+    """Copy the evaluations and samples of ``study``'s trials into ``new_study`` inside the
+    callers' transactions (``target``: the same connection, or one on another database):
+    ``trial_ids`` maps each copied trial's number to its (number, storage id) in the new study;
+    other trials' rows stay behind. Read and written ``COPY_BATCH`` rows at a time. Host rows
+    are not copied: they name live worker processes of the source. Rows copied."""
+    copied = 0
+    for table in (evals_table, samples_table):
+        # Rows already under the new name belong to no study (the new study did not exist:
+        # an orphan of `optuna delete-study`); they must not join the copy.
+        target.execute(table.delete().where(table.c.study_name == new_study))
+        last = None
+        while True:
+            query = sa.select(table).where(table.c.study_name == study)
+            if last is not None:
+                query = query.where(table.c.id > last)
+            rows = source.execute(query.order_by(table.c.id).limit(optuna_compat.COPY_BATCH)
+                                  ).mappings().all()
+            if not rows:
+                break
+            last = rows[-1]["id"]
             # A database written before the storage rule may hold NUL (SQLite took it): the
             # copy follows the rule, so it lands on PostgreSQL too.
-            rows_by_table[table] = [
-                {**{k: storable(v) if isinstance(v, str) else v for k, v in r.items()
-                    if k != "id"}, "study_name": new_study,
-                 "trial_number": trial_ids[r["trial_number"]][0],
-                 "trial_id": trial_ids[r["trial_number"]][1]}
-                for r in rows if r["trial_number"] in trial_ids]
-    with _engine(target).begin() as conn:
-        for table, rows in rows_by_table.items():
-            # Rows already under the new name belong to no study (the new study did not exist:
-            # an orphan of `optuna delete-study`); they must not join the copy.
-            conn.execute(table.delete().where(table.c.study_name == new_study))
-            if rows:
-                conn.execute(table.insert(), rows)
-    return sum(len(rows) for rows in rows_by_table.values())
+            values = [{**{k: storable(v) if isinstance(v, str) else v for k, v in r.items()
+                          if k != "id"}, "study_name": new_study,
+                       "trial_number": trial_ids[r["trial_number"]][0],
+                       "trial_id": trial_ids[r["trial_number"]][1]}
+                      for r in rows if r["trial_number"] in trial_ids]
+            optuna_compat.insert_rows(target, table, values)
+            copied += len(values)
+    return copied
 
 
 def rename_study_records(conn: sa.Connection, study: str, new_study: str) -> None:

@@ -31,7 +31,7 @@ import re
 import sqlite3
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
@@ -261,6 +261,63 @@ def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
         return conn
 
     return {"creator": connect, "pool_pre_ping": True}
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One write transaction on ``engine``: committed when the block ends, rolled back on any
+    exception (or by the database when the process is killed), so what it writes lands whole or
+    not at all. On SQLite it is ``BEGIN IMMEDIATE``: the write lock is taken before the first
+    read, so the checks read inside it still hold at the commit, and a second writer waits its
+    busy timeout instead of failing half way (a deferred ``BEGIN`` that reads first cannot
+    upgrade to a writer while another one writes). On PostgreSQL: the connection's transaction."""
+    with _transaction(engine, "BEGIN IMMEDIATE") as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def read_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One read transaction: every query inside it sees the same committed state (SQLite: a
+    deferred ``BEGIN``, whose first read fixes the snapshot; PostgreSQL: ``REPEATABLE READ``),
+    so a copy read from it is of one moment even while workers write."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+        return
+    with _transaction(engine, "BEGIN") as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def _transaction(engine: sa.Engine, sqlite_begin: str) -> Iterator[sa.Connection]:
+    with engine.connect() as conn:
+        if conn.dialect.name != "sqlite":
+            with conn.begin():
+                yield conn
+            return
+        # Python's sqlite3 begins a transaction only before its first write, and SQLAlchemy's
+        # begin() leaves that to it: the driver's own transaction handling is off while the
+        # block runs, and the block's BEGIN is the one sent. Its commit() and rollback() end
+        # whatever transaction the database has open.
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        saved = raw.isolation_level
+        raw.isolation_level = None
+        try:
+            conn.exec_driver_sql(sqlite_begin)
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        finally:
+            raw.isolation_level = saved
 
 
 # --- reading without writing -------------------------------------------------------------------

@@ -301,37 +301,54 @@ def objective_names(spec: Any, n: int) -> list[str]:
 
 def best_trial(study: optuna.Study, trials: list[Any] | None = None) -> Any:
     """The best COMPLETE trial of a one-objective study, else None."""
+    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    return _best_of(study.directions, trials)
+
+
+def _best_of(directions: list[Any], trials: list[Any]) -> Any:
+    from optuna.study import StudyDirection
     from optuna.trial import TrialState
 
-    trials = trials if trials is not None else study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values]
-    if not complete or len(study.directions) != 1:
+    if not complete or len(directions) != 1:
         return None
-    pick = min if study.direction.name == "MINIMIZE" else max
+    pick = min if directions[0] == StudyDirection.MINIMIZE else max
     return pick(complete, key=lambda t: t.values[0])
 
 
 def best_baseline(study: optuna.Study, best: Any) -> float | None:
     """The best trial's unigram baseline in the objective's unit (None for other objectives):
     "best 3.62" means little until it stands beside the 3.68 of predicting the frequencies."""
-    name = objective_names(study.user_attrs.get("spec"), 1)[0]
+    return _baseline(study.user_attrs.get("spec"), best)
+
+
+def _baseline(spec: Any, best: Any) -> float | None:
+    name = objective_names(spec, 1)[0]
     value = best.user_attrs.get(UNIGRAM_BASELINE.get(name, ""))
     return float(value) if isinstance(value, (int, float)) else None
 
 
 def best_text(study: optuna.Study, trials: list[Any] | None = None) -> str:
     """The best value with its unigram baseline (one objective) or the Pareto front's size."""
+    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    return _best_text(study.directions, study.user_attrs.get("spec"), trials,
+                      best_trial(study, trials))
+
+
+def _best_text(directions: list[Any], spec: Any, trials: list[Any], best: Any) -> str:
+    """``best_text`` of ``trials``, ``best`` their best trial as a whole (``_best_of``'s pick,
+    with its attributes: a summary trial lacks the baseline)."""
     from optuna.trial import TrialState
 
-    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    from sweeps import optuna_compat
+
     if not any(t.state == TrialState.COMPLETE and t.values for t in trials):
         return "-"
-    t = best_trial(study, trials)
-    if t is None:
-        return f"{len(study.best_trials)} trials on the Pareto front"
-    baseline = best_baseline(study, t)
+    if best is None:
+        return f"{len(optuna_compat.pareto_front(trials, directions))} trials on the Pareto front"
+    baseline = _baseline(spec, best)
     shown = "" if baseline is None else f"; unigram {baseline:.4f}"
-    return f"{t.values[0]:.4f} (trial {t.number}{shown})"
+    return f"{best.values[0]:.4f} (trial {best.number}{shown})"
 
 
 def outcome_counts(trials: list[Any], *, finished_only: bool = False) -> Counter[str]:
@@ -349,53 +366,60 @@ def ordered_counts(counts: Counter[str]) -> dict[str, int]:
 
 
 def study_rows(st: Any) -> list[dict[str, Any]]:
-    """One summary per study in the database (``sweeps status``); a study with a damaged
-    stored value gets a row saying so instead of failing every study's."""
+    """One summary per study in the database (``sweeps status``), read with plain SQL in one
+    read transaction (``optuna_compat.summary_trials``: states, values and the few attributes a
+    summary counts, never every trial in full; of the best trial its whole record); a study
+    with a damaged stored value gets a row saying so instead of failing every study's."""
     import sqlalchemy as sa
 
-    from sweeps import optuna_compat
+    from sweeps import storage as st_mod
     from sweeps.optuna_compat import STUDIES_TABLE
 
-    optuna_compat.quiet_optuna()
     out = []
-    # Names from the table itself, each study read on its own: Optuna's summaries parse every
-    # study's attributes at once, so one damaged value made `status` fail for all studies.
-    with st.engine.connect() as conn:
-        names = conn.execute(sa.select(STUDIES_TABLE.c.study_name)
-                             .order_by(STUDIES_TABLE.c.study_id)).scalars().all()
-    for name in names:
-        try:
-            out.append(_study_row(st, name))
-        except ValueError as exc:  # a stored JSON value that is not JSON
-            out.append({"study": name, "n_trials": 0, "finished": 0, "retried": 0,
-                        "outcomes": {}, "best": f"unreadable: a stored value is damaged "
-                        f"({str(exc)[:80]}); `sweeps delete {name}` removes it",
-                        "best_value": None, "best_unigram_baseline": None,
-                        "calibration_factor": 1.0, "memory_budget_bytes": None})
+    with st_mod.read_transaction(st.engine) as conn:
+        # Each study read on its own: one damaged value must not fail every study's row.
+        studies = conn.execute(sa.select(STUDIES_TABLE.c.study_id, STUDIES_TABLE.c.study_name)
+                               .order_by(STUDIES_TABLE.c.study_id)).all()
+        for study_id, name in studies:
+            try:
+                out.append(_study_row(st, conn, study_id, name))
+            except ValueError as exc:  # a stored JSON value that is not JSON
+                out.append({"study": name, "n_trials": 0, "finished": 0, "retried": 0,
+                            "outcomes": {}, "best": f"unreadable: a stored value is damaged "
+                            f"({str(exc)[:80]}); `sweeps delete {name}` removes it",
+                            "best_value": None, "best_unigram_baseline": None,
+                            "calibration_factor": 1.0, "memory_budget_bytes": None})
     return out
 
 
-def _study_row(st: Any, name: str) -> dict[str, Any]:
+def _study_row(st: Any, conn: Any, study_id: int, name: str) -> dict[str, Any]:
     """One study's ``sweeps status`` summary; ValueError when a stored value is damaged."""
-    import optuna
-
+    from sweeps import optuna_compat
     from sweeps import workers as wk
+    from sweeps.warm_start import CARRIED_FROM
 
-    study = optuna.load_study(study_name=name, storage=st)
-    trials = study.get_trials(deepcopy=False)
-    attrs = study.user_attrs
-    spec_n = (attrs.get("spec") or {}).get("study", {}).get("n_trials")
+    attrs = optuna_compat.study_user_attrs(conn, study_id)
+    directions = optuna_compat.study_directions(conn, study_id)
+    # What a summary counts of each trial besides its state and values: its outcome, its
+    # retries (a superseded trial is not counted) and whether it was carried (``run --from``).
+    trials = optuna_compat.summary_trials(conn, study_id, user_keys=("outcome", CARRIED_FROM),
+                                          system_keys=("retry_history",))
+    spec = attrs.get("spec")
+    spec_n = (spec or {}).get("study", {}).get("n_trials")
     n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
     state = wk.budget_state(trials, int(n_trials))
+    best = _best_of(directions, trials)
+    if best is not None:
+        best = st.get_trial(optuna_compat.trial_id(best))  # the one trial read whole
     return {
         "study": name,
         "n_trials": int(n_trials),
         "finished": state.finished,
         "retried": len(wk.superseded_numbers(trials)),
         "outcomes": ordered_counts(outcome_counts(trials)),
-        "best": best_text(study, trials),
-        "best_value": None if (best := best_trial(study, trials)) is None else best.values[0],
-        "best_unigram_baseline": None if best is None else best_baseline(study, best),
+        "best": _best_text(directions, spec, trials, best),
+        "best_value": None if best is None else best.values[0],
+        "best_unigram_baseline": None if best is None else _baseline(spec, best),
         "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
         "memory_budget_bytes": attrs.get("memory_budget_bytes"),
     }

@@ -1,7 +1,7 @@
 """``sweeps delete``, ``sweeps copy`` and ``sweeps rename``: each parses its options and calls
 one function of ``sweeps.lifecycle``; what they print is here. A refusal (missing study, taken or
 invalid new name, RUNNING trials without ``--force``, no confirmation) is one line and exit 2,
-with nothing changed.
+with nothing changed; each command is one transaction, so an interrupted one changed nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def delete(
         "--delete-runs", help="Also remove RUNS_DIR/<study> (needs --runs-dir).")] = False,
 ) -> None:
     """Delete a study: its trials, evaluations and samples (and, with --delete-runs, its runs).
-    Asks first on a terminal; elsewhere needs --yes."""
+    All or nothing: an interrupted delete leaves the study whole (its runs too). Asks first on a
+    terminal; elsewhere needs --yes."""
     from sweeps import lifecycle
     from sweeps.storage import resolve_storage_url
 
@@ -66,7 +67,8 @@ def copy_(
     force: ForceOption = False,
 ) -> None:
     """Copy a study (trials, attributes, evaluations, samples) to NEW; `sweeps worker NEW`
-    resumes the copy (its stored spec is renamed to NEW)."""
+    resumes the copy (its stored spec is renamed to NEW). All or nothing: an interrupted copy
+    leaves no NEW, so running it again copies it whole."""
     from sweeps import lifecycle
     from sweeps.storage import resolve_storage_url
 

@@ -242,3 +242,16 @@ def worker_study(spec: Any, db: Path) -> tuple[Any, optuna.Study]:
                               max_retries=spec.limits.max_retries)
     wk.create_or_resume(spec, storage)
     return storage, wk.load_for_workers(spec, storage)
+
+
+def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
+    """(trials as (number, state, params, values, outcome), evaluations, samples, spec)."""
+    storage = st.open_storage(url)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = [(t.number, t.state.name, t.params, t.values, t.user_attrs.get("outcome"))
+                  for t in study.get_trials()]
+        return (trials, len(records.read_evals(storage, name)),
+                len(records.read_samples(storage, name)), study.user_attrs["spec"])
+    finally:
+        storage.engine.dispose()

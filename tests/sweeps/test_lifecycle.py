@@ -24,7 +24,7 @@ from sweeps import storage as st
 from sweeps.spec.values import MAX_NAME_LENGTH
 from tests.sweeps import fake_study
 from tests.sweeps.cli import assert_user_error, sweeps_here
-from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
+from tests.sweeps.helpers import snapshot, spec_dict, sweeps_run, toml_text
 from tests.sweeps.pg import fresh_database
 
 OPTUNA = str(Path(sys.executable).parent / "optuna")
@@ -79,19 +79,6 @@ def states_here(url: str, name: str) -> list[str]:
     try:
         return [t.state.name for t in optuna.load_study(study_name=name,
                                                         storage=storage).get_trials()]
-    finally:
-        storage.engine.dispose()
-
-
-def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
-    """(trials as (number, state, params, values, outcome), evaluations, samples, spec)."""
-    storage = st.open_storage(url)
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-        trials = [(t.number, t.state.name, t.params, t.values, t.user_attrs.get("outcome"))
-                  for t in study.get_trials()]
-        return (trials, len(records.read_evals(storage, name)),
-                len(records.read_samples(storage, name)), study.user_attrs["spec"])
     finally:
         storage.engine.dispose()
 

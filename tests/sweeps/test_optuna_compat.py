@@ -95,3 +95,57 @@ def test_finished_trials_are_added_once_with_their_marker(tmp_path: Path) -> Non
                                                           {"carried_from": "old#0"})
     assert optuna_compat.constraint_attrs(t.system_attrs) == {"constraints": [0.0]}
     assert study.user_attrs["m"] == {"n": 1}
+
+
+def test_a_study_is_copied_and_deleted_row_for_row_with_plain_sql(tmp_path: Path) -> None:
+    """Every table of a study's rows (read off Optuna's models; a release that adds one shows
+    here), copied with its ids remapped so Optuna reads the copy as the study, then deleted."""
+    import math
+    import warnings
+
+    import sqlalchemy as sa
+
+    assert [o.table.name for o in optuna_compat.study_tables()] == [
+        "study_directions", "study_system_attributes", "study_user_attributes", "trials",
+        "trial_heartbeats", "trial_intermediate_values", "trial_params",
+        "trial_system_attributes", "trial_user_attributes", "trial_values"]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = RDBStorage(f"sqlite:///{tmp_path / 'rows.db'}", heartbeat_interval=60)
+    study = optuna.create_study(study_name="src", storage=storage,
+                                directions=["minimize", "maximize"])
+    study.set_user_attr("spec", {"study": {"name": "src"}})
+    storage.set_study_system_attr(study._study_id, "marker", [1, 2])
+    for i in range(3):
+        trial = study.ask()
+        trial.suggest_float("x", 0.0, 1.0)
+        trial.suggest_categorical("kind", ["a", "b"])
+        trial.set_user_attr("outcome", "complete")
+        storage.set_trial_system_attr(trial._trial_id, "retry_history", [i])
+        storage.record_heartbeat(trial._trial_id)
+        if i < 2:
+            study.tell(trial, [i + 0.5, math.inf if i else -1.0])
+    with storage.engine.begin() as conn:
+        source_id = storage.get_study_id_from_name("src")
+        copied = optuna_compat.copy_study_rows(conn, conn, source_id, "dst")
+    assert len(copied.trial_ids) == 3
+    copy = optuna.load_study(study_name="dst", storage=storage)
+
+    def shown(s: optuna.Study) -> list[tuple]:
+        return [(t.number, t.state, t.values, t.params, t.distributions, t.user_attrs,
+                 t.system_attrs, t.intermediate_values, t.datetime_start, t.datetime_complete)
+                for t in s.get_trials()]
+
+    assert shown(copy) == shown(study) and copy.directions == study.directions
+    assert copy.user_attrs == study.user_attrs
+    assert storage.get_study_system_attrs(copied.study_id) == {"marker": [1, 2]}
+    heartbeats = optuna_compat.study_tables()[4].table
+    with storage.engine.begin() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(heartbeats)).scalar() == 6
+        optuna_compat.delete_study_rows(conn, source_id)
+        left = {o.table.name: conn.execute(sa.select(sa.func.count()).select_from(o.table))
+                .scalar() for o in optuna_compat.study_tables()}
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["dst"]
+    assert shown(optuna.load_study(study_name="dst", storage=storage)) == shown(copy)
+    assert left["trials"] == 3 and left["trial_heartbeats"] == 3 and left["trial_params"] == 6
