@@ -82,6 +82,8 @@ class StudyResults:
     samples: pd.DataFrame
     #: The search space: each parameter's Optuna distribution (as last recorded).
     distributions: dict[str, BaseDistribution] = field(default_factory=dict)
+    #: The field the charts colour by (``sweeps.charts.colors``), chosen by the report.
+    color_by: str | None = None
 
 
 # --- opening ----------------------------------------------------------------------------------
