@@ -119,6 +119,7 @@ def field_of(results: StudyResults) -> str | None:
 
 
 def _label(value: Any) -> str:
+    value = plain_value(value)
     if isinstance(value, float):
         return f"{value:.3g}"
     return str(value)
@@ -132,17 +133,18 @@ def groups(trials: pd.DataFrame, field: str | None) -> tuple[pd.DataFrame, dict[
         return frame, {"all trials": ONE_COLOR} if len(trials) else {}
     raw = values(trials, field)
     known = raw.dropna()
-    numeric = len(known) > 0 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                     for v in known)
+    numeric = len(known) > 0 and all(
+        isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
+        for v in known)
     levels = sorted(known.unique(), key=lambda v: (not numeric, v if numeric else str(v)))
     binned = numeric and len(levels) > MAX_LEVELS
     if binned:
         labels, order = _bins(raw, field)
     else:
-        labels = raw.map(lambda v: NOT_SET if v is None else f"{field}={_label(v)}")
+        labels = raw.map(lambda v: NOT_SET if pd.isna(v) else f"{field}={_label(v)}")
         order = [f"{field}={_label(v)}" for v in levels]
     colors = _colors(field, order, levels, binned)
-    if (labels == NOT_SET).any():
+    if bool((labels == NOT_SET).any()):
         colors[NOT_SET] = NOT_SET_COLOR
     return pd.DataFrame({"number": trials["number"].to_numpy(),
                          "group": labels.to_numpy()}), colors
