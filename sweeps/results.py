@@ -153,6 +153,17 @@ def samples_frame(storage: StorageLike, study_name: str) -> pd.DataFrame:
         return _samples(conn, study_name)
 
 
+def trial_counts(storage: StorageLike, study_name: str) -> dict[TrialState, int]:
+    """How many of the study's trials are in each Optuna state: one ``count`` query (what the
+    live view polls, ``sweeps.serve``, to know when to draw the report again)."""
+    t = oc.TRIALS_TABLE
+    with reader(storage) as (conn, shown):
+        study_id = _study_id(conn, study_name, shown)
+        rows = conn.execute(sa.select(t.c.state, sa.func.count()).where(
+            t.c.study_id == study_id).group_by(t.c.state)).all()
+    return {TrialState[s] if isinstance(s, str) else TrialState(s): int(n) for s, n in rows}
+
+
 def load(storage: StorageLike, study_name: str) -> StudyResults:
     """The study's trials, evaluations, samples, directions and attributes."""
     with reader(storage) as (conn, shown):

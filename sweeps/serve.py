@@ -3,11 +3,13 @@
 ``sweeps report STUDY --serve [--port N]``. The report is the file ``sweeps report`` writes
 (``sweeps.report.build``), so the live view and the file never differ. A poller reads the
 study's trial counts every ``POLL_S`` (how many trials there are and how many finished: one
-``count`` query through the read-only engine, ``sweeps.results.reader``, which creates and changes
-nothing) and rebuilds the page when they change. The page asks ``/version`` every ``REFRESH_S``
-and reloads itself when the version moved, so a page left open shows a trial that finished after
-it was opened within ``POLL_S + REFRESH_S`` plus the time one report takes to build. A page whose
-server went away stays as it is, and keeps asking (a server started again is picked up).
+``count`` query, ``sweeps.results.trial_counts``, through the read-only engine, which creates
+and changes nothing) and rebuilds the page when they change. The page asks ``/version`` every
+``REFRESH_S`` and reloads itself when the version moved, so a page left open shows a trial that
+finished after it was opened within ``POLL_S + REFRESH_S`` plus the time one report takes to
+build. The reload keeps the reader's place on the page (its scroll position, kept in the tab's
+``sessionStorage``). A page whose server went away stays as it is, and keeps asking (it reloads
+when a server there serves another version).
 
 Only loopback is ever bound (``HOST``): the report holds the study's configuration and samples,
 and the database URL (masked); serving it beyond the machine is a decision for a reverse proxy,
@@ -27,11 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from lm.errors import SweepsError
-from sweeps import optuna_compat as oc
 from sweeps import results as results_mod
 from sweeps.storage import describe_error
 
@@ -48,10 +48,19 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _LIVE_SCRIPT = """<script>
 (function () {
   var version = %(version)d;
+  var kept = sessionStorage.getItem("sweeps-live-scroll");
+  if (kept !== null) {
+    sessionStorage.removeItem("sweeps-live-scroll");
+    window.addEventListener("load", function () { window.scrollTo(0, Number(kept)); });
+  }
   function check() {
     fetch("/version", {cache: "no-store"}).then(function (r) { return r.json(); })
-      .then(function (v) { if (v.version !== version) { window.location.reload(); } })
-      .catch(function () {});
+      .then(function (v) {
+        if (v.version !== version) {
+          sessionStorage.setItem("sweeps-live-scroll", String(window.scrollY));
+          window.location.reload();
+        }
+      }).catch(function () {});
   }
   setInterval(check, %(period)d);
 })();
@@ -61,12 +70,7 @@ _LIVE_SCRIPT = """<script>
 
 def trial_counts(storage: str, study: str) -> tuple[int, int]:
     """(trials, finished trials) of ``study``, read-only; ``SweepsError`` when it is not there."""
-    t = oc.TRIALS_TABLE
-    with results_mod.reader(storage) as (conn, shown):
-        study_id = results_mod._study_id(conn, study, shown)
-        rows = conn.execute(sa.select(t.c.state, sa.func.count()).where(
-            t.c.study_id == study_id).group_by(t.c.state)).all()
-    counts = {TrialState[s] if isinstance(s, str) else TrialState(s): int(n) for s, n in rows}
+    counts = results_mod.trial_counts(storage, study)
     return sum(counts.values()), sum(counts.get(s, 0) for s in FINISHED)
 
 

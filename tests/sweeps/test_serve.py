@@ -131,6 +131,22 @@ def server(study_db: tuple[str, Path]) -> Iterator[Server]:
         running.kill()
 
 
+def test_the_page_is_built_again_only_when_the_counts_move(study_db: tuple[str, Path]) -> None:
+    url, directory = study_db
+    live = serve.live_report(url, [STUDY])
+    assert live.refresh() and live.state() == {"version": 1, "trials": TRIALS,
+                                               "finished": TRIALS, "served": 0}
+    assert not live.refresh() and live.current()[0] == 1  # nothing finished: not rebuilt
+    number = add_finished_trial(url, STUDY)
+    assert live.refresh() and live.current()[0] == 2
+    assert best_row(number).encode() in live.current()[1]
+    # The database gone mid-serve: the last page is still served, the problem said once.
+    (directory / "study.db").rename(directory / "moved.db")
+    page = live.current()[1]
+    assert not live.refresh() and live.current() == (2, page)
+    assert live.problem and "does not exist" in live.problem
+
+
 def test_the_page_shows_a_trial_that_finished_while_it_was_served(
         study_db: tuple[str, Path], server: Server) -> None:
     url, _ = study_db
