@@ -64,8 +64,8 @@ def styled(results: StudyResults, x: str) -> pd.DataFrame:
 def chart(results: StudyResults) -> Chart:
     title = "Pareto fronts: quality against memory and time"
     about = ("Lower-left is better. Highlighted points are the non-dominated complete trials "
-             "(the best val_bpb for their memory or time); faded points are dominated. Colour: "
-             "what varied; marker: the outcome.")
+             "(the best val_bpb for their memory or time); faded points are dominated. Marker: "
+             "the outcome.")
     field = colors.field_of(results)
     about += f" Colour: {field}." if field else ""
     panels = [(col, label, scale, styled(results, col)) for col, label, scale in AXES]

@@ -149,6 +149,8 @@ def chart(results: StudyResults) -> Chart:
              "token and the share of targets that are <unk>. Lines join the best trial per size "
              "(dash: the tokenizer); points are coloured by what varied, their outcome the "
              "marker.")
+    field = colors.field_of(results)
+    about += f" Colour: {field}." if field else ""
     unequal = text_warning(results.trials)
     if unequal:
         about += f" Warning: {unequal}."
