@@ -34,6 +34,7 @@ from sweeps import results as results_mod
 from sweeps.charts import (
     Chart,
     collapse,
+    colors,
     compare,
     compute,
     curves,
@@ -148,10 +149,13 @@ nav { font-size: 14px; margin-top: 10px; } nav a { margin-right: 12px; }
 """
 
 
-def build(storage: results_mod.StorageLike, study_name: str) -> tuple[str, list[Chart],
-                                                                       StudyResults]:
-    """(HTML, charts, data) of a study's report."""
+def build(storage: results_mod.StorageLike, study_name: str, *,
+          color_by: str | None = None) -> tuple[str, list[Chart], StudyResults]:
+    """(HTML, charts, data) of a study's report; ``color_by``: the field that colours the
+    curves, vocabulary and Pareto points (``sweeps.charts.colors.choose``; default: what
+    varied)."""
     data = results_mod.load(storage, study_name)
+    data.color_by = colors.choose(data, color_by)
     charts = [c for c in (draw(make, data) for make in CHARTS) if c is not None]
     return render(data, charts), charts, data
 
@@ -184,12 +188,12 @@ def applies(chart: Chart, trials: pd.DataFrame) -> bool:
     return True
 
 
-def write(storage: results_mod.StorageLike, study_name: str, out: Path) -> tuple[list[Chart],
-                                                                                 StudyResults]:
+def write(storage: results_mod.StorageLike, study_name: str, out: Path, *,
+          color_by: str | None = None) -> tuple[list[Chart], StudyResults]:
     """Write the report to ``out`` by ``lm.files.write_output``'s rules (atomic; a symlink
     written through; a directory, FIFO or device refused; a failed write one line)."""
     output_target(out)  # refuse a bad --out before the work of building the report
-    text, charts, data = build(storage, study_name)
+    text, charts, data = build(storage, study_name, color_by=color_by)
     write_output(out, lambda f: f.write(text.encode("utf-8")))
     return charts, data
 

@@ -86,6 +86,8 @@ class StudyResults:
     samples: pd.DataFrame
     #: The search space: each parameter's Optuna distribution (as last recorded).
     distributions: dict[str, BaseDistribution] = field(default_factory=dict)
+    #: The field the charts colour by (``sweeps.charts.colors``), chosen by the report.
+    color_by: str | None = None
 
 
 # --- opening ----------------------------------------------------------------------------------
@@ -153,6 +155,17 @@ def samples_frame(storage: StorageLike, study_name: str) -> pd.DataFrame:
     with reader(storage) as (conn, shown):
         _study_id(conn, study_name, shown)
         return _samples(conn, study_name)
+
+
+def trial_counts(storage: StorageLike, study_name: str) -> dict[TrialState, int]:
+    """How many of the study's trials are in each Optuna state: one ``count`` query (what the
+    live view polls, ``sweeps.serve``, to know when to draw the report again)."""
+    t = oc.TRIALS_TABLE
+    with reader(storage) as (conn, shown):
+        study_id = _study_id(conn, study_name, shown)
+        rows = conn.execute(sa.select(t.c.state, sa.func.count()).where(
+            t.c.study_id == study_id).group_by(t.c.state)).all()
+    return {TrialState[s] if isinstance(s, str) else TrialState(s): int(n) for s, n in rows}
 
 
 def load(storage: StorageLike, study_name: str) -> StudyResults:

@@ -8,6 +8,11 @@ The x axis is the vocabulary the model trained with (``results.vocab_actual``): 
 on a small corpus can have fewer words than the trial asked for, and the requested size would
 place it where it never was. A trial that recorded no model (never launched) keeps its requested
 size.
+
+Each trial's point is coloured by what varied (``sweeps.charts.colors``), its outcome its
+marker's symbol; the lines (the best trial per size, bytes per token, the ``<unk>`` rate) are one
+per tokenizer, told apart by their dash, and in the tokenizer's colour when the colour is the
+tokenizer (else dark grey, so the points' colours stay the only legend of colour).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lm import outcomes
-from sweeps.charts import TOKENIZER_COLORS, Chart, esc, replicates, style
+from sweeps.charts import TOKENIZER_COLORS, Chart, colors, esc, replicates, style
 from sweeps.effects import text_warning
 from sweeps.results import StudyResults
 
@@ -27,6 +32,8 @@ MAX_EXACT = 40
 BINS = 24
 #: Above this many trials, individual points are left out (the best-per-size lines remain).
 MAX_POINTS = 600
+TOKENIZER_DASH = {"bpe": "solid", "word": "dash", "byte": "dot"}
+LINE_COLOR = "#444"
 
 
 def size_bins(sizes: pd.Series) -> pd.Series:
@@ -115,11 +122,35 @@ def unk_shares(trials: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def point_styles(results: StudyResults, points: pd.DataFrame) -> pd.DataFrame:
+    """``points`` (``data``'s) with each trial's group and color (what varied) and symbol (its
+    outcome)."""
+    groups, palette = colors.groups(results.trials, colors.field_of(results))
+    frame = points.merge(groups, on="number", how="left")
+    frame["group"] = frame["group"].fillna(colors.NOT_SET)
+    frame["color"] = frame["group"].map(lambda g: palette.get(g, colors.NOT_SET_COLOR))
+    frame["symbol"] = frame["outcome"].map(colors.symbol)
+    order = {g: i for i, g in enumerate(palette)}
+    return frame.assign(order=frame["group"].map(order)).sort_values(
+        ["order", "number"], kind="stable").drop(columns="order").reset_index(drop=True)
+
+
+def line_color(results: StudyResults, tokenizer: str) -> str:
+    """A tokenizer's lines: its colour when the points are coloured by tokenizer, else grey."""
+    if colors.field_of(results) in (None, "tokenizer"):
+        return TOKENIZER_COLORS.get(tokenizer, "#17becf")
+    return LINE_COLOR
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Vocabulary: what a bigger vocabulary buys"
     about = ("Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
              "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
-             "token and the share of targets that are <unk>. Lines join the best trial per size.")
+             "token and the share of targets that are <unk>. Lines join the best trial per size "
+             "(dash: the tokenizer); points are coloured by what varied, their outcome the "
+             "marker.")
+    field = colors.field_of(results)
+    about += f" Colour: {field}." if field else ""
     unequal = text_warning(results.trials)
     if unequal:
         about += f" Warning: {unequal}."
@@ -133,23 +164,30 @@ def chart(results: StudyResults) -> Chart:
                         shared_xaxes="all",
                         subplot_titles=["val_bpb (bits per byte)", "val loss (nats per token)",
                                         "bytes per token", esc("<unk> rate")])
-    for tokenizer in sorted(set(points["tokenizer"]) | set(tokens["tokenizer"])):
-        color = TOKENIZER_COLORS.get(str(tokenizer), "#17becf")
-        first = True
-        for col, metric in ((1, "val_bpb"), (2, "val_loss")):
-            if len(points) <= MAX_POINTS:
-                part = points[points["tokenizer"] == tokenizer]
+    if len(points) <= MAX_POINTS:
+        styled = point_styles(results, points)
+        for group, part in styled.groupby("group", sort=False):
+            for col, metric in ((1, "val_bpb"), (2, "val_loss")):
                 fig.add_trace(go.Scatter(
                     x=part["vocab_size"].to_numpy(), y=part[metric].to_numpy(), mode="markers",
-                    marker={"color": color, "size": 6, "opacity": 0.35}, name=str(tokenizer),
-                    legendgroup=str(tokenizer), showlegend=False,
-                    customdata=part["number"].to_numpy(),
-                    hovertemplate="trial %{customdata}<br>V=%{x:,}<br>%{y:.4f}<extra></extra>"),
+                    marker={"color": part["color"].iloc[0], "size": 7, "opacity": 0.6,
+                            "symbol": part["symbol"].to_numpy()}, name=esc(group),
+                    legendgroup=f"group {group}", showlegend=col == 1,
+                    customdata=np.stack([part["number"].to_numpy(),
+                                         part["outcome"].map(esc).to_numpy()], axis=-1),
+                    hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, "
+                                  "%{customdata[1]})<br>V=%{x:,}<br>%{y:.4f}<extra></extra>"),
                     row=1, col=col)
+    for tokenizer in sorted(set(points["tokenizer"]) | set(tokens["tokenizer"])):
+        color = line_color(results, str(tokenizer))
+        dash = TOKENIZER_DASH.get(str(tokenizer), "dashdot")
+        name = f"best per size: {esc(tokenizer)}"
+        first = True
+        for col, metric in ((1, "val_bpb"), (2, "val_loss")):
             line = best[best["tokenizer"] == tokenizer]
             fig.add_trace(go.Scatter(
                 x=line["vocab_size"].to_numpy(), y=line[metric].to_numpy(), mode="lines+markers",
-                line={"color": color}, marker={"size": 7}, name=str(tokenizer),
+                line={"color": color, "dash": dash}, marker={"size": 5}, name=name,
                 legendgroup=str(tokenizer), showlegend=first,
                 customdata=line["number"].to_numpy(),
                 hovertemplate=f"best: trial %{{customdata}}<br>V=%{{x:,}}<br>{metric} "
@@ -159,9 +197,10 @@ def chart(results: StudyResults) -> Chart:
         for col, metric in ((1, "bytes_per_token"), (2, "unk_rate")):
             fig.add_trace(go.Scatter(
                 x=part["vocab_size"].to_numpy(), y=part[metric].astype(float).to_numpy(),
-                mode="lines+markers", line={"color": color, "dash": "dot"}, name=str(tokenizer),
+                mode="lines+markers", line={"color": color, "dash": dash}, name=name,
                 legendgroup=str(tokenizer), showlegend=False,
-                hovertemplate=f"V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}<extra></extra>"),
+                hovertemplate=f"{esc(tokenizer)}: V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}"
+                              "<extra></extra>"),
                 row=2, col=col)
     means = replicates.data(results.trials.assign(vocab_size=vocab_sizes(results.trials)),
                             "vocab_size")

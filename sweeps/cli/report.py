@@ -40,20 +40,44 @@ def report(
         "--png", help="Also write each chart as DIR/<chart>.png (needs `pip install kaleido`) "
         "[default: none].",
     )] = None,
+    color_by: Annotated[str | None, typer.Option(
+        "--color-by", metavar="FIELD",
+        help="Colour learning curves, the vocabulary chart and the Pareto points by this field "
+             "(a parameter or a config field) [default: the ablation's factor; in a search, the "
+             "most important parameter].")] = None,
+    serve: Annotated[bool, typer.Option(
+        "--serve", help="Serve the report on 127.0.0.1 instead of writing it, rebuilt as trials "
+                        "finish; the page refreshes itself; Ctrl-C stops.")] = False,
+    port: Annotated[int, typer.Option(
+        "--port", help="The port of --serve [default: 0, a free one, printed].")] = 0,
 ) -> None:
     """Write the study's trade-off report: one self-contained HTML file that works offline
-    (several studies: their Pareto fronts, vocabulary and learning curves overlaid)."""
+    (several studies: their Pareto fronts, vocabulary and learning curves overlaid); or, with
+    --serve, a live view of it."""
     from sweeps import report as report_mod
     from sweeps.storage import resolve_storage_url
 
+    if color_by is not None and len(studies) > 1:
+        raise SweepsError("--color-by colours one study's report; a report of several studies "
+                          "is coloured by study (leave out --color-by, or name one study)")
+    if serve:
+        from sweeps import serve as serve_mod
+
+        if out is not None or png is not None:
+            raise SweepsError("--serve serves the report instead of writing it; leave out --out "
+                              "and --png (or run `sweeps report` again without --serve)")
+        live = serve_mod.live_report(resolve_storage_url(storage, None), studies,
+                                     color_by=color_by)
+        serve_mod.serve(live, port=serve_mod.check_port(port), say=typer.echo)
+        return
     if png is not None and importlib.util.find_spec("kaleido") is None:
         raise SweepsError("--png needs the kaleido package, which is not installed; "
                           "run `pip install kaleido` or leave out --png")
     out = out or Path("_vs_".join(studies) + ".html")
     started = time.perf_counter()
     url = resolve_storage_url(storage, None)
-    charts, data = (report_mod.write(url, studies[0], out) if len(studies) == 1
-                    else report_mod.write_many(url, studies, out))
+    charts, data = (report_mod.write(url, studies[0], out, color_by=color_by)
+                    if len(studies) == 1 else report_mod.write_many(url, studies, out))
     pngs = report_mod.write_pngs(charts, png) if png is not None else []
     counts = data.trials["outcome"].value_counts()
     rows: list[tuple[str, object]] = [

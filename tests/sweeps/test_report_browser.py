@@ -18,7 +18,6 @@ import html
 import importlib.util
 import json
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -33,14 +32,8 @@ import pytest
 
 from tests.sweeps import fake_study
 from tests.sweeps.ablation import FFN_WIDTH, store_ablation
+from tests.sweeps.browser import CHROMIUM_FLAGS, chromium_path
 
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync", "--hide-scrollbars",
-    # The parallel-coordinates chart draws with WebGL; with --disable-gpu that is SwiftShader,
-    # which Chromium now only uses when asked (trusted local content here).
-    "--enable-unsafe-swiftshader",
-)
 PWNED = "<script>document.title='PWNED'</script>"
 PROMPT = f"<Q>What does {PWNED} do?"
 
@@ -52,11 +45,7 @@ PROMPT = f"<Q>What does {PWNED} do?"
 def chromium() -> str:
     """The browser, installed by the set-up step (`make system-packages`, which `make test` and
     `.ci/run` run); a test never installs system packages itself."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("Chromium is not installed; install it with `make system-packages` (as "
-                    "root, with Debian's package manager) or your system's package manager")
-    return found
+    return chromium_path()
 
 
 def open_in_chromium(chromium: str, page: Path, tmp: Path, *,
