@@ -65,6 +65,15 @@ def _band(points: pd.DataFrame) -> pd.DataFrame:
     return band.reset_index(drop=True)
 
 
+def applies(results: StudyResults) -> bool:
+    """Some trial recorded an evaluation with a val_bpb."""
+    evals = results.evals
+    if evals.empty or not {"tokens", "val_bpb"} <= set(evals.columns):
+        return False
+    return bool((np.isfinite(evals["val_bpb"].astype(float))
+                 & np.isfinite(evals["tokens"].astype(float))).any())
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Learning curves"
     about = ("val_bpb at each evaluation. A curve that stops early ends with an x: hover it for "

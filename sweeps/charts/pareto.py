@@ -1,7 +1,8 @@
 """Pareto fronts: val_bpb against peak memory and against wall time (both minimised).
 
 The front is drawn among ``complete`` trials (the ones a user could pick); every trial with a
-val_bpb is shown, coloured by outcome, dominated ones faded.
+val_bpb is shown, coloured by outcome, dominated ones faded, but for interrupted and re-queued
+runs (``sweeps.charts.settled``: a partial run is not a point of the trade-off).
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lm import outcomes
-from sweeps.charts import MIB, Chart, esc, outcome_color, outcome_order, replicates, style
+from sweeps.charts import (
+    MIB,
+    Chart,
+    esc,
+    outcome_color,
+    outcome_order,
+    replicates,
+    settled,
+    style,
+)
 from sweeps.results import StudyResults
 
 #: (column, axis title, divisor for display)
@@ -33,9 +43,10 @@ def front_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def data(trials: pd.DataFrame, x: str) -> pd.DataFrame:
-    """Trials with a val_bpb and a positive ``x``: number, outcome, reason, val_bpb, x,
-    on_front (non-dominated among complete trials)."""
-    frame = trials[["number", "outcome", "reason", "val_bpb", x]].copy()
+    """Trials with a val_bpb and a positive ``x`` (interrupted and re-queued runs left out:
+    ``settled``): number, outcome, reason, val_bpb, x, on_front (non-dominated among complete
+    trials)."""
+    frame = settled(trials)[["number", "outcome", "reason", "val_bpb", x]].copy()
     frame[x] = pd.to_numeric(frame[x], errors="coerce").astype(float)
     frame = frame[np.isfinite(frame["val_bpb"]) & (frame[x] > 0)].reset_index(drop=True)
     frame["on_front"] = False
@@ -45,6 +56,11 @@ def data(trials: pd.DataFrame, x: str) -> pd.DataFrame:
                           frame.loc[complete, "val_bpb"].to_numpy())
         frame.loc[complete[mask], "on_front"] = True
     return frame.rename(columns={x: "x"})
+
+
+def applies(results: StudyResults) -> bool:
+    """Some trial has a val_bpb and a measured peak memory or wall time."""
+    return any(len(data(results.trials, col)) for col, _, _ in AXES)
 
 
 def chart(results: StudyResults) -> Chart:
