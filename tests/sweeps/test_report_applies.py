@@ -154,14 +154,14 @@ def test_the_memory_map_draws_each_cells_outcomes_at_its_own_x() -> None:
                                                      ("oom", 64), ("pruned", 64),
                                                      ("complete", 128)])]
     data = study(rows)
+    fig = memory_map.chart(data).figure
+    xs = {t.name: list(t.x) for t in fig.data}
+    assert xs == {"complete": [64.0, 128.0], "pruned": [64.0], "oom": [64.0]}  # no offset
     _, cells = memory_map.data(data.trials)
     at_64 = cells[cells["seq_len"] == 64].set_index("outcome")
     # rings: the first outcome of the legend outermost, each ring its count and those inside it
     assert at_64["count"].to_dict() == {"complete": 2, "pruned": 1, "oom": 1}
     assert at_64["ring"].to_dict() == {"complete": 4, "pruned": 2, "oom": 1}
-    fig = memory_map.chart(data).figure
-    xs = {t.name: list(t.x) for t in fig.data}
-    assert xs == {"complete": [64.0, 128.0], "pruned": [64.0], "oom": [64.0]}  # no offset
     sizes = {t.name: list(t.marker.size) for t in fig.data}
     assert sizes["complete"][0] > sizes["pruned"][0] > sizes["oom"][0]
 
@@ -171,10 +171,10 @@ def test_the_unk_panel_only_with_a_word_tokenizer() -> None:
                  unk_rate=0.0) for i, v in enumerate([512, 2048])]
     word = [_done(2, tokenizer="word", vocab_size=300, val_loss=2.0, bytes_per_token=5.0,
                   unk_rate=0.3)]
-    assert [m for _, _, m, _ in vocab.panels(frame(bpe))] == ["val_bpb", "val_loss",
-                                                              "bytes_per_token"]
     titles = [a.text for a in vocab.chart(study(bpe)).figure.layout.annotations]
     assert "&lt;unk&gt; rate" not in titles and "bytes per token" in titles
+    assert [m for _, _, m, _ in vocab.panels(frame(bpe))] == ["val_bpb", "val_loss",
+                                                              "bytes_per_token"]
     assert not any(t.yaxis == "y4" for t in vocab.chart(study(bpe)).figure.data)
     with_words = vocab.chart(study(bpe + word)).figure
     assert "&lt;unk&gt; rate" in [a.text for a in with_words.layout.annotations]
@@ -195,6 +195,7 @@ def test_a_one_factor_ablation_with_seeds_has_no_seed_axis(ablation_url: str) ->
     data = results.load(ablation_url, "ffn")
     assert "param_seed" in data.trials and data.trials["param_seed"].nunique() == 3
     dims, bpb, _ = parallel.data(data.trials)
+    assert not [d["label"] for d in dims if d["label"].startswith("seed")]
     assert [d["label"] for d in dims] == ["d_ff (log)", parallel.SPREAD, "val_bpb"]
     # one line per d_ff, at the mean of its three seeds, their sd beside it
     by_d_ff = dict(zip(np.round(10 ** dims[0]["values"]), zip(bpb, dims[1]["values"],
@@ -220,7 +221,6 @@ def test_importances_rank_configurations_not_seeds() -> None:
                           param_data_seed=100 + seed, val_bpb=2 + 3 * x + 0.05 * seed
                           + 0.01 * rng.standard_normal()))
     trials = frame(rows)
-    assert fx.replicate_params(trials) == ["param_seed", "param_data_seed"]
     dists = {"x": optuna.distributions.FloatDistribution(0, 1),
              "y": optuna.distributions.CategoricalDistribution(["0", "1"]),
              "seed": optuna.distributions.CategoricalDistribution([0, 1, 2, 3]),
@@ -228,6 +228,7 @@ def test_importances_rank_configurations_not_seeds() -> None:
     got, note = importance.data(trials, dists)
     assert set(got) == {"x", "y"} and got["x"] > 0.8
     assert "10 configurations of 40 complete trials" in note and "Replicates averaged" in note
+    assert fx.replicate_params(trials) == ["param_seed", "param_data_seed"]
 
 
 def test_a_factor_is_not_a_replicate_field() -> None:
@@ -256,9 +257,9 @@ def _with_partial_runs() -> pd.DataFrame:
 
 def test_interrupted_and_requeued_runs_are_no_points_of_a_front() -> None:
     trials = _with_partial_runs()
-    assert settled(trials)["number"].tolist() == [0, 1, 4]
     assert pareto.data(trials, "peak_mem_bytes")["number"].tolist() == [0, 1, 4]
     assert compute.data(trials.assign(flops=1e12))["number"].tolist() == [0, 1, 4]
+    assert settled(trials)["number"].tolist() == [0, 1, 4]
 
 
 def test_interrupted_and_requeued_runs_are_no_part_of_an_axis_range() -> None:
