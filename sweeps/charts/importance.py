@@ -10,7 +10,7 @@ trials that set it; fANOVA ranks only the parameters every trial has. Either way
 those parameters and says which were ranked, so a parameter missing from the bars is explained.
 
 Replicates are not parameters: ``seed``, and any field that differs only between replicates
-(``sweeps.effects.replicate_params``), is not ranked, and the complete trials of one
+(``sweeps.seeds.replicate_params``), is not ranked, and the complete trials of one
 configuration are replayed as one trial at their mean (five seeds are not five points of the
 space); the note gives the seeds' spread. Drawn when at least two parameters varied (``applies``):
 the importance of a lone parameter is 1 by definition.
@@ -28,6 +28,7 @@ from optuna.distributions import BaseDistribution
 
 from lm import outcomes
 from sweeps import effects as fx
+from sweeps import seeds
 from sweeps.charts import Chart, esc, style
 from sweeps.results import StudyResults
 
@@ -81,7 +82,7 @@ def data(trials: pd.DataFrame,
     if len(configs) < MIN_TRIALS:
         return None, (f"Parameter importances need at least {MIN_TRIALS} complete "
                       f"configurations with a val_bpb; this study has {len(configs)}.")
-    replicate = {c.removeprefix("param_") for c in fx.replicate_params(trials)}
+    replicate = {c.removeprefix("param_") for c in seeds.replicate_params(trials)}
     distributions = {n: d for n, d in distributions.items() if n not in replicate}
     if not distributions:
         return None, "The study has no sampled parameters, so there is nothing to rank."

@@ -8,7 +8,7 @@ where every trial lacks one parameter or another (``d_ff`` only with sdpa, ``lr`
 still has its lines.
 
 Replicates are not parameters: ``seed``, and any field that differs only between replicates
-(``sweeps.effects.replicate_params``), gets no axis; the complete trials of one configuration are
+(``sweeps.seeds.replicate_params``), gets no axis; the complete trials of one configuration are
 one line at their mean val_bpb, with a ``val_bpb sd`` axis for the spread of their seeds when some
 configuration ran more than one. Interrupted and re-queued runs are left out
 (``sweeps.charts.settled``), so a partial run's val_bpb does not stretch the axis.
@@ -24,7 +24,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from lm import outcomes
-from sweeps import effects as fx
+from sweeps import seeds
 from sweeps.charts import Chart, esc, settled, style
 from sweeps.results import StudyResults, plain_value
 
@@ -93,7 +93,7 @@ def lines(trials: pd.DataFrame) -> pd.DataFrame:
     val_bpb is a line of its own (n 1). Interrupted and re-queued runs: none."""
     frame = settled(trials)
     frame = frame[frame["val_bpb"].notna()]
-    params = fx.config_params(frame)
+    params = seeds.config_params(frame)
     if frame.empty:
         return pd.DataFrame(columns=[*params, "val_bpb", "n", "sd"])
     key = (frame[params].map(lambda v: repr(plain_value(v))).agg("|".join, axis=1) if params

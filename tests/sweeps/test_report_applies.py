@@ -14,8 +14,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from sweeps import effects as fx
-from sweeps import report, results
+from sweeps import report, results, seeds
 from sweeps.charts import (
     MIB,
     Chart,
@@ -228,16 +227,16 @@ def test_importances_rank_configurations_not_seeds() -> None:
     got, note = importance.data(trials, dists)
     assert set(got) == {"x", "y"} and got["x"] > 0.8
     assert "10 configurations of 40 complete trials" in note and "Replicates averaged" in note
-    assert fx.replicate_params(trials) == ["param_seed", "param_data_seed"]
+    assert seeds.replicate_params(trials) == ["param_seed", "param_data_seed"]
 
 
 def test_a_factor_is_not_a_replicate_field() -> None:
     ablation = table({1: [2.0, 2.1], 64: [2.2, 2.3]})  # d_ff under each seed: a factor
-    assert fx.replicate_params(ablation) == ["param_seed"]
+    assert seeds.replicate_params(ablation) == ["param_seed"]
     # a factor confounded with the seed (each d_ff its own seed) is still a factor
     confounded = table({1: [2.0], 64: [2.2]}, seeds=[0]).assign(seed=[0, 1], param_seed=[0, 1])
-    assert fx.replicate_params(confounded) == ["param_seed"]
-    assert fx.config_params(confounded) == ["param_d_ff"]
+    assert seeds.replicate_params(confounded) == ["param_seed"]
+    assert seeds.config_params(confounded) == ["param_d_ff"]
 
 
 # --- interrupted and re-queued runs --------------------------------------------------------------
