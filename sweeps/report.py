@@ -344,6 +344,8 @@ def summary(data: StudyResults) -> str:
                 ("wall time", _fmt(best["wall_s"], "{:.1f} s")),
                 ("parameters", _fmt(best["params_total"], "{:,.0f}")),
                 ("Pareto-optimal trials (val_bpb, memory)", f"{int(front['on_front'].sum())}")]
+        if front.empty:  # no trial measured its memory: no front to count
+            rows.pop()
         if isinstance(best.get("slurm_job"), str):
             rows.insert(1, ("Slurm job", best["slurm_job"]))
         config = json.loads(best["config_json"]) if isinstance(best["config_json"], str) else {}

@@ -275,6 +275,9 @@ def test_the_best_trials_peak_memory_is_in_mib() -> None:
     page = report.summary(data)
     assert "<th>peak memory</th><td>277.1 MiB</td>" in page and "290,603,008" not in page
     assert "<th>wall time</th><td>12.5 s</td>" in page
+    # no trial measured its memory: no count of a front that cannot be drawn
+    assert "Pareto-optimal" not in report.summary(study([_done(0)]))
+    assert "Pareto-optimal trials (val_bpb, memory)</th><td>1</td>" in page
 
 
 def test_no_two_navigation_links_read_the_same(ablation_url: str) -> None:
