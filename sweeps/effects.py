@@ -1,7 +1,8 @@
 """Answers with error bars: replicates grouped by configuration, ablation effects with intervals,
 and the ranking a confirmation study ends with.
 
-- ``replicates``: trials that differ only in ``seed`` are one configuration; one row per
+- ``replicates``: trials that differ only in ``seed`` (and fields that differ only with it:
+  ``sweeps.seeds``) are one configuration; one row per
   configuration (n, mean, sd, min, max, the seeds, the trials) for any study, sampled or enqueued.
 - ``effects``: per factor and level of an ablation (or against any ``--baseline``), n, mean and
   sd, the difference to the baseline paired by seed with its 95 % interval, a paired t-test's
@@ -33,19 +34,12 @@ from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import results
 from sweeps.console import human_count
-from sweeps.results import plain_value, plain_values
+from sweeps.results import plain_value
+from sweeps.seeds import config_params, seeds_of
 from sweeps.spec.values import same
 from sweeps.stats import CONFIDENCE, MAX_SEEDS, Comparison, compare, holm, seeds_needed
 
-SEED = "seed"
-
-
-# --- replicates ------------------------------------------------------------------------------
-
-
-def config_params(trials: pd.DataFrame) -> list[str]:
-    """The parameter columns that tell configurations apart: every ``param_*`` but the seed."""
-    return [c for c in trials.columns if c.startswith("param_") and c != f"param_{SEED}"]
+# --- replicates (what tells them apart: ``sweeps.seeds``) -----------------------------------
 
 
 def scored(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -72,16 +66,6 @@ def params_of(row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
 
 def label(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "(no parameters)"
-
-
-def seeds_of(trials: pd.DataFrame) -> list[Any]:
-    """Each trial's seed, as a plain Python value (``results.plain_values``: an ``int``, never
-    a numpy integer that ``isinstance(s, int)`` would refuse): the trained config's, else the
-    sampled parameter."""
-    seeds = trials[SEED] if SEED in trials else pd.Series([None] * len(trials), trials.index)
-    if f"param_{SEED}" in trials:
-        seeds = seeds.astype(object).where(seeds.notna(), trials[f"param_{SEED}"])
-    return plain_values(seeds)
 
 
 def replicates(trials: pd.DataFrame, metric: str = "val_bpb",

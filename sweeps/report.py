@@ -9,6 +9,10 @@ errors (``window.onerror``, rejected promises, ``console.error``) and, once the 
 loaded, how many charts rendered, into ``#report-status``: what the browser test reads, and what
 a user sees if something broke.
 
+A chart is drawn only where it applies (``APPLIES``: each chart module's ``applies``, from the
+study's data: an ``[ablation]`` spec, a varied seq_len or batch, more than one vocabulary, ...);
+one that does not is left out, with no section and no link, never an empty placeholder.
+
 Each chart is drawn in isolation (``draw``): one whose data or drawing raises is left out, its
 section a note naming the chart and the error in one line, and the rest of the report is written;
 ``sweeps report`` lists it as left out. The error is named, never swallowed: it is a bug to report.
@@ -32,6 +36,7 @@ from lm.errors import SweepsError
 from lm.files import output_target, write_output
 from sweeps import results as results_mod
 from sweeps.charts import (
+    MIB,
     Chart,
     collapse,
     colors,
@@ -81,6 +86,27 @@ CHART_NAMES: dict[Callable[..., Chart], tuple[str, str]] = {
     compare.pareto_chart: ("compare-pareto", "Pareto fronts by study"),
     compare.vocab_chart: ("compare-vocab", "Vocabulary by study"),
     compare.curves_chart: ("compare-curves", "Learning curves by study"),
+}
+#: Whether a chart has anything to say about a study, from its data (``draw`` asks before drawing;
+#: a chart not named here always applies). Compare charts ask of the studies' combined frames.
+APPLIES: dict[Callable[..., Chart], Callable[[StudyResults], bool]] = {
+    effects.table_chart: effects.applies,
+    effects.forest_chart: effects.applies,
+    pareto.chart: pareto.applies,
+    compute.chart: compute.applies,
+    scaling.chart: scaling.applies,
+    vocab.chart: vocab.applies,
+    memory_map.chart: memory_map.applies,
+    memory_pred.chart: memory_pred.applies,
+    curves.chart: curves.applies,
+    parallel.chart: parallel.applies,
+    importance.chart: importance.applies,
+    collapse.chart: collapse.applies,
+    samples.chart: samples.applies,
+    timeline.chart: timeline.applies,
+    compare.pareto_chart: pareto.applies,
+    compare.vocab_chart: vocab.applies,
+    compare.curves_chart: curves.applies,
 }
 LEFT_OUT = ("This chart could not be drawn, so it is left out (a bug: please report the line "
             "below); the rest of the report is complete.")
@@ -164,8 +190,7 @@ def draw(make: Callable[..., Chart], data: StudyResults, *args: object) -> Chart
     """``make(data, *args)`` if it ``applies``, else None; a chart that raises (in its data,
     its drawing, or ``applies``) becomes a section that says so: ``failed``."""
     try:
-        chart = make(data, *args)
-        return chart if applies(chart, data.trials) else None
+        return make(data, *args) if applies(make, data) else None
     except Exception as exc:  # any bug of one chart: the others are still drawn
         return failed(make, exc)
 
@@ -176,16 +201,10 @@ def failed(make: Callable[..., Chart], exc: BaseException) -> Chart:
     return Chart(key, name, LEFT_OUT, error=describe_error(exc))
 
 
-def applies(chart: Chart, trials: pd.DataFrame) -> bool:
-    """Whether a section has anything to say about these trials (one that cannot is left out,
-    not shown as a note): the IsoFLOP fit needs trials planned at compute budgets (or a fit
-    found in their FLOPs), a vocabulary chart more than one vocabulary to compare."""
-    if chart.key == "scaling" and chart.figure is None:
-        return "flops_budget" in trials and bool(trials["flops_budget"].notna().any())
-    if chart.key in ("vocab", "compare-vocab"):
-        columns = [c for c in ("tokenizer", "vocab_size") if c in trials]
-        return len(trials[columns].dropna().drop_duplicates()) > 1 if columns else False
-    return True
+def applies(make: Callable[..., Chart], data: StudyResults) -> bool:
+    """Whether the chart ``make`` draws has anything to say about ``data`` (``APPLIES``)."""
+    test = APPLIES.get(make)
+    return True if test is None else bool(test(data))
 
 
 def write(storage: results_mod.StorageLike, study_name: str, out: Path, *,
@@ -242,8 +261,9 @@ def write_pngs(charts: list[Chart], directory: Path) -> list[Path]:
 def render(data: StudyResults, charts: list[Chart], header: str | None = None) -> str:
     """The page: ``header`` (default: the one study's ``summary``), the charts, the scripts."""
     e = html.escape
-    nav = " ".join(f'<a href="#{c.key}">{e(c.title.split(":")[0])}</a>' for c in charts)
-    sections = "\n".join(_section(c) for c in charts)
+    nav = " ".join(f'<a href="#{c.key}">{e(nav_label(c))}</a>' for c in charts)
+    sections = "\n".join(_section(c) for c in charts) or (
+        '<p class="note">No chart applies to this study yet: none has a result to draw.</p>')
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -259,6 +279,13 @@ def render(data: StudyResults, charts: list[Chart], header: str | None = None) -
 {_STATUS}
 </body></html>
 """
+
+
+def nav_label(chart: Chart) -> str:
+    """A section's link: its name in ``CHART_NAMES`` (one per key, so no two links read the
+    same), else its title up to the colon."""
+    names = {key: name for key, name in CHART_NAMES.values()}
+    return names.get(chart.key, chart.title.split(":")[0])
 
 
 def _section(chart: Chart) -> str:
@@ -321,10 +348,12 @@ def summary(data: StudyResults) -> str:
         front = pareto.data(trials, "peak_mem_bytes")
         rows = [("trial", f"{int(best['number'])}"), ("val_bpb", f"{best['val_bpb']:.4f}"),
                 ("val loss", _fmt(best["val_loss"], "{:.4f} nats/token")),
-                ("peak memory", _fmt(best["peak_mem_bytes"], "{:,.0f} bytes")),
+                ("peak memory", _fmt(best["peak_mem_bytes"] / MIB, "{:,.1f} MiB")),
                 ("wall time", _fmt(best["wall_s"], "{:.1f} s")),
                 ("parameters", _fmt(best["params_total"], "{:,.0f}")),
                 ("Pareto-optimal trials (val_bpb, memory)", f"{int(front['on_front'].sum())}")]
+        if front.empty:  # no trial measured its memory: no front to count
+            rows.pop()
         if isinstance(best.get("slurm_job"), str):
             rows.insert(1, ("Slurm job", best["slurm_job"]))
         config = json.loads(best["config_json"]) if isinstance(best["config_json"], str) else {}

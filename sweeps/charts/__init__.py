@@ -15,6 +15,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 
 from lm import outcomes
@@ -57,3 +58,14 @@ def style(fig: go.Figure, *, height: int = 420, **layout: Any) -> go.Figure:
                                 "legend": {"itemsizing": "constant"}}
     fig.update_layout(**{**settings, **layout})
     return fig
+
+
+def settled(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials whose result stands, for fronts and axis ranges: not ``interrupted`` (a partial
+    run, stopped from outside and queued again) and not a run that was re-queued (a later trial
+    of its ``retry_of`` chain holds its parameters)."""
+    keep = trials["outcome"] != outcomes.INTERRUPTED
+    if "retry_of" in trials and len(trials):
+        root = pd.to_numeric(trials["retry_of"], errors="coerce").fillna(trials["number"])
+        keep &= trials["number"] == trials["number"].groupby(root).transform("max")
+    return trials[keep]

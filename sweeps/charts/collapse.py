@@ -90,6 +90,12 @@ def _stats_text(row: pd.Series | None) -> str:
     return (": " + ", ".join(parts)) if parts else ""
 
 
+def applies(results: StudyResults) -> bool:
+    """Some trial got a verdict on its predictions (its section says so even when it recorded
+    no ``top_tokens`` to draw)."""
+    return bool(results.trials["outcome"].isin(VERDICTS).any())
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Verdicts on predictions: mean prediction against corpus frequencies"
     about = ("For trials ended as unigram_collapse, stalled or unk_dominated: the model's mean "

@@ -23,6 +23,11 @@ def data(trials: pd.DataFrame) -> pd.DataFrame:
     return frame.join(extra, on="number")
 
 
+def applies(results: StudyResults) -> bool:
+    """Some trial has a val_bpb and recorded FLOPs."""
+    return not data(results.trials).empty
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Quality against compute"
     about = ("val_bpb against the training FLOPs each trial spent (6ND plus attention; "

@@ -110,6 +110,15 @@ def _unigram(results: StudyResults) -> dict[int, float]:
     return found
 
 
+def applies(results: StudyResults) -> bool:
+    """Some trial recorded an evaluation with a val_bpb."""
+    evals = results.evals
+    if evals.empty or not {"tokens", "val_bpb"} <= set(evals.columns):
+        return False
+    return bool((np.isfinite(evals["val_bpb"].astype(float))
+                 & np.isfinite(evals["tokens"].astype(float))).any())
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Learning curves"
     about = ("val_bpb at each evaluation, coloured by what varied; dashed beside each curve, "

@@ -1,6 +1,7 @@
 """An ablation's effects: the table of ``sweeps effects`` and a forest plot (each level's
-difference to the baseline, paired by seed, with its 95 % interval). Not an ``[ablation]`` study:
-a note. The statistics are ``sweeps.effects``; ``data`` and ``forest_data`` are what tests read.
+difference to the baseline, paired by seed, with its 95 % interval). Drawn for an ``[ablation]``
+study only (``applies``): another study's report leaves both sections out. The statistics
+are ``sweeps.effects``; ``data`` and ``forest_data`` are what tests read.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def forest_data(result: fx.Effects) -> pd.DataFrame:
         rows.append({"label": f"{e.factor}={e.level}", "diff": c.diff, "low": c.low,
                      "high": c.high, "n": e.n, "verdict": e.verdict, "colour": colour})
     return pd.DataFrame(rows, columns=["label", "diff", "low", "high", "n", "verdict", "colour"])
+
+
+def applies(results: StudyResults) -> bool:
+    """An ``[ablation]`` study (its spec names a baseline): the table and the forest plot are its
+    answer, and say so while no result is in yet."""
+    return fx.spec_baseline(results.user_attrs.get("spec")) is not None
 
 
 def table_chart(results: StudyResults) -> Chart:

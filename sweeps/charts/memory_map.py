@@ -1,8 +1,11 @@
 """Where memory runs out: sequence length x micro-batch, one panel per attention implementation
 (or d_ff group), every trial counted in its cell and coloured by outcome.
 
-Trials are aggregated per (panel, seq_len, batch_size, outcome): a marker per group, sized by
-its count, outcomes side by side within the cell, so thousands of trials stay readable.
+Trials are aggregated per (panel, seq_len, batch_size, outcome), so thousands of trials stay
+readable: the outcomes of one cell are rings of one marker at the cell's own x and y (never
+offset, which would read as another seq_len), the first outcome of the legend the outer ring,
+each ring's size the count of its outcome and those drawn inside it. Drawn only when the
+sequence length or the micro-batch varied (``applies``): one cell has nothing to map.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ from sweeps.charts import Chart, esc, outcome_color, outcome_order, style
 from sweeps.results import StudyResults
 
 MAX_PANELS = 4
-#: Spread of the outcomes of one cell on the log2 axes (fraction of a doubling).
-SPREAD = 0.12
 
 
 def facet(trials: pd.DataFrame) -> tuple[str | None, pd.Series]:
@@ -41,7 +42,8 @@ def facet(trials: pd.DataFrame) -> tuple[str | None, pd.Series]:
 
 def data(trials: pd.DataFrame) -> tuple[str | None, pd.DataFrame]:
     """(facet name, cells): one row per (panel, seq_len, batch_size, outcome) with count,
-    trials (up to 5 numbers, text) and an example reason."""
+    trials (up to 5 numbers, text), an example reason and ring (the count of this outcome and
+    of the cell's outcomes after it in the legend order: the ring's size)."""
     frame = trials[["number", "outcome", "reason", "seq_len", "batch_size", "attention",
                     "d_ff"]].copy()
     for col in ("seq_len", "batch_size"):
@@ -49,7 +51,7 @@ def data(trials: pd.DataFrame) -> tuple[str | None, pd.DataFrame]:
     frame = frame[np.isfinite(frame["seq_len"]) & np.isfinite(frame["batch_size"])]
     name, panels = facet(frame)
     frame["panel"] = panels
-    columns = ["panel", "seq_len", "batch_size", "outcome", "count", "trials", "reason"]
+    columns = ["panel", "seq_len", "batch_size", "outcome", "count", "trials", "reason", "ring"]
     if frame.empty:
         return name, pd.DataFrame(columns=columns)
     cells = frame.groupby(["panel", "seq_len", "batch_size", "outcome"], sort=True).agg(
@@ -57,7 +59,18 @@ def data(trials: pd.DataFrame) -> tuple[str | None, pd.DataFrame]:
         trials=("number", lambda s: ", ".join(str(n) for n in sorted(s)[:5])
                 + (", ..." if len(s) > 5 else "")),
         reason=("reason", "first")).reset_index()
-    return name, cells[columns]
+    order = {o: i for i, o in enumerate(outcome_order(cells["outcome"]))}
+    cells = cells.assign(_order=cells["outcome"].map(order)).sort_values(
+        ["panel", "seq_len", "batch_size", "_order"], ascending=[True, True, True, False])
+    cells["ring"] = cells.groupby(["panel", "seq_len", "batch_size"])["count"].cumsum()
+    cells = cells.sort_values(["panel", "seq_len", "batch_size", "_order"])
+    return name, cells[columns].reset_index(drop=True)
+
+
+def applies(results: StudyResults) -> bool:
+    """The sequence length or the micro-batch size varied among the trials that record both."""
+    _, cells = data(results.trials)
+    return cells["seq_len"].nunique() > 1 or cells["batch_size"].nunique() > 1
 
 
 def chart(results: StudyResults) -> Chart:
@@ -74,7 +87,6 @@ def chart(results: StudyResults) -> Chart:
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[esc(p) for p in panels],
                         shared_yaxes=True, horizontal_spacing=0.04)
     outcomes = outcome_order(cells["outcome"])
-    offsets = {o: 2 ** (SPREAD * (i - (len(outcomes) - 1) / 2)) for i, o in enumerate(outcomes)}
     for col, panel in enumerate(panels, start=1):
         for outcome in outcomes:
             part = cells[(cells["panel"] == panel) & (cells["outcome"] == outcome)]
@@ -84,12 +96,12 @@ def chart(results: StudyResults) -> Chart:
                      for c, t, r in zip(part["count"], part["trials"], part["reason"],
                                         strict=True)]
             fig.add_trace(go.Scatter(
-                x=part["seq_len"].to_numpy() * offsets[outcome],
+                x=part["seq_len"].to_numpy(),
                 y=part["batch_size"].to_numpy(), mode="markers", name=outcome,
                 legendgroup=outcome, showlegend=col == 1 or outcome not in
                 set(cells[cells["panel"].isin(panels[:col - 1])]["outcome"]),
                 marker={"color": outcome_color(outcome), "opacity": 0.85,
-                        "size": np.minimum(7 + 4 * np.sqrt(part["count"].to_numpy()), 30),
+                        "size": np.minimum(7 + 4 * np.sqrt(part["ring"].to_numpy()), 30),
                         "line": {"width": 0.5, "color": "#333"}},
                 text=hover, hovertemplate="T=%{customdata[0]:.0f}, B=%{y}<br>%{text}"
                                           "<extra></extra>",

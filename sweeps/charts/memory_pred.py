@@ -28,6 +28,11 @@ def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     return frame, summary
 
 
+def applies(results: StudyResults) -> bool:
+    """Some trial has both a predicted and a measured peak memory."""
+    return not data(results.trials)[0].empty
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Predicted against measured peak memory"
     frame, summary = data(results.trials)

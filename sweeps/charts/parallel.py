@@ -6,6 +6,12 @@ conditional parameter (``when = "..."``) is not set in a trial whose condition i
 trial is drawn all the same, through a ``(not set)`` tick at the bottom of the axis, so a space
 where every trial lacks one parameter or another (``d_ff`` only with sdpa, ``lr`` only with naive)
 still has its lines.
+
+Replicates are not parameters: ``seed``, and any field that differs only between replicates
+(``sweeps.seeds.replicate_params``), gets no axis; the complete trials of one configuration are
+one line at their mean val_bpb, with a ``val_bpb sd`` axis for the spread of their seeds when some
+configuration ran more than one. Interrupted and re-queued runs are left out
+(``sweeps.charts.settled``), so a partial run's val_bpb does not stretch the axis.
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from sweeps.charts import Chart, esc, style
-from sweeps.results import StudyResults
+from lm import outcomes
+from sweeps import seeds
+from sweeps.charts import Chart, esc, settled, style
+from sweeps.results import StudyResults, plain_value
 
 LOG_SPAN = 100.0
+#: The axis of the spread of a configuration's replicates (0 for a single run).
+SPREAD = "val_bpb sd"
 #: The tick of a trial in which the parameter is not set (its condition was false).
 NOT_SET = "(not set)"
 
@@ -76,24 +86,56 @@ def dimension(label: str, values: pd.Series) -> dict[str, Any]:
             "tickvals": list(range(len(choices))), "ticktext": [esc(c) for c in choices]}
 
 
+def lines(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per line, in trial order: the configuration's parameters (``param_*``, replicate
+    fields left out), val_bpb, n and sd. The complete trials of a configuration are one line (the
+    mean of their seeds, n of them, their sample sd; 0 for one); every other trial with a
+    val_bpb is a line of its own (n 1). Interrupted and re-queued runs: none."""
+    frame = settled(trials)
+    frame = frame[frame["val_bpb"].notna()]
+    params = seeds.config_params(frame)
+    if frame.empty:
+        return pd.DataFrame(columns=[*params, "val_bpb", "n", "sd"])
+    key = (frame[params].map(lambda v: repr(plain_value(v))).agg("|".join, axis=1) if params
+           else pd.Series("", index=frame.index))
+    alone = frame["outcome"] != outcomes.COMPLETE
+    key = key.where(~alone, "trial " + frame["number"].astype(str))
+    grouped = frame.assign(_line=key).groupby("_line", sort=False)
+    out = grouped.agg(**{c: (c, "first") for c in params}, val_bpb=("val_bpb", "mean"),
+                      n=("val_bpb", "size"), sd=("val_bpb", "std"))
+    return out.assign(sd=out["sd"].fillna(0.0)).reset_index(drop=True)
+
+
 def data(trials: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, int]]:
-    """(dimensions, val_bpb colour values, {parameter: trials in which it is not set}) over
-    every trial with a val_bpb; the last dimension is val_bpb itself."""
-    params = [c for c in trials.columns if c.startswith("param_")]
-    frame = trials[trials["val_bpb"].notna()]
+    """(dimensions, val_bpb colour values, {parameter: lines in which it is not set}) over
+    ``lines``; the last dimension is val_bpb itself, after ``SPREAD`` when a configuration ran
+    more than one replicate."""
+    frame = lines(trials)
+    params = [c for c in frame.columns if c.startswith("param_")]
     if not params or frame.empty:
         return [], np.array([]), {}
     dims = [dimension(c.removeprefix("param_"), frame[c]) for c in params]
     bpb = frame["val_bpb"].to_numpy(dtype=float)
+    if (frame["n"] > 1).any():
+        dims.append({"label": SPREAD, "values": frame["sd"].to_numpy(dtype=float)})
     dims.append({"label": "val_bpb", "values": bpb})
     unset = {c.removeprefix("param_"): int(n) for c in params if (n := frame[c].isna().sum())}
     return dims, bpb, unset
 
 
+def applies(results: StudyResults) -> bool:
+    """Some parameter other than a replicate field varied among the trials with a val_bpb."""
+    frame = lines(results.trials)
+    return any(frame[c].map(lambda v: repr(plain_value(v))).nunique() > 1
+               for c in frame.columns if c.startswith("param_"))
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Parallel coordinates over the sampled parameters"
-    about = ("One line per trial with a val_bpb, coloured by it (darker is better); drag along "
-             "an axis to filter.")
+    about = ("One line per configuration with a val_bpb, coloured by it (darker is better); drag "
+             "along an axis to filter. Replicates are not parameters: a configuration's seeds are "
+             "one line at their mean, the val_bpb sd axis their spread (0: one run); interrupted "
+             "and re-queued runs are left out.")
     dims, bpb, unset = data(results.trials)
     if len(bpb) == 0:
         return Chart("parallel", title, about,
@@ -101,7 +143,7 @@ def chart(results: StudyResults) -> Chart:
     if unset:
         counts = ", ".join(f"{name} in {n}" for name, n in unset.items())
         about += (f" Conditional parameters not set (their condition was false): {counts} "
-                  f"trial(s); those lines pass through the {NOT_SET} tick.")
+                  f"line(s); those lines pass through the {NOT_SET} tick.")
     fig = go.Figure(go.Parcoords(
         dimensions=dims,
         line={"color": bpb, "colorscale": "Viridis", "showscale": True,

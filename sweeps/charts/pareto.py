@@ -2,7 +2,8 @@
 
 The front is drawn among ``complete`` trials (the ones a user could pick); every trial with a
 val_bpb is shown, coloured by what varied (``sweeps.charts.colors``), its outcome its marker's
-symbol, dominated ones faded.
+symbol, dominated ones faded, but for interrupted and re-queued runs (``sweeps.charts.settled``: a
+partial run is not a point of the trade-off).
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lm import outcomes
-from sweeps.charts import MIB, Chart, colors, esc, outcome_order, replicates, style
+from sweeps.charts import (
+    MIB,
+    Chart,
+    colors,
+    esc,
+    outcome_order,
+    replicates,
+    settled,
+    style,
+)
 from sweeps.results import StudyResults
 
 #: (column, axis title, divisor for display)
@@ -34,9 +44,10 @@ def front_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def data(trials: pd.DataFrame, x: str) -> pd.DataFrame:
-    """Trials with a val_bpb and a positive ``x``: number, outcome, reason, val_bpb, x,
-    on_front (non-dominated among complete trials)."""
-    frame = trials[["number", "outcome", "reason", "val_bpb", x]].copy()
+    """Trials with a val_bpb and a positive ``x`` (interrupted and re-queued runs left out:
+    ``settled``): number, outcome, reason, val_bpb, x, on_front (non-dominated among complete
+    trials)."""
+    frame = settled(trials)[["number", "outcome", "reason", "val_bpb", x]].copy()
     frame[x] = pd.to_numeric(frame[x], errors="coerce").astype(float)
     frame = frame[np.isfinite(frame["val_bpb"]) & (frame[x] > 0)].reset_index(drop=True)
     frame["on_front"] = False
@@ -59,6 +70,11 @@ def styled(results: StudyResults, x: str) -> pd.DataFrame:
     frame["symbol"] = frame["outcome"].map(colors.symbol)
     frame.attrs["order"] = [g for g in palette if g in set(frame["group"])]
     return frame
+
+
+def applies(results: StudyResults) -> bool:
+    """Some trial has a val_bpb and a measured peak memory or wall time."""
+    return any(len(data(results.trials, col)) for col, _, _ in AXES)
 
 
 def chart(results: StudyResults) -> Chart:

@@ -72,6 +72,11 @@ def render(rows: pd.DataFrame) -> str:
             "</table>")
 
 
+def applies(results: StudyResults) -> bool:
+    """Some trial recorded generated samples."""
+    return not results.samples.empty
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Generated samples"
     about = "What each trial writes after its latest evaluation, from the study's fixed prompts."

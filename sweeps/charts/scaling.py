@@ -33,6 +33,20 @@ def curve(p: scaling.Parabola) -> tuple[np.ndarray, np.ndarray]:
     return 10**x, a * x**2 + b * x + c
 
 
+def fitted(fit: scaling.ScalingFit) -> list[scaling.Parabola]:
+    """The budgets whose parabola could be fitted."""
+    return [p for p in fit.parabolas if p.coef is not None]
+
+
+def applies(results: StudyResults) -> bool:
+    """Trials planned at compute budgets (``flops_budget``: the section then says what the fit
+    still needs), or a fit found in the trials' FLOPs."""
+    trials = results.trials
+    if "flops_budget" in trials and bool(trials["flops_budget"].notna().any()):
+        return True
+    return bool(fitted(data(trials)))
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Scaling laws: IsoFLOP curves"
     fit = data(results.trials)
@@ -40,8 +54,7 @@ def chart(results: StudyResults) -> Chart:
              "fitted parabola in log N; its minimum is N_opt for that budget. Right: N_opt and "
              "D_opt against the budget, power laws with "
              f"{scaling.CONFIDENCE:.0%} bootstrap intervals of the exponents.")
-    fitted = [p for p in fit.parabolas if p.coef is not None]
-    if not fitted:
+    if not fitted(fit):
         why = "; ".join(fit.notes) or "no complete trial has FLOPs, a size and a val_bpb"
         return Chart("scaling", title, about,
                      note=f"No IsoFLOP curve to fit ({why}). Plan trials at a few budgets "

@@ -263,3 +263,9 @@ def _union(began: list[float], ended: list[float]) -> float:
         total += hi - max(lo, reach)
         reach = hi
     return float(total)
+
+
+def applies(results: StudyResults) -> bool:
+    """Some trial ran: it has a bar from when it began to when it ended (a queued study, or one
+    whose trials were all carried or copied, has nothing to show)."""
+    return not data(results.trials).bars.empty

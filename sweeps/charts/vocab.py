@@ -142,13 +142,36 @@ def line_color(results: StudyResults, tokenizer: str) -> str:
     return LINE_COLOR
 
 
+def applies(results: StudyResults) -> bool:
+    """More than one vocabulary (tokenizer and size) among the trials: something to compare."""
+    columns = [c for c in ("tokenizer", "vocab_size") if c in results.trials]
+    return len(results.trials[columns].dropna().drop_duplicates()) > 1 if columns else False
+
+
+def has_words(trials: pd.DataFrame) -> bool:
+    """Whether a word tokenizer is among the trials: the only kind with ``<unk>`` targets, so
+    the only reason for the ``<unk>`` panel (always 0 for BPE and bytes)."""
+    return "tokenizer" in trials and bool((trials["tokenizer"] == "word").any())
+
+
+def panels(trials: pd.DataFrame) -> list[tuple[int, int, str, str]]:
+    """(row, col, metric, title) of each panel drawn: the ``<unk>`` rate only with words."""
+    out = [(1, 1, "val_bpb", "val_bpb (bits per byte)"),
+           (1, 2, "val_loss", "val loss (nats per token)"),
+           (2, 1, "bytes_per_token", "bytes per token")]
+    if has_words(trials):
+        out.append((2, 2, "unk_rate", "<unk> rate"))
+    return out
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Vocabulary: what a bigger vocabulary buys"
+    shown = panels(results.trials)
     about = ("Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
              "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
-             "token and the share of targets that are <unk>. Lines join the best trial per size "
-             "(dash: the tokenizer); points are coloured by what varied, their outcome the "
-             "marker.")
+             "token" + (" and the share of targets that are <unk>" if len(shown) == 4 else "")
+             + ". Lines join the best trial per size (dash: the tokenizer); points are coloured "
+             "by what varied, their outcome the marker.")
     field = colors.field_of(results)
     about += f" Colour: {field}." if field else ""
     unequal = text_warning(results.trials)
@@ -161,9 +184,8 @@ def chart(results: StudyResults) -> Chart:
     if points.empty and tokens.empty:
         return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")
     fig = make_subplots(rows=2, cols=2, vertical_spacing=0.16, horizontal_spacing=0.08,
-                        shared_xaxes="all",
-                        subplot_titles=["val_bpb (bits per byte)", "val loss (nats per token)",
-                                        "bytes per token", esc("<unk> rate")])
+                        shared_xaxes="all", subplot_titles=[esc(title) for *_, title in shown],
+                        specs=[[{}, {}], [{}, {} if len(shown) == 4 else None]])
     if len(points) <= MAX_POINTS:
         styled = point_styles(results, points)
         for group, part in styled.groupby("group", sort=False):
@@ -194,7 +216,7 @@ def chart(results: StudyResults) -> Chart:
                               "%{y:.4f}<extra></extra>"), row=1, col=col)
             first = False
         part = tokens[tokens["tokenizer"] == tokenizer]
-        for col, metric in ((1, "bytes_per_token"), (2, "unk_rate")):
+        for _, col, metric, _ in shown[2:]:
             fig.add_trace(go.Scatter(
                 x=part["vocab_size"].to_numpy(), y=part[metric].astype(float).to_numpy(),
                 mode="lines+markers", line={"color": color, "dash": dash}, name=name,
@@ -208,5 +230,6 @@ def chart(results: StudyResults) -> Chart:
         fig.add_trace(replicates.trace(means), row=1, col=1)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="vocab size", row=2)
-    fig.update_yaxes(tickformat=".0%", row=2, col=2)
+    if len(shown) == 4:
+        fig.update_yaxes(tickformat=".0%", row=2, col=2)
     return Chart("vocab", title, about, figure=style(fig, height=640))

@@ -55,6 +55,9 @@ DISTRIBUTIONS = {
     "lr": FloatDistribution(1e-4, 1e-1, log=True),
 }
 TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+#: The fields a ``space=`` study fixes unless ``fixed`` says otherwise (the starter's).
+FIXED = {"tokenizer": "bpe", "vocab_size": 1024, "d_ff": 128, "seq_len": 64, "batch_size": 8,
+         "attention": "sdpa", "lr": 0.01}
 WORDS = ("the", "a", "students", "teacher", "raise", "history", "war", "empire", "proof",
          "answer", "question", "why", "how", "class", "king", "<unk>")
 
@@ -68,7 +71,8 @@ def config_for(params: dict[str, Any], corpus: str = "/data/corpus") -> dict[str
         "checkpointing": False, "tie_weights": True, "batch_size": params["batch_size"],
         "grad_accum": 1, "lr": params["lr"], "weight_decay": 0.1, "warmup_tokens": 10_000,
         "max_tokens": MAX_TOKENS, "max_wall_s": None, "precision": "fp32", "grad_clip": 1.0,
-        "seed": 0, "eval_every_tokens": EVAL_EVERY, "eval_tokens": 16_384, "device": "cpu",
+        "seed": params.get("seed", 0), "eval_every_tokens": EVAL_EVERY, "eval_tokens": 16_384,
+        "device": "cpu",
         "cpu_memory_limit_bytes": None, "sample_prompts": list(PROMPTS), "sample_tokens": 16,
     }
 
@@ -85,6 +89,11 @@ def _params(rng: np.random.Generator) -> dict[str, Any]:
         "attention": str(rng.choice(["sdpa", "naive"])),
         "lr": float(math.exp(rng.uniform(math.log(1e-4), math.log(1e-1)))),
     }
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar drawn by ``rng.choice`` as the Python value a spec holds."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _apply_conditions(p: dict[str, Any], conditions: dict[str, Condition]) -> set[str]:
@@ -131,7 +140,8 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
               outcomes: tuple[str, ...] = OUTCOMES,
               attrs: dict[int, dict[str, Any]] | None = None,
               times: dict[int, tuple[datetime.datetime, datetime.datetime]] | None = None,
-              ) -> optuna.Study:
+              space: dict[str, list[Any]] | None = None,
+              fixed: dict[str, Any] | None = None) -> optuna.Study:
     """A study of ``n`` finished trials written to ``url``: the first ones have ``outcomes``
     (by default the nine that cover every outcome), the rest an outcome their values lead to.
 
@@ -143,6 +153,9 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
     ``attrs`` sets (or, with None, removes) user attributes of given trial numbers (where and
     when it ran: ``placed_on``, ``admitted_at``, ...), ``times`` their Optuna ``datetime_start``
     and ``datetime_complete`` (local time, as Optuna stores them).
+    ``space`` narrows the search to those parameters, each drawn from its list of choices (a
+    spec's ``[space]``: ``{"vocab_size": [512, 1024]}``); every other field is fixed (not
+    suggested), at its ``fixed`` value or else ``FIXED``'s (a spec's ``[fixed]``).
     """
     rng = np.random.default_rng(seed)
     storage = st.open_storage(url)
@@ -156,11 +169,16 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
     trials, evals, sample_rows = [], [], []
     now = time.time()
     conditions = {k: parse_condition(v) for k, v in (when or {}).items()}
+    dists = DISTRIBUTIONS if space is None else {
+        k: CategoricalDistribution(list(v)) for k, v in space.items()}
     for number in range(n):
         p = _params(rng)
         unset = _apply_conditions(p, conditions)
+        if space is not None:
+            p = {**FIXED, **(fixed or {}), **{k: _plain(rng.choice(v)) for k, v in space.items()}}
+            unset = set(p) - set(space)
         outcome = outcomes[number] if number < len(outcomes) else None
-        trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now, unset)
+        trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now, unset, dists)
         if number in (attrs or {}):
             given = (attrs or {})[number]
             trial.user_attrs = {**{k: v for k, v in trial.user_attrs.items() if k not in given},
@@ -276,7 +294,8 @@ def _pick_outcome(p: dict[str, Any], predicted: int, measured: int,
 
 
 def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.Generator,
-           now: float, unset: frozenset[str] | set[str] = frozenset()
+           now: float, unset: frozenset[str] | set[str] = frozenset(),
+           dists: dict[str, Any] = DISTRIBUTIONS,
            ) -> tuple[optuna.trial.FrozenTrial, list[dict], list[dict]]:
     predicted_raw = predicted_bytes(p)
     predicted = int(predicted_raw * 1.1)
@@ -362,7 +381,7 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
         values = [last["val_bpb"], float(measured)]
     trial = optuna.trial.create_trial(
         state=state, values=values, params=suggested,
-        distributions={k: DISTRIBUTIONS[k] for k in suggested},
+        distributions={k: dists[k] for k in suggested},
         user_attrs=attrs,
         intermediate_values={e["tokens"]: e["val_bpb"] for e in evals} if state ==
         TrialState.PRUNED else None,

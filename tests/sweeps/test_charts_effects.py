@@ -44,18 +44,21 @@ def test_forest_data_has_one_interval_per_level(url: str) -> None:
 def test_the_report_shows_the_effects_first(url: str) -> None:
     text, charts, _ = report.build(url, "ffn")
     keys = [c.key for c in charts]
-    assert keys[:3] == ["effects", "forest", "pareto"]
+    # first; then what applies to trials that recorded only val_bpb (no memory, no curves)
+    assert keys == ["effects", "forest", "parallel", "timeline"]
     assert charts[0].html is not None and "cannot tell apart with n = 3" in charts[0].html
     assert charts[1].figure is not None
     assert '<section id="forest">' in text and 'class="effects"' in text
 
 
-def test_a_study_without_ablation_gets_a_note() -> None:
+def test_a_study_without_ablation_has_no_effects_sections(url: str) -> None:
     data = results.StudyResults(name="s", storage="x", directions=["minimize"],
                                 objectives=["val_bpb"], user_attrs={}, trials=table({1: [2.0]}),
                                 evals=pd.DataFrame(), samples=pd.DataFrame())
-    assert "Not an [ablation] study" in (effects_chart.table_chart(data).note or "")
-    assert effects_chart.forest_chart(data).figure is None
+    assert not effects_chart.applies(data)
+    assert report.draw(effects_chart.table_chart, data) is None
+    assert report.draw(effects_chart.forest_chart, data) is None
+    assert effects_chart.applies(results.load(url, "ffn"))
 
 
 def test_replicates_become_a_mean_with_an_interval() -> None:

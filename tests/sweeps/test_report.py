@@ -225,7 +225,7 @@ def test_importances_need_two_complete_trials() -> None:
     dists = {"x": FloatDistribution(0, 1)}
     one = trials([{"number": 0, "outcome": "complete", "val_bpb": 1.0, "param_x": 0.5}])
     got, note = importance.data(one, dists)
-    assert got is None and "at least 2 complete trials" in note and "has 1" in note
+    assert got is None and "at least 2 complete configurations" in note and "has 1" in note
 
 
 def test_importances_rank_the_parameter_that_matters() -> None:
@@ -325,13 +325,12 @@ def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> No
     out = tmp_path / "r.html"
     charts, data = report.write(small_url, "small", out)
     page = out.read_text()
-    # No trial of this study was planned at a compute budget: no IsoFLOP section at all.
-    assert [c.key for c in charts] == ["effects", "forest", "pareto", "compute", "vocab",
-                                       "memory_map", "memory_pred", "curves", "parallel",
-                                       "importance", "collapse", "samples", "timeline"]
-    # Not an ablation: those sections are notes.
-    assert all("Not an [ablation] study" in c.note for c in charts[:2])
-    charts = charts[2:]
+    # No trial of this study was planned at a compute budget: no IsoFLOP section at all; not an
+    # [ablation]: no effects sections, and no placeholder saying so.
+    assert [c.key for c in charts] == ["pareto", "compute", "vocab", "memory_map", "memory_pred",
+                                       "curves", "parallel", "importance", "collapse", "samples",
+                                       "timeline"]
+    assert "Not an [ablation] study" not in page
     drawn = [c for c in charts if c.key != "samples"]
     assert all(c.figure is not None for c in drawn)
     assert next(c for c in charts if c.key == "samples").html
@@ -368,11 +367,10 @@ def test_an_empty_study_reports_notes_not_errors(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'e.db'}"
     optuna.create_study(study_name="empty", storage=st.open_storage(url))
     text, charts, _ = report.build(url, "empty")
-    assert all(c.figure is None and c.note for c in charts)
-    # every section a note, but those with nothing to apply to (IsoFLOP, vocabulary) left out
+    # no chart applies to a study without a trial: no empty sections, one line that says so
+    assert charts == [] and "<section" not in text
     assert "No trial has completed yet." in text
-    assert text.count('class="note"') == len(report.CHARTS) - 2
-    assert not {"scaling", "vocab"} & {c.key for c in charts}
+    assert text.count('class="note"') == 1 and "No chart applies to this study yet" in text
 
 
 @pytest.mark.slow
@@ -397,19 +395,22 @@ def test_two_thousand_trials_report_stays_small(tmp_path: Path, big_study: str) 
 
 
 def test_a_section_that_cannot_apply_is_left_out() -> None:
-    from sweeps.charts import Chart
+    from sweeps.charts import scaling
 
-    one_vocab = pd.DataFrame({"tokenizer": ["bpe", "bpe"], "vocab_size": [4096, 4096],
-                              "flops_budget": [None, None]})
-    two_vocabs = one_vocab.assign(vocab_size=[4096, 8192])
-    note = Chart("scaling", "t", "a", note="No IsoFLOP curve to fit")
-    assert not report.applies(note, one_vocab)
-    assert report.applies(note, one_vocab.assign(flops_budget=[1e12, 1e12]))
-    vocab_chart = Chart("vocab", "t", "a", note="n")
-    assert not report.applies(vocab_chart, one_vocab)
-    assert report.applies(vocab_chart, two_vocabs)
-    assert report.applies(vocab_chart, one_vocab.assign(tokenizer=["bpe", "word"]))
-    assert report.applies(Chart("curves", "t", "a"), one_vocab)
+    one_vocab = trials([{"number": i, "outcome": "complete", "tokenizer": "bpe",
+                         "vocab_size": 4096} for i in range(2)])
+
+    def study(frame: pd.DataFrame) -> results.StudyResults:
+        return results.StudyResults(name="s", storage="x", directions=["minimize"],
+                                    objectives=["val_bpb"], user_attrs={}, trials=frame,
+                                    evals=pd.DataFrame(), samples=pd.DataFrame())
+
+    assert not report.applies(scaling.chart, study(one_vocab))
+    assert report.applies(scaling.chart, study(one_vocab.assign(flops_budget=[1e12, 1e12])))
+    assert not report.applies(vocab.chart, study(one_vocab))
+    assert report.applies(vocab.chart, study(one_vocab.assign(vocab_size=[4096, 8192])))
+    assert report.applies(vocab.chart, study(one_vocab.assign(tokenizer=["bpe", "word"])))
+    assert report.draw(vocab.chart, study(one_vocab)) is None
 
 
 def test_the_report_says_which_slurm_job_ran_a_trial(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@
   div must hold plotly's ``main-svg``; the samples table must show the markup as text. A
   screenshot is saved.
 - The 2,000-trial study (written by the test) opens and renders every chart too.
+- The starter, a quickstart-like and an ``[ablation]`` study (fabricated:
+  ``tests.sweeps.report_kinds``) each show the sections that apply to them, by its table, and
+  nothing else; screenshots of the three are saved under the test's temporary directory.
 - ``optuna-dashboard`` serves the study over HTTP from the same database.
 """
 
@@ -30,7 +33,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import numpy as np
 import pytest
 
-from tests.sweeps import fake_study
+from tests.sweeps import fake_study, report_kinds
 from tests.sweeps.ablation import FFN_WIDTH, store_ablation
 from tests.sweeps.browser import CHROMIUM_FLAGS, chromium_path
 
@@ -229,6 +232,28 @@ def test_an_ablation_report_renders_its_effects_in_chromium(chromium: str,
     dom = open_in_chromium(chromium, out, tmp_path, screenshot=tmp_path / "ffn.png")
     assert_rendered(dom, source.count('<div class="chart"'))
     assert "cannot tell apart with n = 3" in dom
+
+
+@pytest.mark.parametrize("kind", list(report_kinds.SECTIONS))
+def test_each_kind_of_study_shows_the_sections_that_apply_in_chromium(
+        chromium: str, kind: str, tmp_path: Path) -> None:
+    """Issue 38: no empty section, no placeholder, the memory map only where seq_len or batch
+    varied; each section that applies renders; the screenshot is ``<kind>.png``."""
+    url = f"sqlite:///{tmp_path / 'kind.db'}"
+    name = report_kinds.store(url, kind)
+    out = tmp_path / f"{kind}.html"
+    proc = sweeps_cli("report", name, "--storage", url, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shot = tmp_path / f"{kind}.png"
+    dom = open_in_chromium(chromium, out, tmp_path, screenshot=shot, height=4000)
+    assert re.findall(r'<section id="([\w-]+)">', dom) == report_kinds.SECTIONS[kind]
+    source = out.read_text(encoding="utf-8")
+    assert_rendered(dom, source.count('<div class="chart"'))
+    assert "Not an [ablation] study" not in dom and 'class="note"' not in dom
+    labels = re.findall(r'<a href="#[\w-]+">([^<]*)</a>', dom.split("<nav>")[1].split("</nav>")[0])
+    assert len(labels) == len(set(labels)) == len(report_kinds.SECTIONS[kind])
+    assert shot.stat().st_size > 10_000
+    print(f"\nscreenshot: {shot}")
 
 
 # --- optuna-dashboard -----------------------------------------------------------------------------

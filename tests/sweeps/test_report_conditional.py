@@ -17,17 +17,16 @@ import optuna
 import pytest
 
 from sweeps import report, results
-from sweeps.charts import parallel
+from sweeps.charts import parallel, settled
 from tests.sweeps import fake_study
 from tests.sweeps.cli import sweeps, sweeps_here
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 ISSUE_SPACE = {"d_ff": "attention == 'sdpa'", "lr": "attention == 'naive'"}
-#: The sections of a random-search study's report (no compute budgets: no IsoFLOP fit).
-SECTIONS = ["effects", "forest", "pareto", "compute", "vocab", "memory_map", "memory_pred",
-            "curves", "parallel", "importance", "collapse", "samples", "timeline"]
-
-SECTIONS_ALWAYS = [k for k in SECTIONS if k != "vocab"]
+#: The sections of a random-search study's report (no compute budgets: no IsoFLOP fit; not an
+#: [ablation]: no effects).
+SECTIONS = ["pareto", "compute", "vocab", "memory_map", "memory_pred", "curves", "parallel",
+            "importance", "collapse", "samples", "timeline"]
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +53,13 @@ def test_report_of_a_conditional_space_is_written_with_every_chart(issue_url: st
     assert [c.key for c in charts] == SECTIONS
     assert [c.key for c in charts if c.error is not None] == []
     drawn = [c.key for c in charts if c.figure is not None or c.html]
-    assert drawn == SECTIONS[2:]  # all but the two [ablation] sections, which are notes
-    # parallel coordinates: every trial with a val_bpb is a line, through "(not set)" where
-    # its condition was false
+    assert drawn == SECTIONS
+    # parallel coordinates: every trial with a val_bpb is a line (but for the interrupted one),
+    # through "(not set)" where its condition was false
     dims, bpb, unset = parallel.data(frame)
-    scored = frame[frame["val_bpb"].notna()]
+    scored = settled(frame)
+    scored = scored[scored["val_bpb"].notna()]
+    assert len(scored) == frame["val_bpb"].notna().sum() - 1
     assert len(bpb) == len(scored) > 0
     by = _dims(dims)
     for name in ("d_ff", "lr"):
@@ -136,11 +137,11 @@ def _check_chart(chart: report.Chart, data: results.StudyResults) -> None:
     frame = data.trials
     if chart.key == "parallel" and chart.figure is not None:
         dims, bpb, unset = parallel.data(frame)
-        scored = frame[frame["val_bpb"].notna()]
-        assert len(bpb) == len(scored)  # no trial left out for a parameter it does not set
+        scored = parallel.lines(frame)
+        assert len(bpb) == len(scored)  # no line left out for a parameter it does not set
         for dim in dims[:-1]:
             assert len(dim["values"]) == len(scored)
-        names = [c.removeprefix("param_") for c in frame if c.startswith("param_")]
+        names = [c.removeprefix("param_") for c in scored if c.startswith("param_")]
         assert unset == {n: int(k) for n in names if (k := scored[f"param_{n}"].isna().sum())}
         for name in unset:
             dim = _dims(dims)[name]
@@ -173,9 +174,11 @@ def test_random_conditional_spaces_draw_every_chart_or_say_why(tmp_path: Path) -
         # raises is a section naming the error, which the assertion shows with the space)
         charts, _ = report.write(url, name, tmp_path / f"{name}.html")
         assert {c.key: c.error for c in charts if c.error} == {}, context
-        # every section is there (only the IsoFLOP fit and the vocabulary may not apply)
+        # the sections that apply, in order (not an [ablation], no compute budgets)
         keys = [c.key for c in charts]
-        assert [k for k in keys if k not in ("scaling", "vocab")] == SECTIONS_ALWAYS, context
+        assert keys == [report.CHART_NAMES[make][0] for make in report.CHARTS
+                        if report.applies(make, data)], context
+        assert not {"effects", "forest", "scaling"} & set(keys), context
         for chart in charts:
             _check_chart(chart, data)
         assert (tmp_path / f"{name}.html").stat().st_size > 0
@@ -207,8 +210,7 @@ def test_a_chart_that_raises_is_left_out_with_a_note_and_the_rest_is_written(
     assert failed["parallel"].error == ("ValueError: zero-size array to reduction operation "
                                         "minimum which has no identity")  # one line
     assert failed["parallel"].figure is None
-    assert all(c.figure is not None or c.html for c in charts
-               if c.key not in ("parallel", "effects", "forest"))
+    assert all(c.figure is not None or c.html for c in charts if c.key != "parallel")
     page = out.read_text()
     assert page.count('class="chart"') == 9  # the ten drawn charts but parallel coordinates
     assert ("Parallel coordinates: left out, could not be drawn: ValueError: zero-size array "
