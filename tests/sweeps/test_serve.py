@@ -26,7 +26,7 @@ from optuna.trial import TrialState, create_trial
 
 from sweeps import serve
 from sweeps import storage as st
-from tests.sweeps import fake_study
+from tests.sweeps import fake_study, helpers
 from tests.sweeps.browser import DevTools, chromium_path
 from tests.sweeps.cli import assert_user_error, sweeps
 
@@ -50,14 +50,8 @@ def snapshot(directory: Path) -> dict[str, tuple[str, int]]:
 
 
 def wait_for(what: str, check: Callable[[], object]) -> object:
-    """``check()``'s first truthy value, asked every 0.3 s until ``DEADLINE_S``."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"gave up waiting for {what} after {DEADLINE_S} s")
+    """``check()``'s first truthy value, asked until ``DEADLINE_S`` (``helpers.wait_for``)."""
+    return helpers.wait_for(check, DEADLINE_S, what)
 
 
 def get(url: str) -> str:

@@ -178,7 +178,8 @@ def write_spec(tmp: Path, corpus: Path, name: str, n_trials: int, max_tokens: in
                      # a copy of the first, never trained: runner.duplicate_of).
                      space={"vocab_size": {"choices": [300, 600]},
                             "seed": {"type": "int", "low": 0, "high": 10**9}},
-                     study={"n_trials": n_trials}, limits={"collapse": False})
+                     # max_wall_s: a bound a busy machine cannot reach, not a pace
+                     study={"n_trials": n_trials}, limits={"collapse": False, "max_wall_s": 1800})
     path = tmp / f"{name}.toml"
     path.write_text(toml_text(data))
     return path
@@ -196,8 +197,11 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
                                                                    corpus: Path) -> None:
     # Two long trials, one for each worker; the joiner dies; `sweeps run` finishes its own, then
     # fails the dead one after the grace period (the heartbeat path: the joiner was alive when
-    # `sweeps run` started), re-queues it and trains it.
-    spec = write_spec(tmp_path, corpus, "killworker", 2, 150_000)
+    # `sweeps run` started), re-queues it and trains it. Long enough that `sweeps run`'s own trial
+    # outlasts the joiner's start on a busy machine: a small model trains on one thread, fast,
+    # and a `sweeps run` done with its trial would take the joiner's too (150,000 tokens lost
+    # that race beside two CPU-bound processes).
+    spec = write_spec(tmp_path, corpus, "killworker", 2, 600_000)
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     beat = ["--heartbeat", "1", "--grace", "3"]
     main = sweeps_popen("run", str(spec), "--storage", url, *beat, cwd=tmp_path)
@@ -208,7 +212,7 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
         joiner = sweeps_popen("worker", "killworker", "--storage", url, *beat,
                               "--launcher", "subprocess", cwd=tmp_path)
         # a bound, not a pace: a worker's first trial can take a minute on a busy machine
-        wait_for(lambda: running_with_evals(url, "killworker", joiner.pid) is not None, 240,
+        wait_for(lambda: running_with_evals(url, "killworker", joiner.pid) is not None, 900,
                  "the joining worker's trial")
         victim = running_with_evals(url, "killworker", joiner.pid)
         family = descendants(joiner.pid)
@@ -216,7 +220,7 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
         joiner.send_signal(signal.SIGKILL)
         joiner.wait()
         wait_for(lambda: not any(alive(p) for p in family), 10, "its children to die")
-        _, err = main.communicate(timeout=120)
+        _, err = main.communicate(timeout=1800)  # a bound: its trial, the grace, the retry
     finally:
         main.kill()
     assert main.returncode == 0, err
