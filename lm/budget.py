@@ -47,8 +47,10 @@ def tokens_per(cfg: TrainConfig, unit: str, rate: TextRate | float | None = None
         value = rate.train if isinstance(rate, TextRate) else rate
         value = value if value is not None else cfg.bytes_per_token
         if value is None:
-            raise SweepsError("a budget in bytes needs the corpus' bytes per token for this "
-                              "tokenizer; it is measured when the token cache is built")
+            raise SweepsError(
+                "a budget in bytes needs the corpus' bytes per token for this "
+                "tokenizer; it is measured when the token cache is built"
+            )
         return float(value)
     if unit == "flops":
         return float(flops.per_token(cfg))
@@ -62,8 +64,10 @@ def resolve(cfg: TrainConfig, rate: TextRate | None = None) -> TrainConfig:
     if cfg.resolved:
         return cfg
     if needs_text(cfg) and rate is None:
-        raise SweepsError("a budget in bytes needs the corpus' bytes per token; build the "
-                          "token cache first (sweeps tokenize)")
+        raise SweepsError(
+            "a budget in bytes needs the corpus' bytes per token; build the "
+            "token cache first (sweeps tokenize)"
+        )
     values: dict[str, Any] = {}
     derived = list(cfg.derived)
     for quantity, fields in BUDGETS.items():
@@ -106,8 +110,11 @@ def max_amount(cfg: TrainConfig, unit: str | None = None) -> float:
     unit = unit or cfg.budget_unit()
     field = BUDGETS["max"][BUDGET_UNITS.index(unit)]
     given = getattr(cfg, field) if field is not None else None
-    return float(given) if given is not None and field not in cfg.derived \
+    return (
+        float(given)
+        if given is not None and field not in cfg.derived
         else amount(cfg, cfg.max_tokens, unit)
+    )
 
 
 def unresolved(values: dict[str, Any]) -> dict[str, Any]:
@@ -123,8 +130,7 @@ def unresolved(values: dict[str, Any]) -> dict[str, Any]:
 def override(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``base`` updated with ``new``, where a budget quantity ``new`` gives in any unit replaces
     ``base``'s in every unit (``--max-tokens`` over a config's ``max_bytes`` governs)."""
-    out = unresolved(base) if any(k in base for k in ("derived", "bytes_per_token")) \
-        else dict(base)
+    out = unresolved(base) if any(k in base for k in ("derived", "bytes_per_token")) else dict(base)
     for fields in BUDGETS.values():
         if any(f in new for f in fields if f):
             for f in fields:
@@ -153,9 +159,9 @@ def describe(cfg: TrainConfig, rate: TextRate | None = None) -> str:
     shown = f"{given:.3g}" if unit == "flops" else f"{given:,}"
     per_byte = rate.train if rate is not None else cfg.bytes_per_token
     at = f" at {per_byte:.2f} bytes per token" if per_byte is not None else ""
-    text = f"{round(cfg.max_tokens * per_byte):,} bytes of text, " if per_byte is not None \
-        else ""
-    estimated = " (estimated: no token cache yet)" if rate is not None and not rate.measured \
-        else ""
-    return (f"{field} = {shown}: {cfg.max_tokens:,} tokens{at} ({text}"
-            f"{cfg.max_tokens * flops.per_token(cfg):.3g} FLOPs){estimated}")
+    text = f"{round(cfg.max_tokens * per_byte):,} bytes of text, " if per_byte is not None else ""
+    estimated = " (estimated: no token cache yet)" if rate is not None and not rate.measured else ""
+    return (
+        f"{field} = {shown}: {cfg.max_tokens:,} tokens{at} ({text}"
+        f"{cfg.max_tokens * flops.per_token(cfg):.3g} FLOPs){estimated}"
+    )

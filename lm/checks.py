@@ -13,13 +13,15 @@ from collections.abc import Iterable
 from lm.errors import FieldError, closest
 
 
-def check_int(obj: object, name: str, minimum: int | None = None,
-              maximum: int | None = None) -> None:
+def check_int(
+    obj: object, name: str, minimum: int | None = None, maximum: int | None = None
+) -> None:
     require_int(getattr(obj, name), name, minimum, maximum)
 
 
-def require_int(value: object, name: str, minimum: int | None = None,
-                maximum: int | None = None) -> int:
+def require_int(
+    value: object, name: str, minimum: int | None = None, maximum: int | None = None
+) -> int:
     """``value`` itself (an item of a list field, say), checked as ``check_int`` checks fields."""
     # bool is an int subclass: ``d_ff = true`` in a TOML file is a mistake, not 1.
     if not isinstance(value, int) or isinstance(value, bool):
@@ -62,8 +64,11 @@ def check_choice(obj: object, name: str, choices: Iterable[str]) -> None:
     choices = tuple(choices)
     if value not in choices:
         hint = closest(str(value), choices)
-        raise FieldError(name, f"must be one of {', '.join(choices)}, got {name}={value!r}"
-                         + (f" (did you mean {hint!r}?)" if hint else ""))
+        raise FieldError(
+            name,
+            f"must be one of {', '.join(choices)}, got {name}={value!r}"
+            + (f" (did you mean {hint!r}?)" if hint else ""),
+        )
 
 
 def check_bool(obj: object, name: str) -> None:

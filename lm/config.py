@@ -43,8 +43,11 @@ BUDGET_DEFAULTS = {"max": 1_000_000, "eval_every": 250_000, "warmup": 50_000, "e
 BUDGET_MINIMUMS = {"max": 1, "eval_every": 1, "warmup": 0, "eval": 2}
 #: Every field of ``BUDGETS`` but the token counts, and the derivation's record: absent from
 #: resume checkpoints written before they existed, so left out of ``computation()`` at None.
-BUDGET_EXTRA_FIELDS = (*(f for fields in BUDGETS.values() for f in fields[1:] if f),
-                       "derived", "bytes_per_token")
+BUDGET_EXTRA_FIELDS = (
+    *(f for fields in BUDGETS.values() for f in fields[1:] if f),
+    "derived",
+    "bytes_per_token",
+)
 #: The largest seed torch's generators take (an unsigned 64-bit integer).
 MAX_SEED = 2**64 - 1
 
@@ -133,15 +136,25 @@ _IDENTITY_FIELDS = ("corpus", "tokenizer", "lowercase", *_MODEL_FIELDS)
 #: Fields that only place or bound a run, not what it computes: a resume checkpoint fits a config
 #: that agrees on every other field (a preempted trial may come back on another node, device or
 #: memory budget, with a longer wall-clock limit).
-_PLACEMENT_FIELDS = ("device", "cpu_memory_limit_bytes", "cuda_memory_limit_bytes", "max_wall_s",
-                     "checkpoint_every_tokens")
+_PLACEMENT_FIELDS = (
+    "device",
+    "cpu_memory_limit_bytes",
+    "cuda_memory_limit_bytes",
+    "max_wall_s",
+    "checkpoint_every_tokens",
+)
 
 #: The learning-rate schedule and its cooldown reads (``lm.schedule``, ``lm.cooldown``), recorded
 #: in resume checkpoints. Added after resume checkpoints were first written: at their defaults
 #: they compute what a run computed before they existed, so ``computation()`` leaves them out
 #: there and such a checkpoint (or a re-queued trial's) still continues.
-SCHEDULE_FIELDS = ("lr_schedule", "decay_fraction", "decay_shape", "cooldown_reads",
-                   "cooldown_fraction")
+SCHEDULE_FIELDS = (
+    "lr_schedule",
+    "decay_fraction",
+    "decay_shape",
+    "cooldown_reads",
+    "cooldown_fraction",
+)
 
 
 #: ``vocab_size`` when nothing sets it, for every tokenizer but byte (``default_vocab_size``).
@@ -182,11 +195,14 @@ def check_cooldown_fraction(value: float, key: str = "cooldown_fraction") -> Non
     """A ``FieldError`` naming ``key`` for a cooldown read's decay past
     ``MAX_COOLDOWN_FRACTION`` (a number > 0 is checked before)."""
     if value > MAX_COOLDOWN_FRACTION:
-        raise FieldError(key, f"must be <= {MAX_COOLDOWN_FRACTION:g}, got {key}={value:g}: a "
-                         f"read after p tokens trains a branch of {key} x p tokens, so past "
-                         f"{MAX_COOLDOWN_FRACTION:g} it costs more than the run up to it and "
-                         "measures the branch, not the run; use e.g. 0.25 (a decay over the "
-                         "last 20% of the run the read stands for)")
+        raise FieldError(
+            key,
+            f"must be <= {MAX_COOLDOWN_FRACTION:g}, got {key}={value:g}: a "
+            f"read after p tokens trains a branch of {key} x p tokens, so past "
+            f"{MAX_COOLDOWN_FRACTION:g} it costs more than the run up to it and "
+            "measures the branch, not the run; use e.g. 0.25 (a decay over the "
+            "last 20% of the run the read stands for)",
+        )
 
 
 def default_of(f: dataclasses.Field) -> Any:
@@ -218,7 +234,8 @@ class TrainConfig:
     # None follows the tokenizer (``default_vocab_size``: byte 260, else 4096), so a byte config
     # needs no vocab_size and a bpe one gets 4096, however the config is built.
     vocab_size: int | None = field(
-        default=None, metadata=_help("Ids the model sees, specials included."))
+        default=None, metadata=_help("Ids the model sees, specials included.")
+    )
     lowercase: bool = field(default=False, metadata=_help("Lowercase words (word tokenizer)."))
     d_model: int = field(default=128, metadata=_help("Model width."))
     n_layers: int = field(default=2, metadata=_help("Transformer blocks."))
@@ -242,23 +259,34 @@ class TrainConfig:
     # ``derived``. At equal tokens a larger vocabulary sees more text: equal bytes compare
     # vocabularies on the same text, equal FLOPs at the same compute.
     warmup_tokens: int | None = field(
-        default=None, metadata=_help("Linear warm-up length in tokens."))
+        default=None, metadata=_help("Linear warm-up length in tokens.")
+    )
     warmup_bytes: int | None = field(
-        default=None, metadata=_help("Warm-up length in bytes of training text."))
+        default=None, metadata=_help("Warm-up length in bytes of training text.")
+    )
     warmup_flops: float | None = field(
-        default=None, metadata=_help("Warm-up length in training FLOPs."))
-    max_tokens: int | None = field(
-        default=None, metadata=_help("Training budget in tokens."))
+        default=None, metadata=_help("Warm-up length in training FLOPs.")
+    )
+    max_tokens: int | None = field(default=None, metadata=_help("Training budget in tokens."))
     max_bytes: int | None = field(
-        default=None, metadata=_help("Training budget in bytes of training text (equal text "
-                                     "for every tokenizer and vocabulary)."))
+        default=None,
+        metadata=_help(
+            "Training budget in bytes of training text (equal text "
+            "for every tokenizer and vocabulary)."
+        ),
+    )
     max_flops: float | None = field(
-        default=None, metadata=_help("Training budget in training FLOPs (lm.flops; equal "
-                                     "compute for every model)."))
+        default=None,
+        metadata=_help(
+            "Training budget in training FLOPs (lm.flops; equal compute for every model)."
+        ),
+    )
     lr_schedule: Literal["cosine", "wsd"] = field(
         default="cosine",
-        metadata=_help("After the warm-up: cosine to lr/10, or wsd (warm-up, stable, decay to 0 "
-                       "over the last decay_fraction of max_tokens)."),
+        metadata=_help(
+            "After the warm-up: cosine to lr/10, or wsd (warm-up, stable, decay to 0 "
+            "over the last decay_fraction of max_tokens)."
+        ),
     )
     # 0.2: Hägele et al. (2024) find a cooldown over about 20% of the steps matches a cosine
     # run of the same length.
@@ -271,16 +299,20 @@ class TrainConfig:
     )
     cooldown_reads: tuple[int, ...] = field(
         default=(),
-        metadata=_help("wsd: training tokens at which to read the loss a cooldown from there "
-                       "would reach (a branch, discarded after its evaluation)."),
+        metadata=_help(
+            "wsd: training tokens at which to read the loss a cooldown from there "
+            "would reach (a branch, discarded after its evaluation)."
+        ),
     )
     # None follows decay_fraction, d / (1 - d) (0.25 at 0.2): a read at p is then a WSD run of
     # p + c tokens whose decay takes the same share as the full runs', so reads and finished
     # trials compare like with like.
     cooldown_fraction: float | None = field(
         default=None,
-        metadata=_help("A cooldown read's decay length as a fraction of the tokens trained "
-                       "before it (none: decay_fraction / (1 - decay_fraction))."),
+        metadata=_help(
+            "A cooldown read's decay length as a fraction of the tokens trained "
+            "before it (none: decay_fraction / (1 - decay_fraction))."
+        ),
     )
     max_wall_s: float | None = field(
         default=None, metadata=_help("Optional wall-clock limit in seconds (outcome timeout).")
@@ -303,8 +335,11 @@ class TrainConfig:
         default=None, metadata=_help("Size of the fixed validation subset in tokens.")
     )
     eval_bytes: int | None = field(
-        default=None, metadata=_help("Size of the fixed validation subset in bytes of text "
-                                     "(the same text for every tokenizer).")
+        default=None,
+        metadata=_help(
+            "Size of the fixed validation subset in bytes of text "
+            "(the same text for every tokenizer)."
+        ),
     )
     device: str = field(default="auto", metadata=_help("auto, cpu, cuda or cuda:N."))
     cpu_memory_limit_bytes: int | None = field(
@@ -313,8 +348,10 @@ class TrainConfig:
     )
     cuda_memory_limit_bytes: int | None = field(
         default=None,
-        metadata=_help("CUDA runs: bytes of the device the run may hold, its context included "
-                       "(the reservation it was admitted with)."),
+        metadata=_help(
+            "CUDA runs: bytes of the device the run may hold, its context included "
+            "(the reservation it was admitted with)."
+        ),
     )
     sample_prompts: tuple[str, ...] = field(
         default=("<Q>How do I", "<Q>What is"),
@@ -325,17 +362,26 @@ class TrainConfig:
     # about 1% of training time on a fast GPU, and runs shorter than that never pay it.
     checkpoint_every_tokens: int | None = field(
         default=5_000_000,
-        metadata=_help("Save a resume checkpoint at the first evaluation after every this many "
-                       "training tokens (none turns it off)."),
+        metadata=_help(
+            "Save a resume checkpoint at the first evaluation after every this many "
+            "training tokens (none turns it off)."
+        ),
     )
     # Set by the tool, not a knob: which token counts were worked out from a budget in bytes or
     # FLOPs, and the training split's bytes per token they were worked out with.
     derived: tuple[str, ...] = field(
-        default=(), metadata=_help("Token fields worked out from bytes or FLOPs (set by the "
-                                   "tool).", set_by_tool=True))
+        default=(),
+        metadata=_help(
+            "Token fields worked out from bytes or FLOPs (set by the tool).", set_by_tool=True
+        ),
+    )
     bytes_per_token: float | None = field(
-        default=None, metadata=_help("Bytes of training text per token the derivation used "
-                                     "(set by the tool).", set_by_tool=True))
+        default=None,
+        metadata=_help(
+            "Bytes of training text per token the derivation used (set by the tool).",
+            set_by_tool=True,
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus:
@@ -396,15 +442,19 @@ class TrainConfig:
             object.__setattr__(self, "derived", derived)
         token_fields = [fields[0] for fields in BUDGETS.values()]
         if not isinstance(derived, tuple) or any(d not in token_fields for d in derived):
-            raise SweepsError(f"derived must list token fields ({', '.join(token_fields)}), got "
-                              f"derived={derived!r}")
+            raise SweepsError(
+                f"derived must list token fields ({', '.join(token_fields)}), got "
+                f"derived={derived!r}"
+            )
         for quantity, fields in BUDGETS.items():
             names = [f for f in fields if f is not None]
             given = [f for f in names if getattr(self, f) is not None and f not in derived]
             if len(given) > 1:
                 shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in given)
-                raise SweepsError(f"give one of {', '.join(names)}, got {shown}: exactly one "
-                                  "unit governs each budget (the others are worked out)")
+                raise SweepsError(
+                    f"give one of {', '.join(names)}, got {shown}: exactly one "
+                    "unit governs each budget (the others are worked out)"
+                )
             for name in given:
                 minimum = BUDGET_MINIMUMS[quantity]
                 if name.endswith("_flops"):
@@ -414,8 +464,10 @@ class TrainConfig:
             tokens = fields[0]
             if tokens in derived:
                 if not given:
-                    raise SweepsError(f"derived lists {tokens}, but no "
-                                      f"{' or '.join(names[1:])} is given to derive it from")
+                    raise SweepsError(
+                        f"derived lists {tokens}, but no "
+                        f"{' or '.join(names[1:])} is given to derive it from"
+                    )
                 check_int(self, tokens, BUDGET_MINIMUMS[quantity])
             elif not given:
                 object.__setattr__(self, tokens, BUDGET_DEFAULTS[quantity])
@@ -447,17 +499,21 @@ class TrainConfig:
             reads = tuple(reads)
             object.__setattr__(self, "cooldown_reads", reads)
         if not isinstance(reads, tuple):
-            raise SweepsError(f"cooldown_reads must be a list of token counts, got "
-                              f"cooldown_reads={reads!r}")
+            raise SweepsError(
+                f"cooldown_reads must be a list of token counts, got cooldown_reads={reads!r}"
+            )
         for i, tokens in enumerate(reads):
             require_int(tokens, "cooldown_reads", 1)
             # The run's own end is cooled down already.
             if self.max_tokens is not None and tokens >= self.max_tokens:
-                raise SweepsError(f"cooldown_reads must be below max_tokens={self.max_tokens:,}"
-                                  f", got cooldown_reads={list(reads)!r}")
+                raise SweepsError(
+                    f"cooldown_reads must be below max_tokens={self.max_tokens:,}"
+                    f", got cooldown_reads={list(reads)!r}"
+                )
             if i and tokens <= reads[i - 1]:
-                raise SweepsError(f"cooldown_reads must be increasing, got "
-                                  f"cooldown_reads={list(reads)!r}")
+                raise SweepsError(
+                    f"cooldown_reads must be increasing, got cooldown_reads={list(reads)!r}"
+                )
         if reads and self.max_tokens is not None:
             # A read is taken at the first step boundary at or past its point (lm.schedule): one
             # whose boundary is the run's end never happens (the run's own decay is its read).
@@ -468,20 +524,26 @@ class TrainConfig:
                     f"cooldown_reads {last:,} falls in the last optimizer step (reads are taken "
                     f"at a step boundary, every {step:,} tokens; the next is at or past "
                     f"max_tokens={self.max_tokens:,}), so it would never be taken; use points "
-                    f"below {(-(-self.max_tokens // step) - 1) * step:,}")
+                    f"below {(-(-self.max_tokens // step) - 1) * step:,}"
+                )
         if reads and self.lr_schedule != "wsd":
             # A cosine run's rate at a read point is still high and falls by its own budget:
             # no decay from there is a run of any length the schedule knows.
-            raise SweepsError(f"cooldown_reads needs lr_schedule='wsd', got lr_schedule="
-                              f"{self.lr_schedule!r} with cooldown_reads={list(reads)!r}")
+            raise SweepsError(
+                f"cooldown_reads needs lr_schedule='wsd', got lr_schedule="
+                f"{self.lr_schedule!r} with cooldown_reads={list(reads)!r}"
+            )
         if reads and self.read_cooldown_fraction > MAX_COOLDOWN_FRACTION:
             # cooldown_fraction is None here: the reads' decay follows decay_fraction.
             d = self.decay_fraction
-            raise FieldError("decay_fraction", f"{d:g} with cooldown_reads makes each read decay "
-                             f"over {d / (1 - d):.3g} x the tokens before it (cooldown_fraction "
-                             f"follows decay_fraction: d / (1 - d)), more than "
-                             f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction (e.g. 0.25) or "
-                             "decay_fraction <= 0.5")
+            raise FieldError(
+                "decay_fraction",
+                f"{d:g} with cooldown_reads makes each read decay "
+                f"over {d / (1 - d):.3g} x the tokens before it (cooldown_fraction "
+                f"follows decay_fraction: d / (1 - d)), more than "
+                f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction (e.g. 0.25) or "
+                "decay_fraction <= 0.5",
+            )
 
     @property
     def read_cooldown_fraction(self) -> float:
@@ -533,9 +595,12 @@ class TrainConfig:
         """The fields that decide what training computes, JSON-ready: a run resumes only from a
         checkpoint of a config with the same ones (``resume_fingerprint``)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        return {k: v for k, v in self.to_dict().items() if k not in _PLACEMENT_FIELDS
-                and not (k in (*SCHEDULE_FIELDS, *BUDGET_EXTRA_FIELDS)
-                         and v == _jsonish(defaults[k]))}
+        return {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in _PLACEMENT_FIELDS
+            and not (k in (*SCHEDULE_FIELDS, *BUDGET_EXTRA_FIELDS) and v == _jsonish(defaults[k]))
+        }
 
     def resume_fingerprint(self) -> str:
         """Hash of ``computation()``: continuing a checkpoint of this hash is the same run."""
@@ -559,14 +624,18 @@ class TrainConfig:
         if not self.resolved:
             return out  # said once its tokens are worked out (``lm.budget.resolve``)
         if self.warmup_tokens >= self.max_tokens:
-            out.append(f"warmup_tokens {self.warmup_tokens:,} >= max_tokens "
-                       f"{self.max_tokens:,}: the whole run is warm-up, so the learning rate "
-                       "never reaches lr and never decays; set warmup_tokens below max_tokens "
-                       f"(e.g. {max(self.max_tokens // 10, 0):,})")
+            out.append(
+                f"warmup_tokens {self.warmup_tokens:,} >= max_tokens "
+                f"{self.max_tokens:,}: the whole run is warm-up, so the learning rate "
+                "never reaches lr and never decays; set warmup_tokens below max_tokens "
+                f"(e.g. {max(self.max_tokens // 10, 0):,})"
+            )
         if self.eval_every_tokens >= self.max_tokens:
-            out.append(f"eval_every_tokens {self.eval_every_tokens:,} >= max_tokens "
-                       f"{self.max_tokens:,}: only the final evaluation runs (no learning "
-                       "curve; the pruners and the collapse verdicts get one look, at the "
-                       "end); set eval_every_tokens below max_tokens "
-                       f"(e.g. {max(self.max_tokens // 4, 1):,})")
+            out.append(
+                f"eval_every_tokens {self.eval_every_tokens:,} >= max_tokens "
+                f"{self.max_tokens:,}: only the final evaluation runs (no learning "
+                "curve; the pruners and the collapse verdicts get one look, at the "
+                "end); set eval_every_tokens below max_tokens "
+                f"(e.g. {max(self.max_tokens // 4, 1):,})"
+            )
         return out

@@ -83,5 +83,10 @@ def read(run: Branchable) -> dict[str, Any]:
     random.setstate(global_rngs[0])
     np.random.set_state(global_rngs[1])
     # Its text, as its lr_sum, is the WSD run's that ends where the branch does.
-    return {**row, "lr_sum": lr_sum, "train_bytes": run.train_bytes(tokens),
-            "read": READ_COOLDOWN, "cooldown_tokens": tokens - start}
+    return {
+        **row,
+        "lr_sum": lr_sum,
+        "train_bytes": run.train_bytes(tokens),
+        "read": READ_COOLDOWN,
+        "cooldown_tokens": tokens - start,
+    }

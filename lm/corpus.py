@@ -64,6 +64,7 @@ _HASH_BUCKETS = 10_000
 # --------------------------------------------------------------------------------------------
 # Small public helpers
 
+
 def parse_size(text: str) -> int:
     """``"5MB"`` -> 5_000_000, ``"512KiB"`` -> 524_288, ``"1000"`` -> 1000 (decimal units: KB,
     MB, GB; binary: KiB, MiB, GiB)."""
@@ -194,8 +195,10 @@ def _staging(out: Path, inputs: list[Path], replace: bool) -> Iterator[Path]:
         # the staging dir (a full disk) or its rename: the output's fault, never the input's.
         failed = exc.error if isinstance(exc, _WriteFailed) else exc
         if isinstance(failed, OSError):
-            raise SweepsError(f"cannot write the corpus to {out} ({failed.strerror or failed}); "
-                              "free some space or give another --out") from None
+            raise SweepsError(
+                f"cannot write the corpus to {out} ({failed.strerror or failed}); "
+                "free some space or give another --out"
+            ) from None
         raise
 
 
@@ -511,19 +514,29 @@ def prepare(
     if synthetic_size is not None:
         if sources:
             raise SweepsError("give either --synthetic or source files, not both")
-        return prepare_synthetic(out, size_bytes=synthetic_size, seed=seed,
-                                 val_fraction=val_fraction, progress=progress, replace=replace)
+        return prepare_synthetic(
+            out,
+            size_bytes=synthetic_size,
+            seed=seed,
+            val_fraction=val_fraction,
+            progress=progress,
+            replace=replace,
+        )
     if not sources:
         raise SweepsError("no source given; pass a Posts.xml path, text files, or --synthetic")
     if format in (None, "posts"):
         if len(sources) != 1:
-            raise SweepsError(f"--format posts takes one Posts.xml, got {len(sources)} paths; "
-                              "use --format text for several text files")
-        return prepare_posts(Path(sources[0]), out, val_fraction=val_fraction,
-                             progress=progress, replace=replace)
+            raise SweepsError(
+                f"--format posts takes one Posts.xml, got {len(sources)} paths; "
+                "use --format text for several text files"
+            )
+        return prepare_posts(
+            Path(sources[0]), out, val_fraction=val_fraction, progress=progress, replace=replace
+        )
     if format == "text":
-        return prepare_text(list(sources), out, val_fraction=val_fraction, progress=progress,
-                            replace=replace)
+        return prepare_text(
+            list(sources), out, val_fraction=val_fraction, progress=progress, replace=replace
+        )
     raise SweepsError(f"unknown --format {format!r}; use posts or text")
 
 

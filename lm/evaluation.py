@@ -26,9 +26,11 @@ class TooLittleData(Exception):
     that would be re-queued and replayed forever."""
 
 
-
 def eval_windows(
-    val: np.ndarray, val_nbytes: np.ndarray, seq_len: int, eval_tokens: int,
+    val: np.ndarray,
+    val_nbytes: np.ndarray,
+    seq_len: int,
+    eval_tokens: int,
     eval_bytes: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed validation subset: the first ``eval_tokens`` targets of the split, cut into
@@ -42,7 +44,7 @@ def eval_windows(
             "use a smaller seq_len or a bigger val_fraction"
         )
     if eval_bytes is not None:
-        covered = np.cumsum(np.asarray(val_nbytes[1:available * seq_len + 1]), dtype=np.int64)
+        covered = np.cumsum(np.asarray(val_nbytes[1 : available * seq_len + 1]), dtype=np.int64)
         targets = int(np.searchsorted(covered, eval_bytes)) + 1
         n = min(max(1, math.ceil(targets / seq_len)), available)
     else:

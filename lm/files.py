@@ -17,16 +17,21 @@ from typing import IO, Any
 from lm.errors import SweepsError
 
 #: What ``write_output`` calls each kind of file it will not replace.
-_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                (stat.S_ISSOCK, "a socket"))
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def write_json_atomic(path: Path, data: Any, *, indent: int | None = None) -> None:
     """Write JSON to a temporary name beside ``path``, then rename: readers never see half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, ensure_ascii=False, indent=indent,
-                      separators=(",", ": ") if indent else (",", ":"))
+    text = json.dumps(
+        data, ensure_ascii=False, indent=indent, separators=(",", ": ") if indent else (",", ":")
+    )
     # 0644: a private 0600 file would hide it from other users of the corpus.
     _replace_with(path, lambda f: f.write(text.encode("utf-8")), mode=0o644)
 
@@ -48,18 +53,21 @@ def output_target(path: Path, what: str = "--out") -> Path:
         mode = os.stat(target).st_mode
     except FileNotFoundError:
         if target is not path and not target.parent.is_dir():
-            raise SweepsError(f"{what} {path} is a symlink to {target}, whose directory "
-                              f"{target.parent} does not exist; create it or give another "
-                              "path") from None
+            raise SweepsError(
+                f"{what} {path} is a symlink to {target}, whose directory "
+                f"{target.parent} does not exist; create it or give another "
+                "path"
+            ) from None
         return target
     except OSError as exc:
-        raise SweepsError(f"cannot use {what} {path}: {_reason(exc)}; "
-                          "give another path") from None
+        raise SweepsError(f"cannot use {what} {path}: {_reason(exc)}; give another path") from None
     for is_kind, kind in _NOT_REGULAR:
         if is_kind(mode):
             shown = path if target is path else f"{path} (a symlink to {target})"
-            raise SweepsError(f"{what} {shown} is {kind}, not a regular file; give the path of "
-                              "a new or a regular file, which is replaced")
+            raise SweepsError(
+                f"{what} {shown} is {kind}, not a regular file; give the path of "
+                "a new or a regular file, which is replaced"
+            )
     return target
 
 
@@ -76,16 +84,27 @@ def write_output(path: Path, write: Callable[[IO[bytes]], None], *, what: str = 
     try:
         old = os.stat(target).st_mode if target.exists() else None
         target.parent.mkdir(parents=True, exist_ok=True)
-        _replace_with(target, write, mode=None if old is None else stat.S_IMODE(old),
-                      recheck=lambda: output_target(path, what))
+        _replace_with(
+            target,
+            write,
+            mode=None if old is None else stat.S_IMODE(old),
+            recheck=lambda: output_target(path, what),
+        )
     except OSError as exc:
-        raise SweepsError(f"cannot write {what} {path}: {_reason(exc)}; free some space, make "
-                          "the directory writable or give another path") from None
+        raise SweepsError(
+            f"cannot write {what} {path}: {_reason(exc)}; free some space, make "
+            "the directory writable or give another path"
+        ) from None
     return target
 
 
-def _replace_with(path: Path, write: Callable[[IO[bytes]], None], *, mode: int | None,
-                  recheck: Callable[[], object] | None = None) -> None:
+def _replace_with(
+    path: Path,
+    write: Callable[[IO[bytes]], None],
+    *,
+    mode: int | None,
+    recheck: Callable[[], object] | None = None,
+) -> None:
     """``write`` a new temporary file beside ``path`` (same file system: the rename is atomic),
     sync it, then rename it over ``path``; on any failure the temporary file is removed.
     ``mode`` None: the process's default (0666 less the umask). ``recheck`` runs just before the

@@ -167,15 +167,24 @@ def trained(cfg: TrainConfig, result: dict[str, Any]) -> Flops:
     """The FLOPs a run spent, from its ``result.json`` (``RunResult.to_dict()``): the tokens it
     trained, its cooldown reads' included, its evaluations, its model's real vocabulary."""
     vocab = result.get("vocab_size")
-    return count(cfg, result.get("tokens_seen", 0),
-                    n_evals=result.get("n_evals", 0) + result.get("n_reads", 0),
-                    cooldown_tokens=result.get("cooldown_tokens_total", 0),
-                    vocab_size=vocab if isinstance(vocab, int) else None)
+    return count(
+        cfg,
+        result.get("tokens_seen", 0),
+        n_evals=result.get("n_evals", 0) + result.get("n_reads", 0),
+        cooldown_tokens=result.get("cooldown_tokens_total", 0),
+        vocab_size=vocab if isinstance(vocab, int) else None,
+    )
 
 
-def count(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None = None,
-             val_tokens: int | None = None, vocab_size: int | None = None,
-             cooldown_tokens: int | None = None) -> Flops:
+def count(
+    cfg: TrainConfig,
+    tokens: int | None = None,
+    *,
+    n_evals: int | None = None,
+    val_tokens: int | None = None,
+    vocab_size: int | None = None,
+    cooldown_tokens: int | None = None,
+) -> Flops:
     """The FLOPs of training ``cfg`` on ``tokens`` targets (default: ``planned_tokens``) and
     ``cooldown_tokens`` more in cooldown reads (default: as planned with ``tokens``, else 0).
 
@@ -209,13 +218,21 @@ def count(cfg: TrainConfig, tokens: int | None = None, *, n_evals: int | None = 
     if n_evals is None:
         n_evals = planned_evals(cfg, tokens) + n_reads
     evaluated = n_evals * eval_windows(cfg, val_tokens) * T
-    return Flops(tokens=tokens, cooldown_tokens=cooldown_tokens,
-                 params_non_embedding=non_embedding, params_embedding=embedding,
-                 head_params=head, dense_forward_per_token=dense,
-                 attention_forward_per_token=attention, recompute_per_token=recompute,
-                 flops_per_token=per_token, flops=per_token * (tokens + cooldown_tokens),
-                 n_evals=n_evals,
-                 eval_tokens=evaluated, eval_flops=forward * evaluated)
+    return Flops(
+        tokens=tokens,
+        cooldown_tokens=cooldown_tokens,
+        params_non_embedding=non_embedding,
+        params_embedding=embedding,
+        head_params=head,
+        dense_forward_per_token=dense,
+        attention_forward_per_token=attention,
+        recompute_per_token=recompute,
+        flops_per_token=per_token,
+        flops=per_token * (tokens + cooldown_tokens),
+        n_evals=n_evals,
+        eval_tokens=evaluated,
+        eval_flops=forward * evaluated,
+    )
 
 
 # --- utilisation -----------------------------------------------------------------------------
@@ -233,6 +250,8 @@ def device_peak(name: str, precision: str) -> float | None:
 def mfu(flops: float, seconds: float, device_peak: float) -> float:
     """Model FLOPs utilisation: achieved FLOP/s over the device's peak (0..1, in practice)."""
     if not seconds > 0 or not device_peak > 0:
-        raise SweepsError(f"mfu needs seconds > 0 and device_peak > 0, got seconds={seconds}, "
-                          f"device_peak={device_peak}")
+        raise SweepsError(
+            f"mfu needs seconds > 0 and device_peak > 0, got seconds={seconds}, "
+            f"device_peak={device_peak}"
+        )
     return flops / seconds / device_peak

@@ -114,8 +114,10 @@ def generate(
     if max_new_tokens < 0:
         raise SweepsError(f"max_new_tokens must be >= 0, got max_new_tokens={max_new_tokens}")
     if not math.isfinite(temperature) or temperature < 0 or 0 < temperature < MIN_TEMPERATURE:
-        raise SweepsError(f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE:g}, "
-                          f"got temperature={temperature}")
+        raise SweepsError(
+            f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE:g}, "
+            f"got temperature={temperature}"
+        )
     require_int(seed, "seed", 0, MAX_SEED)  # the same range as training's seed
     if top_k is not None and top_k < 1:
         raise SweepsError(f"top_k must be >= 1, got top_k={top_k}")

@@ -54,8 +54,10 @@ def num_threads_override() -> int | None:
     if not env:
         return None
     if not env.isdigit() or int(env) < 1:
-        raise SweepsError(f"{NUM_THREADS_ENV} must be a positive integer, got {env!r}; "
-                          f"unset it or give a number of threads such as 1")
+        raise SweepsError(
+            f"{NUM_THREADS_ENV} must be a positive integer, got {env!r}; "
+            f"unset it or give a number of threads such as 1"
+        )
     return int(env)
 
 
@@ -129,8 +131,9 @@ class ThreadChoice(NamedTuple):
     reason: str
 
 
-def trial_threads(cores: Sequence[int], step_flops: float,
-                  busy: float | None = None) -> ThreadChoice:
+def trial_threads(
+    cores: Sequence[int], step_flops: float, busy: float | None = None
+) -> ThreadChoice:
     """Threads for a CPU run on ``cores`` whose micro-step is ``step_flops`` FLOPs:
     ``SWEEPS_NUM_THREADS`` when set (at most the cores); else ``useful_threads``, at most the
     cores other work leaves free (``busy``: ``busy_cores`` of them, measured here when not
@@ -144,15 +147,21 @@ def trial_threads(cores: Sequence[int], step_flops: float,
         return ThreadChoice(n, f"{NUM_THREADS_ENV}={override}")
     useful = min(useful_threads(step_flops), len(cores))
     if useful == 1:
-        return ThreadChoice(1, f"1 thread: a micro-step of {step_flops / 1e9:.2g} GFLOP is under "
-                            f"the {2 * FLOPS_PER_THREAD / 1e9:g} that make a second one pay")
+        return ThreadChoice(
+            1,
+            f"1 thread: a micro-step of {step_flops / 1e9:.2g} GFLOP is under "
+            f"the {2 * FLOPS_PER_THREAD / 1e9:g} that make a second one pay",
+        )
     if busy is None:
         busy = busy_cores(cores)
     free = len(cores) - round(busy) if busy is not None else len(cores)
     n = max(1, min(useful, free))
     load = "" if busy is None else f"; {busy:.1f} of its {len(cores)} cores busy with other work"
-    return ThreadChoice(n, f"{n} thread{'s' * (n > 1)}: a micro-step of "
-                        f"{step_flops / 1e9:.2g} GFLOP uses {useful}{load}")
+    return ThreadChoice(
+        n,
+        f"{n} thread{'s' * (n > 1)}: a micro-step of "
+        f"{step_flops / 1e9:.2g} GFLOP uses {useful}{load}",
+    )
 
 
 def run_threads(kind: str, step_flops: float | None = None) -> int:
@@ -190,8 +199,10 @@ def cpu_time_text(cpu_s: float | None, wall_s: float, threads: int) -> str:
     if cpu_s is None or wall_s <= 0:
         return "its CPU time could not be read"
     share = cpu_s / (wall_s * max(1, threads))
-    said = (f"{cpu_s:,.0f} s of CPU in {wall_s:,.0f} s on {threads} thread"
-            f"{'s' * (threads > 1)} ({share:.0%} of what they could use)")
+    said = (
+        f"{cpu_s:,.0f} s of CPU in {wall_s:,.0f} s on {threads} thread"
+        f"{'s' * (threads > 1)} ({share:.0%} of what they could use)"
+    )
     if share < BUSY_SHARE:
         return f"{said}: the machine was busy, other work held its cores"
     return f"{said}: it had its cores; the configuration is slow here"
@@ -209,8 +220,9 @@ def mem_available_bytes() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
-        raise SweepsError("cannot read the available memory; set limits.memory_budget to a "
-                          "size such as 8GiB") from None
+        raise SweepsError(
+            "cannot read the available memory; set limits.memory_budget to a size such as 8GiB"
+        ) from None
 
 
 # --- GPUs ----------------------------------------------------------------------------------------
@@ -224,8 +236,9 @@ def _nvidia_smi_gpus() -> tuple[str, ...]:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return ()
-    return tuple(str(i) for i, line in enumerate(out.stdout.splitlines())
-                 if line.startswith("GPU "))
+    return tuple(
+        str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")
+    )
 
 
 def visible_gpus() -> list[str]:
@@ -280,9 +293,18 @@ def gpu_memory(gpu: str) -> GpuMemory | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free,memory.total",
-                              "--format=csv,noheader,nounits", "-i", gpu],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=memory.free,memory.total",
+                "--format=csv,noheader,nounits",
+                "-i",
+                gpu,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_gpu_memory(out.stdout) if out.returncode == 0 else None
@@ -307,8 +329,10 @@ def gpu_total_bytes(device: str) -> tuple[int, int]:
     import torch
 
     if not torch.cuda.is_available():
-        raise SweepsError(f"memory_budget auto on device {device!r}, but CUDA is not available; "
-                          "use device cpu or give memory_budget as a size")
+        raise SweepsError(
+            f"memory_budget auto on device {device!r}, but CUDA is not available; "
+            "use device cpu or give memory_budget as a size"
+        )
     index = cuda_index(device if device != "auto" else "cuda")
     return int(torch.cuda.get_device_properties(index).total_memory), torch.cuda.device_count()
 
@@ -335,8 +359,12 @@ def gpu_name(gpu: str) -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader",
-                              "-i", gpu], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", gpu],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     name = out.stdout.strip().splitlines()[0].strip() if out.stdout.strip() else ""

@@ -313,16 +313,26 @@ def estimate(
     overhead = _overhead(cfg, s.cuda, threads, launcher)
     branch = _read_branch(cfg, s, static)
     allocated += branch
-    at.update(read_branch=branch, data=data.bytes, allocator=allocator.bytes,
-              overhead=overhead.bytes)
-    sizes = {"weights": static.weights, "grads": static.grads, "optimizer": static.optimizer,
-             "read_branch": branch,
-             **acts._asdict(), "logits": head.logits, "cross_entropy": head.cross_entropy,
-             "evaluation": evaluation.bytes, "data": data.bytes,
-             "allocator": allocator.bytes, "overhead": overhead.bytes}
+    at.update(
+        read_branch=branch, data=data.bytes, allocator=allocator.bytes, overhead=overhead.bytes
+    )
+    sizes = {
+        "weights": static.weights,
+        "grads": static.grads,
+        "optimizer": static.optimizer,
+        "read_branch": branch,
+        **acts._asdict(),
+        "logits": head.logits,
+        "cross_entropy": head.cross_entropy,
+        "evaluation": evaluation.bytes,
+        "data": data.bytes,
+        "allocator": allocator.bytes,
+        "overhead": overhead.bytes,
+    }
     formulas = _formulas(s, static, scores, evaluation, data, allocator, overhead)
-    terms = tuple(Term(name, int(sizes[name]), int(at[name]), *formulas[name])
-                  for name in TERM_ORDER)
+    terms = tuple(
+        Term(name, int(sizes[name]), int(at[name]), *formulas[name]) for name in TERM_ORDER
+    )
     return MemoryEstimate(
         device=device,
         precision=cfg.precision,
@@ -366,11 +376,23 @@ class _Shape:
     def of(cls, cfg: TrainConfig, *, cuda: bool) -> _Shape:
         lowp = cfg.precision in ("bf16", "fp16")
         dropout = cfg.dropout > 0
-        return cls(cfg.batch_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff,
-                   cfg.vocab_size, cfg.n_layers, a=2 if lowp else 4, lowp=lowp, cuda=cuda,
-                   dropout=dropout, checkpointing=cfg.checkpointing, grad_accum=cfg.grad_accum,
-                   materialized=cfg.attention == "naive" or (not cuda and dropout),
-                   naive=cfg.attention == "naive")
+        return cls(
+            cfg.batch_size,
+            cfg.seq_len,
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ff,
+            cfg.vocab_size,
+            cfg.n_layers,
+            a=2 if lowp else 4,
+            lowp=lowp,
+            cuda=cuda,
+            dropout=dropout,
+            checkpointing=cfg.checkpointing,
+            grad_accum=cfg.grad_accum,
+            materialized=cfg.attention == "naive" or (not cuda and dropout),
+            naive=cfg.attention == "naive",
+        )
 
     def drop_mask(self, elements: int, elem_bytes: int) -> int:
         """A dropout site's saved mask: CUDA keeps 1-byte masks, the CPU a noise tensor."""
@@ -406,9 +428,14 @@ def _weights_and_optimizer(s: _Shape, params: int) -> _Static:
     mask_bytes = s.L * s.T * s.T  # the naive path's bool causal mask, registered in both paths
     lowp_copies = 2 * matmul_params if s.lowp else 0  # autocast's weight copies, saved
     max_param = max(s.V * s.C, s.C * s.F, 3 * s.C * s.C, s.T * s.C) * 4
-    return _Static(weights=params * 4 + mask_bytes + lowp_copies, grads=params * 4,
-                   optimizer=2 * params * 4, params=params, matmul_params=matmul_params,
-                   max_param=max_param)
+    return _Static(
+        weights=params * 4 + mask_bytes + lowp_copies,
+        grads=params * 4,
+        optimizer=2 * params * 4,
+        params=params,
+        matmul_params=matmul_params,
+        max_param=max_param,
+    )
 
 
 class _Scores(NamedTuple):
@@ -480,9 +507,14 @@ def _activations(s: _Shape, block: _Block) -> _Activations:
     if s.checkpointing:
         # Each block keeps only its input; backward recomputes one block at a time.
         return _Activations(embeddings, s.L * BTC * 4 + final_residual, final_norm, 0, 0, 0)
-    return _Activations(embeddings, s.L * block.residual + final_residual,
-                        s.L * block.norms + final_norm, s.L * block.attention,
-                        s.L * block.attention_scores, s.L * block.ffn)
+    return _Activations(
+        embeddings,
+        s.L * block.residual + final_residual,
+        s.L * block.norms + final_norm,
+        s.L * block.attention,
+        s.L * block.attention_scores,
+        s.L * block.ffn,
+    )
 
 
 def _activation_units(s: _Shape, scores: _Scores) -> _Activations:
@@ -521,8 +553,10 @@ def _evaluation(cfg: TrainConfig, s: _Shape, windows: int) -> _Evaluation:
     bT = b * s.T
     naive = cfg.attention == "naive"
     head = (4 * bT * s.V * 4, bT * s.V * 4)  # logits, log-probs, probs, their product
-    attn = (5 * bT * s.C * 4 + (2 * b * s.H * s.T * s.T * s.a if naive else 0),
-            b * s.H * s.T * s.T * s.a if naive else 3 * bT * s.C * 4)
+    attn = (
+        5 * bT * s.C * 4 + (2 * b * s.H * s.T * s.T * s.a if naive else 0),
+        b * s.H * s.T * s.T * s.a if naive else 3 * bT * s.C * 4,
+    )
     ffn = (3 * bT * s.C * 4 + 2 * bT * s.F * s.a, bT * s.F * s.a)
     size, unit = max(head, attn, ffn)
     return _Evaluation(size, unit, b, windows)
@@ -562,8 +596,15 @@ class Moment:
         return sum(p.bytes for p in self.parts if p.unit >= MMAP_THRESHOLD_MAX)
 
 
-def _moments(s: _Shape, static: _Static, block: _Block, acts: _Activations, scores: _Scores,
-             head: _LossHead, evaluation: _Evaluation) -> tuple[Moment, ...]:
+def _moments(
+    s: _Shape,
+    static: _Static,
+    block: _Block,
+    acts: _Activations,
+    scores: _Scores,
+    head: _LossHead,
+    evaluation: _Evaluation,
+) -> tuple[Moment, ...]:
     """The four candidate peaks of a step, in the order ties are broken."""
     mp = static.max_param
     resident = (Part("weights", static.weights, mp), Part("optimizer", static.optimizer, mp))
@@ -572,30 +613,45 @@ def _moments(s: _Shape, static: _Static, block: _Block, acts: _Activations, scor
     # backward only when grad_accum > 1.
     grads_live = static.grads if s.grad_accum > 1 else 0
     head_grad = s.V * s.C * 4
-    loss_backward = Moment("loss backward", (
-        *resident, Part("grads", grads_live, mp),
-        *(Part(name, getattr(acts, name), getattr(units, name)) for name in ACTIVATION_TERMS),
-        Part("logits", head.logits, head.unit), Part("cross_entropy", head.cross_entropy,
-                                                     head.unit)))
+    loss_backward = Moment(
+        "loss backward",
+        (
+            *resident,
+            Part("grads", grads_live, mp),
+            *(Part(name, getattr(acts, name), getattr(units, name)) for name in ACTIVATION_TERMS),
+            Part("logits", head.logits, head.unit),
+            Part("cross_entropy", head.cross_entropy, head.unit),
+        ),
+    )
     # The top block's backward: the loss head is freed, so are the block's FFN activations; a
     # checkpointed block is recomputed first; materialized scores get two gradient copies.
     rec = block if s.checkpointing else _Block(0, 0, 0, 0, 0)
     top_ffn = 0 if s.checkpointing else 2 * s.B * s.T * s.F * s.a
-    block_backward = Moment("block backward", (
-        *resident, Part("grads", max(grads_live, head_grad), mp),
-        Part("embeddings", acts.embeddings, units.embeddings),
-        Part("residual", acts.residual + rec.residual, units.residual),
-        Part("norms", acts.norms + rec.norms, units.norms),
-        Part("attention", acts.attention + rec.attention, units.attention),
-        Part("attention_scores", acts.attention_scores + rec.attention_scores
-             + scores.backward_transient, units.attention_scores),
-        Part("ffn", acts.ffn + rec.ffn - top_ffn, units.ffn)))
+    block_backward = Moment(
+        "block backward",
+        (
+            *resident,
+            Part("grads", max(grads_live, head_grad), mp),
+            Part("embeddings", acts.embeddings, units.embeddings),
+            Part("residual", acts.residual + rec.residual, units.residual),
+            Part("norms", acts.norms + rec.norms, units.norms),
+            Part("attention", acts.attention + rec.attention, units.attention),
+            Part(
+                "attention_scores",
+                acts.attention_scores + rec.attention_scores + scores.backward_transient,
+                units.attention_scores,
+            ),
+            Part("ffn", acts.ffn + rec.ffn - top_ffn, units.ffn),
+        ),
+    )
     # The end of backward and the optimizer step: every gradient, the embedding's dense
     # gradient, AdamW's per-parameter temporaries.
-    end_of_backward = Moment("end of backward", (
-        *resident, Part("grads", static.grads + head_grad + 2 * mp, mp)))
-    evaluating = Moment("evaluation", (
-        *resident, Part("evaluation", evaluation.bytes, evaluation.unit)))
+    end_of_backward = Moment(
+        "end of backward", (*resident, Part("grads", static.grads + head_grad + 2 * mp, mp))
+    )
+    evaluating = Moment(
+        "evaluation", (*resident, Part("evaluation", evaluation.bytes, evaluation.unit))
+    )
     return loss_backward, block_backward, end_of_backward, evaluating
 
 
@@ -611,8 +667,9 @@ class _Extra(NamedTuple):
 
 
 def _cuda_allocator(allocated: int) -> _Extra:
-    return _Extra(int(CUDA_ALLOCATOR_SLACK * allocated), "slack x allocated",
-                  {"slack": CUDA_ALLOCATOR_SLACK})
+    return _Extra(
+        int(CUDA_ALLOCATOR_SLACK * allocated), "slack x allocated", {"slack": CUDA_ALLOCATOR_SLACK}
+    )
 
 
 def _cpu_allocator(moments: tuple[Moment, ...], allocated: int) -> _Extra:
@@ -621,11 +678,16 @@ def _cpu_allocator(moments: tuple[Moment, ...], allocated: int) -> _Extra:
     trimmed); bigger ones are mmap'ed and unmapped on free."""
     heap = max(m.heap for m in moments)
     mapped = max(m.mapped for m in moments)
-    fragmentation = min(CPU_HEAP_FRAGMENTATION * heap,
-                        CPU_HEAP_FRAGMENTATION_BASE + CPU_HEAP_FRAGMENTATION_LARGE * heap)
+    fragmentation = min(
+        CPU_HEAP_FRAGMENTATION * heap,
+        CPU_HEAP_FRAGMENTATION_BASE + CPU_HEAP_FRAGMENTATION_LARGE * heap,
+    )
     resident = heap + int(fragmentation) + mapped
-    return _Extra(max(0, resident - allocated), "heap + fragmentation + mapped - allocated",
-                  {"heap": heap, "mapped": mapped, "fragmentation": int(fragmentation)})
+    return _Extra(
+        max(0, resident - allocated),
+        "heap + fragmentation + mapped - allocated",
+        {"heap": heap, "mapped": mapped, "fragmentation": int(fragmentation)},
+    )
 
 
 def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int) -> _Extra:
@@ -655,58 +717,99 @@ def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int)
         expected = blocks * (1 - math.exp(-windows * per_window / blocks))
         touched = min(file_bytes, int(expected * FAULT_AROUND_BYTES))
     val_pages = min(cfg.eval_tokens, n_windows * s.T + 1) * item * 2
-    return _Extra(int(eval_tensors + unigram),
-                  "eval windows + unigram tables (token pages: file-backed, not counted)",
-                  {"train_file_bytes": file_bytes, "train_windows": windows,
-                   "token_pages": int(touched), "val_pages": val_pages,
-                   "eval_windows": n_windows})
+    return _Extra(
+        int(eval_tensors + unigram),
+        "eval windows + unigram tables (token pages: file-backed, not counted)",
+        {
+            "train_file_bytes": file_bytes,
+            "train_windows": windows,
+            "token_pages": int(touched),
+            "val_pages": val_pages,
+            "eval_windows": n_windows,
+        },
+    )
 
 
 def _overhead(cfg: TrainConfig, cuda: bool, threads: int | None, launcher: str) -> _Extra:
     if cuda:
-        return _Extra(CUDA_CONTEXT_BYTES + CUDA_WORKSPACE_BYTES, "context + workspace",
-                      {"context": CUDA_CONTEXT_BYTES, "workspace": CUDA_WORKSPACE_BYTES})
+        return _Extra(
+            CUDA_CONTEXT_BYTES + CUDA_WORKSPACE_BYTES,
+            "context + workspace",
+            {"context": CUDA_CONTEXT_BYTES, "workspace": CUDA_WORKSPACE_BYTES},
+        )
     n = threads if threads is not None else host.cpu_threads()
     return _Extra(
         cpu_baseline_bytes(cfg, n, launcher),
         "baseline + threads + tokenizer (+ bf16 kernels)",
-        {"baseline": CPU_BASELINE_BYTES, "launcher": launcher, "threads": n,
-         "bpe_ranks": cfg.vocab_size if cfg.tokenizer == "bpe" else 0,
-         "bf16_kernels": CPU_BF16_BYTES if cfg.precision == "bf16" else 0},
+        {
+            "baseline": CPU_BASELINE_BYTES,
+            "launcher": launcher,
+            "threads": n,
+            "bpe_ranks": cfg.vocab_size if cfg.tokenizer == "bpe" else 0,
+            "bf16_kernels": CPU_BF16_BYTES if cfg.precision == "bf16" else 0,
+        },
     )
 
 
-def _formulas(s: _Shape, static: _Static, scores: _Scores, evaluation: _Evaluation,
-              data: _Extra, allocator: _Extra,
-              overhead: _Extra) -> dict[str, tuple[str, dict[str, Any]]]:
+def _formulas(
+    s: _Shape,
+    static: _Static,
+    scores: _Scores,
+    evaluation: _Evaluation,
+    data: _Extra,
+    allocator: _Extra,
+    overhead: _Extra,
+) -> dict[str, tuple[str, dict[str, Any]]]:
     """Each term's formula and the inputs it was computed from, as ``sweeps estimate`` shows."""
     B, T, C, H, F, V, L, a = s.B, s.T, s.C, s.H, s.F, s.V, s.L, s.a
     ck = s.checkpointing
     return {
-        "weights": ("P x 4 + L x T x T" + (" + 2 x matmul_params" if s.lowp else ""),
-                    {"P": static.params, "L": L, "T": T, "matmul_params": static.matmul_params}),
+        "weights": (
+            "P x 4 + L x T x T" + (" + 2 x matmul_params" if s.lowp else ""),
+            {"P": static.params, "L": L, "T": T, "matmul_params": static.matmul_params},
+        ),
         "grads": ("P x 4", {"P": static.params}),
         "optimizer": ("2 x P x 4", {"P": static.params}),
-        "read_branch": ("3 x P x 4 with cooldown reads on the CPU, else 0 (a host copy)",
-                        {"P": static.params}),
-        "embeddings": ("B x T x C x 4" + (" x 2 (dropout)" if s.dropout else ""),
-                       {"B": B, "T": T, "C": C}),
-        "residual": ("(L + 1) x B x T x C x 4" if ck else "(2L + 1) x B x T x C x 4",
-                     {"B": B, "T": T, "C": C, "L": L}),
-        "norms": ("B x T x (C x a + 8)" if ck else "(2L + 1) x B x T x (C x a + 8)",
-                  {"B": B, "T": T, "C": C, "L": L, "a": a}),
-        "attention": (f"L x {_qkv_saved(s)} x B x T x C x a",
-                      {"B": B, "T": T, "C": C, "L": L, "a": a}),
+        "read_branch": (
+            "3 x P x 4 with cooldown reads on the CPU, else 0 (a host copy)",
+            {"P": static.params},
+        ),
+        "embeddings": (
+            "B x T x C x 4" + (" x 2 (dropout)" if s.dropout else ""),
+            {"B": B, "T": T, "C": C},
+        ),
+        "residual": (
+            "(L + 1) x B x T x C x 4" if ck else "(2L + 1) x B x T x C x 4",
+            {"B": B, "T": T, "C": C, "L": L},
+        ),
+        "norms": (
+            "B x T x (C x a + 8)" if ck else "(2L + 1) x B x T x (C x a + 8)",
+            {"B": B, "T": T, "C": C, "L": L, "a": a},
+        ),
+        "attention": (
+            f"L x {_qkv_saved(s)} x B x T x C x a",
+            {"B": B, "T": T, "C": C, "L": L, "a": a},
+        ),
         "attention_scores": (
-            ("L x B x H x T x T x " + ("(s + 2a)" if s.dropout else "s")) if s.materialized
+            ("L x B x H x T x T x " + ("(s + 2a)" if s.dropout else "s"))
+            if s.materialized
             else "L x B x H x T x 4",
-            {"B": B, "H": H, "T": T, "L": L, "s": scores.saved_elem,
-             "backward_transient": scores.backward_transient}),
+            {
+                "B": B,
+                "H": H,
+                "T": T,
+                "L": L,
+                "s": scores.saved_elem,
+                "backward_transient": scores.backward_transient,
+            },
+        ),
         "ffn": ("L x 2 x B x T x F x a", {"B": B, "T": T, "F": F, "L": L, "a": a}),
         "logits": ("B x T x V x (2 + 4)" if s.lowp else "B x T x V x 4", {"B": B, "T": T, "V": V}),
         "cross_entropy": ("3 x B x T x V x 4 - logits", {"B": B, "T": T, "V": V}),
-        "evaluation": ("max(4 x b x T x V x 4, one block's forward)",
-                       {"b": evaluation.batch, "T": T, "V": V, "windows": evaluation.windows}),
+        "evaluation": (
+            "max(4 x b x T x V x 4, one block's forward)",
+            {"b": evaluation.batch, "T": T, "V": V, "windows": evaluation.windows},
+        ),
         "data": (data.formula, data.inputs),
         "allocator": (allocator.formula, allocator.inputs),
         "overhead": (overhead.formula, overhead.inputs),
@@ -721,8 +824,9 @@ def peak_kind(device: str) -> str:
     return PEAK_CUDA_ALLOCATED if device == "cuda" else PEAK_CPU_ANON
 
 
-def cpu_baseline_bytes(cfg: TrainConfig | None = None, threads: int | None = None,
-                       launcher: str = "subprocess") -> int:
+def cpu_baseline_bytes(
+    cfg: TrainConfig | None = None, threads: int | None = None, launcher: str = "subprocess"
+) -> int:
     """The CPU child's anonymous memory before its model exists (the ``overhead`` term)."""
     n = threads if threads is not None else host.cpu_threads()
     base = CPU_BASELINE_BYTES + CPU_BASELINE_PER_THREAD * n

@@ -50,41 +50,87 @@ WAITING = "waiting"
 
 #: Every outcome, in the order tables, legends and counts list them.
 VOCABULARY: tuple[Outcome, ...] = (
-    Outcome(COMPLETE, "COMPLETE", "the token budget was trained and evaluated", 0,
-            color="#2ca02c"),
-    Outcome(PRUNED, "PRUNED", "stopped early by the pruner (median, successive halving, "
-            "hyperband)", color="#7f7f7f"),
-    Outcome(PREDICTED_OOM, "PRUNED", "never launched: its predicted peak exceeds the budget",
-            infeasible=True, color="#ff9896"),
+    Outcome(COMPLETE, "COMPLETE", "the token budget was trained and evaluated", 0, color="#2ca02c"),
+    Outcome(
+        PRUNED,
+        "PRUNED",
+        "stopped early by the pruner (median, successive halving, hyperband)",
+        color="#7f7f7f",
+    ),
+    Outcome(
+        PREDICTED_OOM,
+        "PRUNED",
+        "never launched: its predicted peak exceeds the budget",
+        infeasible=True,
+        color="#ff9896",
+    ),
     # The configuration's fault, not the environment's: re-queueing it would replay the same
     # impossible point on every resume, so it is counted and told to the sampler as infeasible.
-    Outcome(TOO_LITTLE_DATA, "PRUNED", "never trained: a split of the corpus holds fewer tokens "
-            "than seq_len + 1 with this tokenizer, so no window fits", 8, infeasible=True,
-            color="#ffbb78"),
-    Outcome(OOM, "PRUNED", "CUDA out of memory, MemoryError, a failed CPU allocation or the "
-            "kernel's OOM killer", 3, infeasible=True, color="#d62728"),
-    Outcome(UNIGRAM_COLLAPSE, "PRUNED", "after enough optimizer steps, predicts the corpus "
-            "unigram whatever the context, worse than the unigram", color="#9467bd"),
-    Outcome(STALLED, "PRUNED", "after enough optimizer steps, predictions that ignore the context "
-            "and are far from the unigram (near uniform, or stuck elsewhere): not learning",
-            color="#c5b0d5"),
-    Outcome(UNK_DOMINATED, "PRUNED", "after enough optimizer steps, <unk> is the likeliest "
-            "prediction at most positions and most of what the model writes", color="#17becf"),
-    Outcome(DIVERGED, "PRUNED", "a NaN or infinite loss, or a loss running away", 4,
-            color="#8c564b"),
+    Outcome(
+        TOO_LITTLE_DATA,
+        "PRUNED",
+        "never trained: a split of the corpus holds fewer tokens "
+        "than seq_len + 1 with this tokenizer, so no window fits",
+        8,
+        infeasible=True,
+        color="#ffbb78",
+    ),
+    Outcome(
+        OOM,
+        "PRUNED",
+        "CUDA out of memory, MemoryError, a failed CPU allocation or the kernel's OOM killer",
+        3,
+        infeasible=True,
+        color="#d62728",
+    ),
+    Outcome(
+        UNIGRAM_COLLAPSE,
+        "PRUNED",
+        "after enough optimizer steps, predicts the corpus "
+        "unigram whatever the context, worse than the unigram",
+        color="#9467bd",
+    ),
+    Outcome(
+        STALLED,
+        "PRUNED",
+        "after enough optimizer steps, predictions that ignore the context "
+        "and are far from the unigram (near uniform, or stuck elsewhere): not learning",
+        color="#c5b0d5",
+    ),
+    Outcome(
+        UNK_DOMINATED,
+        "PRUNED",
+        "after enough optimizer steps, <unk> is the likeliest "
+        "prediction at most positions and most of what the model writes",
+        color="#17becf",
+    ),
+    Outcome(
+        DIVERGED, "PRUNED", "a NaN or infinite loss, or a loss running away", 4, color="#8c564b"
+    ),
     Outcome(TIMEOUT, "PRUNED", "max_wall_s ran out before max_tokens", 5, color="#bcbd22"),
-    Outcome(CRASHED, "FAIL", "an unexpected exception (a bug); the traceback is in result.json",
-            1, color="#222222"),
-    Outcome(INTERRUPTED, "FAIL", "SIGTERM/SIGINT: the parent pruned or stopped the trial", 6,
-            color="#e377c2"),
+    Outcome(
+        CRASHED,
+        "FAIL",
+        "an unexpected exception (a bug); the traceback is in result.json",
+        1,
+        color="#222222",
+    ),
+    Outcome(
+        INTERRUPTED,
+        "FAIL",
+        "SIGTERM/SIGINT: the parent pruned or stopped the trial",
+        6,
+        color="#e377c2",
+    ),
     Outcome(RUNNING, "RUNNING", "not finished yet", color="#1f77b4"),
     Outcome(WAITING, "WAITING", "queued, not started", color="#aec7e8"),
 )
 BY_NAME: dict[str, Outcome] = {o.name: o for o in VOCABULARY}
 
 #: Every outcome a finished trial can have, in display order.
-ENDINGS: tuple[str, ...] = tuple(o.name for o in VOCABULARY if o.state not in
-                                 ("RUNNING", "WAITING"))
+ENDINGS: tuple[str, ...] = tuple(
+    o.name for o in VOCABULARY if o.state not in ("RUNNING", "WAITING")
+)
 #: Every name, endings then the states of trials not finished: the display order.
 ORDER: tuple[str, ...] = tuple(o.name for o in VOCABULARY)
 PRUNED_OUTCOMES = frozenset(o.name for o in VOCABULARY if o.state == "PRUNED")
@@ -110,8 +156,13 @@ EXIT_CODES: dict[str, int] = {o.name: o.exit_code for o in VOCABULARY if o.exit_
 _BY_CODE = {code: outcome for outcome, code in EXIT_CODES.items()}
 #: The outcome shown for a trial with no recorded outcome, by its Optuna state's name (a FAIL
 #: without one was failed by a heartbeat: its worker died).
-_BY_STATE = {"COMPLETE": COMPLETE, "PRUNED": PRUNED, "FAIL": CRASHED, "RUNNING": RUNNING,
-             "WAITING": WAITING}
+_BY_STATE = {
+    "COMPLETE": COMPLETE,
+    "PRUNED": PRUNED,
+    "FAIL": CRASHED,
+    "RUNNING": RUNNING,
+    "WAITING": WAITING,
+}
 
 
 def outcome_for_exit_code(code: int) -> str | None:

@@ -216,8 +216,9 @@ def read_progress_tokens(run_dir: Path) -> int | None:
     except (OSError, ValueError):
         return None
     tokens = value.get("tokens") if isinstance(value, dict) else None
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) \
-        and tokens >= 0 else None
+    return (
+        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+    )
 
 
 def record_verdict(run_dir: Path, outcome: str, reason: str) -> bool:
@@ -237,15 +238,18 @@ def record_verdict(run_dir: Path, outcome: str, reason: str) -> bool:
     value.update(outcome=outcome, reason=reason)
     write_json_atomic(path, jsonable(value), indent=2)
     with open(Path(run_dir) / LOG_FILE, "a", encoding="utf-8") as fh:
-        fh.write(f"sweeps verdict: {outcome}: {reason} (the child reported "
-                 f"{value['child_outcome']})\n")
+        fh.write(
+            f"sweeps verdict: {outcome}: {reason} (the child reported {value['child_outcome']})\n"
+        )
     return True
 
 
 def write_resume_index(run_dir: Path, resume_fingerprint: str, tokens: int) -> None:
     """``resume.json``: which configuration the next ``resume.pt`` continues, and where."""
-    write_json_atomic(Path(run_dir) / RESUME_INDEX_FILE,
-                      {"resume_fingerprint": resume_fingerprint, "tokens": tokens})
+    write_json_atomic(
+        Path(run_dir) / RESUME_INDEX_FILE,
+        {"resume_fingerprint": resume_fingerprint, "tokens": tokens},
+    )
 
 
 def read_resume_index(run_dir: Path) -> dict[str, Any] | None:
@@ -256,9 +260,13 @@ def read_resume_index(run_dir: Path) -> dict[str, Any] | None:
         value = loads_child((run_dir / RESUME_INDEX_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not (run_dir / RESUME_FILE).is_file() or not isinstance(value, dict) \
-            or not isinstance(value.get("resume_fingerprint"), str) \
-            or not _fits(value.get("tokens"), int) or value.get("tokens") is None:
+    if (
+        not (run_dir / RESUME_FILE).is_file()
+        or not isinstance(value, dict)
+        or not isinstance(value.get("resume_fingerprint"), str)
+        or not _fits(value.get("tokens"), int)
+        or value.get("tokens") is None
+    ):
         return None
     return value
 
@@ -279,8 +287,12 @@ def keep_metrics_until(source: Path, tokens: int, into: Path | None = None) -> i
             row = loads_child(line)
         except ValueError:
             break
-        if not isinstance(row, dict) or not _fits(row.get("tokens"), int) \
-                or row.get("tokens") is None or row["tokens"] > tokens:
+        if (
+            not isinstance(row, dict)
+            or not _fits(row.get("tokens"), int)
+            or row.get("tokens") is None
+            or row["tokens"] > tokens
+        ):
             break
         kept.append(line + b"\n")
     target = Path(into or source) / METRICS_FILE
@@ -313,8 +325,7 @@ def loads_child(text: str | bytes) -> Any:
         if isinstance(item, (dict, list)):
             if depth >= MAX_CHILD_DEPTH:
                 raise ValueError(f"JSON nested deeper than {MAX_CHILD_DEPTH} levels")
-            pending += [(v, depth + 1) for v in (item.values() if isinstance(item, dict)
-                                                 else item)]
+            pending += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
     return value
 
 
@@ -324,16 +335,22 @@ def _fits(value: Any, kind: type) -> bool:
     if isinstance(value, bool):
         return kind is bool
     if kind is float:
-        return (isinstance(value, float) and math.isfinite(value)) or \
-            (isinstance(value, int) and -_BIGINT <= value < _BIGINT)
+        return (isinstance(value, float) and math.isfinite(value)) or (
+            isinstance(value, int) and -_BIGINT <= value < _BIGINT
+        )
     if kind is int:
         return isinstance(value, int) and -_BIGINT <= value < _BIGINT
     return isinstance(value, kind)
 
 
 def _samples(value: list[Any]) -> list[dict[str, str]]:
-    return [v for v in value if isinstance(v, dict) and isinstance(v.get("prompt"), str)
-            and isinstance(v.get("text"), str)]
+    return [
+        v
+        for v in value
+        if isinstance(v, dict)
+        and isinstance(v.get("prompt"), str)
+        and isinstance(v.get("text"), str)
+    ]
 
 
 def check_metrics_row(value: Any) -> tuple[dict[str, Any] | None, list[str]]:

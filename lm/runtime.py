@@ -180,8 +180,18 @@ def is_oom(exc: BaseException) -> bool:
 
 
 #: OSError numbers that say the machine failed, not the run: no space, read-only, gone, refused.
-ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO,
-                                errno.EACCES, errno.EPERM, errno.ENOENT, errno.EFBIG})
+ENVIRONMENT_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EIO,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOENT,
+        errno.EFBIG,
+    }
+)
 
 
 def environment_error(exc: BaseException) -> OSError | None:

@@ -33,8 +33,9 @@ MIN_LR_FRACTION = 0.1
 def lr_at(tokens: int, cfg: TrainConfig) -> float:
     """The learning rate of the optimizer step that starts after ``tokens`` training tokens."""
     if cfg.lr_schedule == "wsd":
-        return _warm(tokens, cfg) * decay_factor(tokens, cfg.max_tokens - decay_tokens(cfg),
-                                                 decay_tokens(cfg), cfg.decay_shape)
+        return _warm(tokens, cfg) * decay_factor(
+            tokens, cfg.max_tokens - decay_tokens(cfg), decay_tokens(cfg), cfg.decay_shape
+        )
     if tokens < cfg.warmup_tokens:
         return _warm(tokens, cfg)
     span = max(cfg.max_tokens - cfg.warmup_tokens, 1)

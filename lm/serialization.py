@@ -37,9 +37,7 @@ def clean_text(text: str) -> str:
 
 def serialize_pair(question: str, answer: str) -> str:
     """One pair in corpus-file form: ``<Q>`` mark, question, ``<A>`` mark, answer."""
-    return (
-        MARKER_CHARS[QUESTION] + clean_text(question) + MARKER_CHARS[ANSWER] + clean_text(answer)
-    )
+    return MARKER_CHARS[QUESTION] + clean_text(question) + MARKER_CHARS[ANSWER] + clean_text(answer)
 
 
 def split_marked(marked: str) -> Iterator[tuple[bool, str]]:

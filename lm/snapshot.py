@@ -71,15 +71,25 @@ def load_resume(cfg: TrainConfig, run_dir: Path) -> dict[str, Any] | None:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a foreign or truncated file: torch's errors vary
-        raise SweepsError(f"{path} cannot be read as a resume checkpoint "
-                          f"({type(exc).__name__}); delete it to train from the start") from None
+        raise SweepsError(
+            f"{path} cannot be read as a resume checkpoint "
+            f"({type(exc).__name__}); delete it to train from the start"
+        ) from None
     if not isinstance(ckpt, dict) or ckpt.get("resume_fingerprint") != cfg.resume_fingerprint():
         theirs = ckpt.get("config", {}) if isinstance(ckpt, dict) else {}
         ours = cfg.computation()
-        differs = next((f"{k}={theirs.get(k)!r} there, {v!r} here" for k, v in ours.items()
-                        if theirs.get(k) != v), "another fingerprint")
-        raise SweepsError(f"{path} is a checkpoint of another configuration ({differs}); "
-                          "delete it to train this one from the start")
+        differs = next(
+            (
+                f"{k}={theirs.get(k)!r} there, {v!r} here"
+                for k, v in ours.items()
+                if theirs.get(k) != v
+            ),
+            "another fingerprint",
+        )
+        raise SweepsError(
+            f"{path} is a checkpoint of another configuration ({differs}); "
+            "delete it to train this one from the start"
+        )
     return ckpt
 
 

@@ -84,8 +84,9 @@ def min_vocab_size(kind: str) -> int:
     return {"word": len(SPECIALS["word"]) + 1, "bpe": 256 + 4, "byte": 256 + 4}[kind]
 
 
-def validate_tokenizer_args(kind: str, vocab_size: int, lowercase: bool = False, *,
-                            key: str = "vocab_size") -> None:
+def validate_tokenizer_args(
+    kind: str, vocab_size: int, lowercase: bool = False, *, key: str = "vocab_size"
+) -> None:
     """SweepsError (one line: what is wrong, how to fix it) for an unusable tokenizer request.
     ``key`` is where the size was given, and what the fix names: the config field and spec key
     ``vocab_size`` (a spec's reader puts its table in front: ``fixed.vocab_size``), or a flag
@@ -116,9 +117,7 @@ def validate_tokenizer_args(kind: str, vocab_size: int, lowercase: bool = False,
             f"{lowest} ({n_special} specials + {what}); use {use(lowest)} or more"
         )
     if vocab_size > MAX_VOCAB_SIZE:
-        raise SweepsError(
-            f"{given(vocab_size)} is too large; use {use(MAX_VOCAB_SIZE)} or less"
-        )
+        raise SweepsError(f"{given(vocab_size)} is too large; use {use(MAX_VOCAB_SIZE)} or less")
     if not isinstance(lowercase, bool):
         raise SweepsError(f"lowercase must be true or false, got lowercase={lowercase!r}")
     if lowercase and kind != "word":
@@ -455,12 +454,16 @@ def text_sha256(corpus_dir: Path, manifest_sha: str) -> str:
     try:
         now = _file_stamps(corpus_dir)
     except OSError as exc:
-        raise SweepsError(f"corpus dir {corpus_dir}: cannot read its text ({exc.strerror}); "
-                          "check its permissions") from None
+        raise SweepsError(
+            f"corpus dir {corpus_dir}: cannot read its text ({exc.strerror}); check its permissions"
+        ) from None
     try:
         stamp = json.loads(stamp_path.read_text(encoding="utf-8"))
-        if isinstance(stamp, dict) and stamp.get("files") == now \
-                and isinstance(stamp.get("sha256"), str):
+        if (
+            isinstance(stamp, dict)
+            and stamp.get("files") == now
+            and isinstance(stamp.get("sha256"), str)
+        ):
             return stamp["sha256"]
     except (OSError, ValueError):
         pass  # no stamp yet, or a damaged one: hash
@@ -471,13 +474,15 @@ def text_sha256(corpus_dir: Path, manifest_sha: str) -> str:
                 while chunk := fh.read(1 << 20):
                     digest.update(chunk)
     except OSError as exc:
-        raise SweepsError(f"corpus dir {corpus_dir}: cannot read its text ({exc.strerror}); "
-                          "check its permissions") from None
+        raise SweepsError(
+            f"corpus dir {corpus_dir}: cannot read its text ({exc.strerror}); check its permissions"
+        ) from None
     sha = digest.hexdigest()
     if _file_stamps(corpus_dir) == now:  # not changed while it was read: the stamp is true
         with contextlib.suppress(OSError):  # a read-only corpus: hashed again next time
-            write_json_atomic(stamp_path, {"files": now, "sha256": sha,
-                                           "manifest_sha256": manifest_sha})
+            write_json_atomic(
+                stamp_path, {"files": now, "sha256": sha, "manifest_sha256": manifest_sha}
+            )
     return sha
 
 

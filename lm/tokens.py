@@ -142,8 +142,9 @@ class CorpusCounts:
                 raise SweepsError(f"{name} must be a count >= 0 or None, got {name}={value!r}")
 
 
-def corpus_counts(corpus_dir: Path | str, kind: str, vocab_size: int,
-                  lowercase: bool = False) -> CorpusCounts:
+def corpus_counts(
+    corpus_dir: Path | str, kind: str, vocab_size: int, lowercase: bool = False
+) -> CorpusCounts:
     """The token counts of this corpus and tokenizer, without building anything.
 
     Exact from the token cache's ``meta.json`` when it has been built; else guessed from the
@@ -164,8 +165,9 @@ def corpus_counts(corpus_dir: Path | str, kind: str, vocab_size: int,
         return CorpusCounts()
 
 
-def token_ceiling(corpus_dir: Path | str, kind: str, vocab_size: int,
-                  lowercase: bool = False) -> CorpusCounts:
+def token_ceiling(
+    corpus_dir: Path | str, kind: str, vocab_size: int, lowercase: bool = False
+) -> CorpusCounts:
     """The most tokens each split can hold with this tokenizer, without building anything: exact
     from this corpus's token cache when it has been built, else a bound from the split files'
     sizes (every token, a marker included, stands for at least one byte of the file; lowercasing
@@ -204,9 +206,13 @@ def text_rate(cache: TokenCache) -> TextRate:
         unk_bytes = n / val_bytes if val_bytes else 0.0
     else:
         unk_tokens = unk_bytes = 0.0
-    return TextRate(train=_per_token(meta["train_bytes"], meta["train_tokens"]),
-                    val=_per_token(val_bytes, val_tokens), measured=True,
-                    unk_tokens=unk_tokens, unk_bytes=unk_bytes)
+    return TextRate(
+        train=_per_token(meta["train_bytes"], meta["train_tokens"]),
+        val=_per_token(val_bytes, val_tokens),
+        measured=True,
+        unk_tokens=unk_tokens,
+        unk_bytes=unk_bytes,
+    )
 
 
 def _per_token(n_bytes: int, n_tokens: int) -> float:
@@ -215,16 +221,23 @@ def _per_token(n_bytes: int, n_tokens: int) -> float:
     return n_bytes / n_tokens if n_tokens and n_bytes else 1.0
 
 
-def measured_rate(corpus_dir: Path | str, kind: str, vocab_size: int, lowercase: bool = False,
-                  progress: Progress | None = None) -> TextRate:
+def measured_rate(
+    corpus_dir: Path | str,
+    kind: str,
+    vocab_size: int,
+    lowercase: bool = False,
+    progress: Progress | None = None,
+) -> TextRate:
     """The rate of this tokenizer on this corpus, building its token cache if needed (the
     trial would build it anyway)."""
-    return text_rate(load_tokens(Path(corpus_dir), kind, vocab_size, lowercase=lowercase,
-                                 progress=progress))
+    return text_rate(
+        load_tokens(Path(corpus_dir), kind, vocab_size, lowercase=lowercase, progress=progress)
+    )
 
 
-def cached_rate(corpus_dir: Path | str, kind: str, vocab_size: int,
-                lowercase: bool = False) -> TextRate | None:
+def cached_rate(
+    corpus_dir: Path | str, kind: str, vocab_size: int, lowercase: bool = False
+) -> TextRate | None:
     """The rate from a token cache that exists and is of this corpus as it is now, without
     building anything; None otherwise."""
     corpus_dir = Path(corpus_dir)
@@ -237,11 +250,15 @@ def cached_rate(corpus_dir: Path | str, kind: str, vocab_size: int,
         unk_bytes = meta.get("unk_bytes_val")
         return TextRate(
             train=_per_token(meta["train_bytes"], meta["train_tokens"]),
-            val=_per_token(val_bytes, val_tokens), measured=True,
+            val=_per_token(val_bytes, val_tokens),
+            measured=True,
             unk_tokens=(meta.get("unk_val", 0) / val_tokens if val_tokens else 0.0)
-            if has_unk else 0.0,
-            unk_bytes=(unk_bytes / val_bytes if val_bytes else 0.0) if has_unk
-            and unk_bytes is not None else (None if has_unk else 0.0))
+            if has_unk
+            else 0.0,
+            unk_bytes=(unk_bytes / val_bytes if val_bytes else 0.0)
+            if has_unk and unk_bytes is not None
+            else (None if has_unk else 0.0),
+        )
     except (KeyError, TypeError, ValueError, SweepsError):
         return None
 

@@ -197,8 +197,9 @@ def _setup(cfg: TrainConfig) -> _Setup:
     cache = load_tokens(corpus, cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase)
     rate = text_rate(cache)
     cfg = budget.resolve(cfg, rate)
-    windows, window_nbytes = eval_windows(cache.val, cache.val_nbytes, cfg.seq_len,
-                                          cfg.eval_tokens, cfg.eval_bytes)
+    windows, window_nbytes = eval_windows(
+        cache.val, cache.val_nbytes, cfg.seq_len, cfg.eval_tokens, cfg.eval_bytes
+    )
     if len(cache.train) < cfg.seq_len + 1:
         raise TooLittleData(
             f"the training split has {len(cache.train)} tokens, fewer than seq_len + 1 = "
@@ -267,8 +268,7 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
         try:
             return state.finish(outcomes.CRASHED, reason, environment=True)
         except OSError as again:
-            raise EnvironmentFailure(f"{reason}; result.json not written either: {again}"
-                                     ) from None
+            raise EnvironmentFailure(f"{reason}; result.json not written either: {again}") from None
     if isinstance(exc, (RunInterrupted, KeyboardInterrupt)):
         name = str(exc) or "SIGINT"
         return state.finish(outcomes.INTERRUPTED, f"{name} at {state.where()}")
@@ -279,10 +279,15 @@ def _ending(state: _RunState, exc: BaseException) -> RunResult:
         first = f"{type(exc).__name__}" + (f": {lines[0][:300]}" if lines else "")
         drop_frames(exc)
         state.release_memory()
-        limit = "" if state.memory_limit is None else (
-            f" (cuda_memory_limit_bytes={state.cfg.cuda_memory_limit_bytes:,})"
-            if state.cfg.cuda_memory_limit_bytes is not None and _on_cuda(state)
-            else f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})")
+        limit = (
+            ""
+            if state.memory_limit is None
+            else (
+                f" (cuda_memory_limit_bytes={state.cfg.cuda_memory_limit_bytes:,})"
+                if state.cfg.cuda_memory_limit_bytes is not None and _on_cuda(state)
+                else f" (cpu_memory_limit_bytes={state.cfg.cpu_memory_limit_bytes:,})"
+            )
+        )
         return state.finish(outcomes.OOM, f"out of memory at {state.where()}{limit}: {first}")
     tb = "".join(traceback.format_exception(exc))
     print(tb, file=sys.stderr)
@@ -455,8 +460,9 @@ class _RunState:
             loss_n += 1
             if progress is not None:
                 progress(min(self.tokens, cfg.max_tokens), cfg.max_tokens)
-            over_time = cfg.max_wall_s is not None \
-                and time.monotonic() - train_started > cfg.max_wall_s
+            over_time = (
+                cfg.max_wall_s is not None and time.monotonic() - train_started > cfg.max_wall_s
+            )
             evaluated = self.tokens >= next_eval or self.tokens >= cfg.max_tokens or over_time
             if evaluated:
                 self.train_s += time.monotonic() - t0
@@ -474,8 +480,11 @@ class _RunState:
                     self._save_resume(next_eval, time.monotonic() - train_started)
                 t0 = time.monotonic()
             if over_time:
-                cpu = host.cpu_time_text(time.process_time() - here[1],
-                                         time.monotonic() - here[0], torch.get_num_threads())
+                cpu = host.cpu_time_text(
+                    time.process_time() - here[1],
+                    time.monotonic() - here[0],
+                    torch.get_num_threads(),
+                )
                 return outcomes.TIMEOUT, (
                     f"max_wall_s={cfg.max_wall_s:g} reached after {self.tokens:,} of "
                     f"{cfg.max_tokens:,} tokens; {cpu}"
@@ -491,8 +500,9 @@ class _RunState:
             return full
         return max(1, min(full, math.ceil((cfg.max_tokens - self.tokens) / cfg.seq_len)))
 
-    def optimizer_step(self, lr: float, read_step: int | None = None,
-                       sequences: int | None = None) -> float:
+    def optimizer_step(
+        self, lr: float, read_step: int | None = None, sequences: int | None = None
+    ) -> float:
         """One optimizer step at ``lr`` (of the main run, or step ``read_step`` of a cooldown
         read's branch, ``lm.cooldown``) over ``sequences`` (default: a whole step); its mean
         training loss. Raises ``_Diverged``."""
@@ -505,16 +515,23 @@ class _RunState:
         if sequences is None or sequences == cfg.batch_size * cfg.grad_accum:
             sizes: list[int | None] = [None] * cfg.grad_accum
         else:  # the last step of a budget in bytes or FLOPs
-            sizes = [min(cfg.batch_size, sequences - i) for i in range(0, sequences,
-                                                                        cfg.batch_size)]
+            sizes = [
+                min(cfg.batch_size, sequences - i) for i in range(0, sequences, cfg.batch_size)
+            ]
         micro = [self.sampler.next(n).to(device, non_blocking=True) for n in sizes]
         loss = accumulate_gradients(model, micro, autocast=self.autocast, scaler=scaler)
         scaler.unscale_(optimizer)  # clip the true gradients
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) \
-            if cfg.grad_clip > 0 else None
+        norm = (
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if cfg.grad_clip > 0
+            else None
+        )
         loss_value = float(loss)  # one host sync per optimizer step
-        where = (f"step {self.step + 1} ({self.tokens:,} tokens)" if read_step is None else
-                 f"step {read_step} of the cooldown read at {self.tokens:,} tokens")
+        where = (
+            f"step {self.step + 1} ({self.tokens:,} tokens)"
+            if read_step is None
+            else f"step {read_step} of the cooldown read at {self.tokens:,} tokens"
+        )
         if not math.isfinite(loss_value):
             raise _Diverged(f"training loss is {loss_value} at {where}")
         # fp16 overflows are the scaler's to skip; any other non-finite norm is divergence.
@@ -550,31 +567,37 @@ class _RunState:
         """At the first evaluation past each multiple of ``checkpoint_every_tokens`` (the
         final one has nothing left to resume)."""
         every = self.cfg.checkpoint_every_tokens
-        return every is not None and self.tokens < self.cfg.max_tokens \
+        return (
+            every is not None
+            and self.tokens < self.cfg.max_tokens
             and self.tokens // every > self.checkpoint_tokens // every
+        )
 
     def _save_resume(self, next_eval: int, train_wall_s: float) -> None:
         cfg, parts = self.cfg, self.parts
         assert parts is not None
         write_resume_index(self.run_dir, cfg.resume_fingerprint(), self.tokens)
-        save_atomic(self.run_dir / RESUME_FILE, {
-            "resume_fingerprint": cfg.resume_fingerprint(),
-            "config": cfg.computation(),
-            # Covered by the fingerprint; said outright so a reader sees which rate continues.
-            "schedule": {name: cfg.to_dict()[name] for name in SCHEDULE_FIELDS},
-            "tokens": self.tokens,
-            "step": self.step,
-            **parts.take(copy=False),
-            "next_eval": next_eval,
-            "train_wall_s": train_wall_s,
-            "train_s": self.train_s,
-            "n_evals": self.n_evals,
-            "best_val_bpb": self.best_val_bpb,
-            "best_tokens": self.best_tokens,
-            "last_metrics": self.last_metrics,
-            "cooldown_tokens_total": self.cooldown_tokens_total,
-            "n_reads": self.n_reads,
-        })
+        save_atomic(
+            self.run_dir / RESUME_FILE,
+            {
+                "resume_fingerprint": cfg.resume_fingerprint(),
+                "config": cfg.computation(),
+                # Covered by the fingerprint; said outright so a reader sees which rate continues.
+                "schedule": {name: cfg.to_dict()[name] for name in SCHEDULE_FIELDS},
+                "tokens": self.tokens,
+                "step": self.step,
+                **parts.take(copy=False),
+                "next_eval": next_eval,
+                "train_wall_s": train_wall_s,
+                "train_s": self.train_s,
+                "n_evals": self.n_evals,
+                "best_val_bpb": self.best_val_bpb,
+                "best_tokens": self.best_tokens,
+                "last_metrics": self.last_metrics,
+                "cooldown_tokens_total": self.cooldown_tokens_total,
+                "n_reads": self.n_reads,
+            },
+        )
         self.checkpoint_tokens = self.tokens
 
     # -- evaluations --
@@ -584,17 +607,31 @@ class _RunState:
         cfg, setup, model = self.cfg, self.setup, self.model
         assert setup is not None and model is not None
         autocast = self.autocast
-        vals = evaluate(model, setup.windows, setup.window_nbytes, batch_size=cfg.batch_size,
-                        device=setup.device, autocast=autocast, unk_id=self.unk_id,
-                        unigram=self.unigram, token_strings=self.token_strings)
+        vals = evaluate(
+            model,
+            setup.windows,
+            setup.window_nbytes,
+            batch_size=cfg.batch_size,
+            device=setup.device,
+            autocast=autocast,
+            unk_id=self.unk_id,
+            unigram=self.unigram,
+            token_strings=self.token_strings,
+        )
         samples, generated, unk = [], 0, 0
         tokenizer = setup.cache.tokenizer
         for prompt in cfg.sample_prompts:
             gen = torch.Generator().manual_seed(cfg.seed)
             with autocast():
-                new = sample_tokens(model, prompt_ids(tokenizer, prompt), cfg.sample_tokens,
-                                    temperature=EVAL_SAMPLE_TEMPERATURE, top_k=EVAL_SAMPLE_TOP_K,
-                                    generator=gen, device=setup.device)
+                new = sample_tokens(
+                    model,
+                    prompt_ids(tokenizer, prompt),
+                    cfg.sample_tokens,
+                    temperature=EVAL_SAMPLE_TEMPERATURE,
+                    top_k=EVAL_SAMPLE_TOP_K,
+                    generator=gen,
+                    device=setup.device,
+                )
             samples.append({"prompt": prompt, "text": tokenizer.decode(new)})
             generated += len(new)
             if self.unk_id is not None:
@@ -651,13 +688,16 @@ class _RunState:
 
     def _save_checkpoint(self, val_bpb: float) -> None:
         assert self.model is not None and self.setup is not None
-        save_atomic(self.run_dir / CHECKPOINT_FILE, {
-            "state_dict": on_host(self.model.state_dict()),
-            "fingerprint": self.cfg.fingerprint(),
-            "model_config": dataclasses.asdict(self.setup.model_cfg),
-            "tokens": self.tokens,
-            "val_bpb": val_bpb,
-        })
+        save_atomic(
+            self.run_dir / CHECKPOINT_FILE,
+            {
+                "state_dict": on_host(self.model.state_dict()),
+                "fingerprint": self.cfg.fingerprint(),
+                "model_config": dataclasses.asdict(self.setup.model_cfg),
+                "tokens": self.tokens,
+                "val_bpb": val_bpb,
+            },
+        )
 
     # -- the end --
 
@@ -670,8 +710,9 @@ class _RunState:
         if self.setup is not None and self.setup.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def finish(self, outcome: str, reason: str, tb: str | None = None, *,
-               environment: bool = False) -> RunResult:
+    def finish(
+        self, outcome: str, reason: str, tb: str | None = None, *, environment: bool = False
+    ) -> RunResult:
         setup = self.setup
         meta = setup.cache.meta if setup is not None else {}
         device = setup.device if setup is not None else torch.device("cpu")
@@ -682,8 +723,9 @@ class _RunState:
         result = RunResult(
             outcome=outcome,
             reason=reason,
-            exit_code=(outcomes.ENVIRONMENT_EXIT_CODE if environment
-                       else outcomes.EXIT_CODES[outcome]),
+            exit_code=(
+                outcomes.ENVIRONMENT_EXIT_CODE if environment else outcomes.EXIT_CODES[outcome]
+            ),
             tokens_seen=self.tokens,
             train_bytes=round(self.tokens * setup.rate.train) if setup is not None else None,
             steps=self.step,

@@ -55,11 +55,15 @@ class Arm:
         def unk(v: float | None) -> str:
             return "-" if v is None else f"{v:.1%}"
 
-        return (self.label, f"~{self.tokens:,}" if self.estimated else f"{self.tokens:,}",
-                f"{self.text_bytes:,.0f} B" if self.text_bytes is not None else "not tokenized",
-                f"{r.train:.2f}" if r is not None else "-", f"{self.flops:.3g}",
-                unk(r.unk_tokens) if r is not None else "-",
-                unk(r.unk_bytes) if r is not None else "-")
+        return (
+            self.label,
+            f"~{self.tokens:,}" if self.estimated else f"{self.tokens:,}",
+            f"{self.text_bytes:,.0f} B" if self.text_bytes is not None else "not tokenized",
+            f"{r.train:.2f}" if r is not None else "-",
+            f"{self.flops:.3g}",
+            unk(r.unk_tokens) if r is not None else "-",
+            unk(r.unk_bytes) if r is not None else "-",
+        )
 
 
 def vocabulary_points(spec: StudySpec) -> list[dict[str, Any]]:
@@ -69,16 +73,20 @@ def vocabulary_points(spec: StudySpec) -> list[dict[str, Any]]:
     if not names:
         return [{}]
     if spec.design is not None or spec.enqueue:
-        points = [{k: v for k, v in p.items() if k in spec.param_names}
-                  for p in spec.initial_trials()]
+        points = [
+            {k: v for k, v in p.items() if k in spec.param_names} for p in spec.initial_trials()
+        ]
     else:
         points = []
-    enqueued_only = spec.design is None and spec.enqueue \
-        and spec.study.n_trials <= len(spec.enqueue)  # the sampler never chooses
+    enqueued_only = (
+        spec.design is None and spec.enqueue and spec.study.n_trials <= len(spec.enqueue)
+    )  # the sampler never chooses
     if spec.design is None and not enqueued_only:
         probes = [spec.param(n).probe_values() for n in names]
-        points += [dict(zip(names, combo, strict=True))
-                   for combo in itertools.islice(itertools.product(*probes), MAX_ARMS * 4)]
+        points += [
+            dict(zip(names, combo, strict=True))
+            for combo in itertools.islice(itertools.product(*probes), MAX_ARMS * 4)
+        ]
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for point in points:
         key = tuple(point.get(n) for n in names)
@@ -94,18 +102,21 @@ def arms(spec: StudySpec, rates: Callable[[TrainConfig], TextRate | None]) -> li
     out: dict[str, Arm] = {}
     for point in vocabulary_points(spec):
         try:
-            cfg = trial_config(spec, point, rates=lambda c: rates(c) or tokens.guessed_rate(
-                c.tokenizer))
+            cfg = trial_config(
+                spec, point, rates=lambda c: rates(c) or tokens.guessed_rate(c.tokenizer)
+            )
         except SweepsError:
             continue
-        label = " ".join(f"{k}={getattr(cfg, k)}" for k in VOCABULARY_FIELDS
-                         if k != "lowercase" or cfg.lowercase)
+        label = " ".join(
+            f"{k}={getattr(cfg, k)}" for k in VOCABULARY_FIELDS if k != "lowercase" or cfg.lowercase
+        )
         if label in out:
             continue
         rate = rates(cfg)
         guessed = rate is None and (budget.needs_text(cfg) or bool(cfg.derived))
-        out[label] = Arm(label, flops.planned_tokens(cfg), float(flops.count(cfg).flops), rate,
-                         guessed)
+        out[label] = Arm(
+            label, flops.planned_tokens(cfg), float(flops.count(cfg).flops), rate, guessed
+        )
         if len(out) >= MAX_ARMS:
             break
     return list(out.values())
@@ -151,10 +162,12 @@ def warning(spec: StudySpec, found: list[Arm]) -> str | None:
     else:
         ratio = "different amounts of text (not tokenized yet: `sweeps tokenize` measures each)"
     flops_shown = f"{min(a.flops for a in found):.3g} to {max(a.flops for a in found):.3g}"
-    return (f"the trials vary {', '.join(n for n in VOCABULARY_FIELDS if n in spec.param_names)}"
-            f" under a budget in tokens: the arms train on {ratio} and {flops_shown} FLOPs; "
-            "give max_bytes (equal text) or max_flops (equal compute) instead of max_tokens to "
-            "compare them fairly")
+    return (
+        f"the trials vary {', '.join(n for n in VOCABULARY_FIELDS if n in spec.param_names)}"
+        f" under a budget in tokens: the arms train on {ratio} and {flops_shown} FLOPs; "
+        "give max_bytes (equal text) or max_flops (equal compute) instead of max_tokens to "
+        "compare them fairly"
+    )
 
 
 def rows(spec: StudySpec, found: list[Arm]) -> list[tuple[str, object]]:
@@ -164,13 +177,23 @@ def rows(spec: StudySpec, found: list[Arm]) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
     a = spec.ablation
     if a is not None and a.equal_unit != "tokens" and a.equal is None:
-        out.append(("budget", f"equal {'text' if u == 'bytes' else u} (the default for an "
-                              "[ablation] that varies the vocabulary): every arm trains on the "
-                              f"baseline's {_baseline_amount(spec, found, u)}; ablation.equal "
-                              "= \"tokens\" compares at equal tokens instead"))
+        out.append(
+            (
+                "budget",
+                f"equal {'text' if u == 'bytes' else u} (the default for an "
+                "[ablation] that varies the vocabulary): every arm trains on the "
+                f"baseline's {_baseline_amount(spec, found, u)}; ablation.equal "
+                '= "tokens" compares at equal tokens instead',
+            )
+        )
     elif u != "tokens":
-        out.append(("budget", f"in {u}: every trial's tokens are worked out from its own "
-                              f"{'bytes of text' if u == 'bytes' else 'FLOPs'} per token"))
+        out.append(
+            (
+                "budget",
+                f"in {u}: every trial's tokens are worked out from its own "
+                f"{'bytes of text' if u == 'bytes' else 'FLOPs'} per token",
+            )
+        )
     else:
         out.append(("budget", "in tokens"))
     said = warning(spec, found)
@@ -186,6 +209,8 @@ def _baseline_amount(spec: StudySpec, found: list[Arm], u: str) -> str:
     if u == "bytes":
         if base.text_bytes is None:
             return "bytes of text (its rate is measured when it is tokenized)"
-        return f"{base.text_bytes:,.0f} bytes of text ({base.label}, {base.rate.train:.2f} " \
-               "bytes per token)"  # type: ignore[union-attr]
+        return (
+            f"{base.text_bytes:,.0f} bytes of text ({base.label}, {base.rate.train:.2f} "
+            "bytes per token)"
+        )  # type: ignore[union-attr]
     return f"{base.flops:.3g} training FLOPs ({base.label})"

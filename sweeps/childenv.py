@@ -26,8 +26,9 @@ def is_secret(name: str, value: str) -> bool:
     return name in (STORAGE_ENV_VAR, *LIBPQ_SECRETS) or bool(_URL_WITH_PASSWORD.search(value))
 
 
-def child_environ(extra: Mapping[str, str] | None = None,
-                  base: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_environ(
+    extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """``base`` (this process's environment) without its credentials, then ``extra`` on top."""
     base = os.environ if base is None else base
     return {**{k: v for k, v in base.items() if not is_secret(k, v)}, **(extra or {})}

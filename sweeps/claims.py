@@ -50,8 +50,12 @@ def sqlite_lock_path(engine: sa.Engine) -> Path | None:
     """The lock file beside a SQLite database file; None for an in-memory or URI database
     (one process only) and for other backends."""
     database = engine.url.database or ""
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:" \
-            or database.startswith("file:"):
+    if (
+        engine.dialect.name != "sqlite"
+        or not database
+        or database == ":memory:"
+        or database.startswith("file:")
+    ):
         return None
     path = Path(database).expanduser()
     return path.with_name(path.name + SQLITE_SUFFIX)
@@ -64,8 +68,9 @@ def claim_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
     with _thread_lock(str(engine.url), study_name):
         if engine.dialect.name == "postgresql":
             with engine.connect() as conn, conn.begin():
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
-                             {"key": advisory_key(study_name)})
+                conn.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_key(study_name)}
+                )
                 yield
         elif (path := sqlite_lock_path(engine)) is not None:
             with _file_lock(path):

@@ -17,8 +17,11 @@ from lm.errors import SweepsError, closest
 
 _TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 #: Fields that ``<``, ``<=``, ``>``, ``>=`` may compare (numbers, possibly unset).
-_NUMERIC_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig)
-                            if str(f.type) in ("int", "float", "int | None", "float | None"))
+_NUMERIC_FIELDS = frozenset(
+    f.name
+    for f in dataclasses.fields(TrainConfig)
+    if str(f.type) in ("int", "float", "int | None", "float | None")
+)
 #: Deeper nesting than this is no condition a person writes (and Python's parser recurses).
 MAX_DEPTH = 40
 _ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -35,8 +38,13 @@ class Condition:
 
     __slots__ = ("_fn", "fields", "literals", "text")
 
-    def __init__(self, text: str, fn: Callable[[Mapping[str, Any]], Any], fields: frozenset[str],
-                 literals: tuple[tuple[str, tuple[Any, ...]], ...]) -> None:
+    def __init__(
+        self,
+        text: str,
+        fn: Callable[[Mapping[str, Any]], Any],
+        fields: frozenset[str],
+        literals: tuple[tuple[str, tuple[Any, ...]], ...],
+    ) -> None:
         self.text = text
         self.fields = fields
         # (field, values) pairs from ``field == value`` / ``field in [...]``: checked against the
@@ -51,7 +59,8 @@ class Condition:
             seen = {k: values.get(k) for k in sorted(self.fields)}
             raise SweepsError(
                 f"condition {self.text!r} cannot be evaluated with {seen}: {exc}; "
-                "compare fields with literals of the same type") from None
+                "compare fields with literals of the same type"
+            ) from None
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
@@ -83,21 +92,26 @@ def parse_condition(text: str) -> Condition:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise SweepsError(f"condition {_short(text)!r} is not valid syntax ({exc.msg}); "
-                          "write e.g. \"tokenizer == 'word' and vocab_size > 1024\"") from None
+        raise SweepsError(
+            f"condition {_short(text)!r} is not valid syntax ({exc.msg}); "
+            "write e.g. \"tokenizer == 'word' and vocab_size > 1024\""
+        ) from None
     except (RecursionError, MemoryError):
         tree = None
     if tree is None or _depth(tree.body) > MAX_DEPTH:
-        raise SweepsError(f"condition {_short(text)!r} is nested more than {MAX_DEPTH} levels "
-                          "deep; write it more simply")
+        raise SweepsError(
+            f"condition {_short(text)!r} is nested more than {MAX_DEPTH} levels "
+            "deep; write it more simply"
+        )
     fields: set[str] = set()
     literals: list[tuple[str, tuple[Any, ...]]] = []
     fn = _compile(tree.body, text, fields, literals)
     return Condition(text, fn, frozenset(fields), tuple(literals))
 
 
-def _compile(node: ast.AST, text: str, fields: set[str],
-             literals: list[tuple[str, tuple[Any, ...]]]) -> Callable[[Mapping[str, Any]], Any]:
+def _compile(
+    node: ast.AST, text: str, fields: set[str], literals: list[tuple[str, tuple[Any, ...]]]
+) -> Callable[[Mapping[str, Any]], Any]:
     def sub(n: ast.AST) -> Callable[[Mapping[str, Any]], Any]:
         return _compile(n, text, fields, literals)
 
@@ -118,8 +132,10 @@ def _compile(node: ast.AST, text: str, fields: set[str],
         ops = []
         for op in node.ops:
             if type(op) not in _COMPARE:
-                raise SweepsError(f"condition {text!r}: operator {type(op).__name__} is not "
-                                  "allowed; use ==, !=, <, <=, >, >=, in, not in")
+                raise SweepsError(
+                    f"condition {text!r}: operator {type(op).__name__} is not "
+                    "allowed; use ==, !=, <, <=, >, >=, in, not in"
+                )
             ops.append(_COMPARE[type(op)])
         sides = [node.left, *node.comparators]
         for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
@@ -148,14 +164,18 @@ def _compile(node: ast.AST, text: str, fields: set[str],
             value = _WORD_LITERALS[node.id.lower()]
             return lambda env: value
         hint = closest(node.id, _TRAIN_FIELDS)
-        raise SweepsError(f"condition {text!r}: {node.id!r} is not a TrainConfig field"
-                          + (f" (did you mean {hint!r}?)" if hint else "")
-                          + "; quote string values: tokenizer == 'word'")
+        raise SweepsError(
+            f"condition {text!r}: {node.id!r} is not a TrainConfig field"
+            + (f" (did you mean {hint!r}?)" if hint else "")
+            + "; quote string values: tokenizer == 'word'"
+        )
     value = _literal(node)
     if value is not _NOT_LITERAL:
         return lambda env: value
-    raise SweepsError(f"condition {text!r}: {type(node).__name__} is not allowed; use field "
-                      "names, literals, comparisons, and/or/not")
+    raise SweepsError(
+        f"condition {text!r}: {type(node).__name__} is not allowed; use field "
+        "names, literals, comparisons, and/or/not"
+    )
 
 
 _NOT_LITERAL = object()
@@ -179,28 +199,40 @@ def _check_ordered(node: ast.AST, text: str) -> None:
     """An operand of ``<``/``<=``/``>``/``>=``: a numeric field or a number."""
     if isinstance(node, ast.Name) and node.id in _TRAIN_FIELDS:
         if node.id not in _NUMERIC_FIELDS:
-            raise SweepsError(f"condition {_short(text)!r}: {node.id} is not a number, so it "
-                              "cannot be ordered; compare it with == or in")
+            raise SweepsError(
+                f"condition {_short(text)!r}: {node.id} is not a number, so it "
+                "cannot be ordered; compare it with == or in"
+            )
         return
     value = _literal(node)
-    if value is not _NOT_LITERAL and (isinstance(value, bool)
-                                      or not isinstance(value, (int, float))):
-        raise SweepsError(f"condition {_short(text)!r}: {value!r} is not a number, so it cannot "
-                          "be ordered against a field; write a number, e.g. seq_len > 256")
+    if value is not _NOT_LITERAL and (
+        isinstance(value, bool) or not isinstance(value, (int, float))
+    ):
+        raise SweepsError(
+            f"condition {_short(text)!r}: {value!r} is not a number, so it cannot "
+            "be ordered against a field; write a number, e.g. seq_len > 256"
+        )
 
 
 def _literal(node: ast.AST) -> Any:
     """The value of a literal node (constants, lists/tuples/sets of them), else ``_NOT_LITERAL``."""
     if isinstance(node, ast.Constant) and (
-            node.value is None or isinstance(node.value, (str, int, float, bool))):
+        node.value is None or isinstance(node.value, (str, int, float, bool))
+    ):
         return node.value
-    if isinstance(node, ast.Name) and node.id not in _TRAIN_FIELDS \
-            and node.id.lower() in _WORD_LITERALS:
+    if (
+        isinstance(node, ast.Name)
+        and node.id not in _TRAIN_FIELDS
+        and node.id.lower() in _WORD_LITERALS
+    ):
         return _WORD_LITERALS[node.id.lower()]
-    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-            and isinstance(node.operand, ast.Constant)
-            and isinstance(node.operand.value, (int, float))
-            and not isinstance(node.operand.value, bool)):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, (int, float))
+        and not isinstance(node.operand.value, bool)
+    ):
         return -node.operand.value
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         items = [_literal(e) for e in node.elts]
@@ -209,8 +241,9 @@ def _literal(node: ast.AST) -> Any:
     return _NOT_LITERAL
 
 
-def _note_literal(left: ast.AST, right: ast.AST, op: ast.cmpop,
-                  literals: list[tuple[str, tuple[Any, ...]]]) -> None:
+def _note_literal(
+    left: ast.AST, right: ast.AST, op: ast.cmpop, literals: list[tuple[str, tuple[Any, ...]]]
+) -> None:
     membership = isinstance(op, (ast.In, ast.NotIn))
     for name_node, value_node in ((left, right), (right, left)):
         if isinstance(name_node, ast.Name) and name_node.id in _TRAIN_FIELDS:

@@ -58,10 +58,19 @@ class Plan:
 
     def link(self) -> dict[str, Any]:
         """The confirmation study's ``confirms`` attribute."""
-        return {"study": self.source, "metric": self.metric, "seeds": list(self.seeds),
-                "configs": [{"config": c["config"], "params": c["params"],
-                             "trials": [f"{self.source}#{n}" for n in c["trials"]]}
-                            for c in self.configs]}
+        return {
+            "study": self.source,
+            "metric": self.metric,
+            "seeds": list(self.seeds),
+            "configs": [
+                {
+                    "config": c["config"],
+                    "params": c["params"],
+                    "trials": [f"{self.source}#{n}" for n in c["trials"]],
+                }
+                for c in self.configs
+            ],
+        }
 
 
 def check_options(top: int, seeds: int, level: float = 0.05) -> None:
@@ -69,14 +78,14 @@ def check_options(top: int, seeds: int, level: float = 0.05) -> None:
     if top < 1:
         raise SweepsError(f"--top must be >= 1, got {top}")
     if seeds < 2:
-        raise SweepsError(f"--seeds must be >= 2 (a test needs two seeds per configuration), "
-                          f"got {seeds}")
+        raise SweepsError(
+            f"--seeds must be >= 2 (a test needs two seeds per configuration), got {seeds}"
+        )
     if not 0.0 < level < 1.0:
         raise SweepsError(f"--level must be between 0 and 1, got {level}")
 
 
-def plan(storage: Any, source: str, *, top: int, seeds: int,
-         metric: str | None = None) -> Plan:
+def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None = None) -> Plan:
     """The confirmation of ``source``'s ``top`` best configurations (by mean ``metric`` over
     their complete trials) with ``seeds`` seeds none of its trials used. Deterministic for a
     finished study, so a second ``sweeps confirm`` resumes the same study."""
@@ -88,19 +97,31 @@ def plan(storage: Any, source: str, *, top: int, seeds: int,
     data = results.load(storage, source)
     stored = data.user_attrs.get("spec")
     if not isinstance(stored, dict):
-        raise SweepsError(f"study {source!r} has no stored spec (it was not created by "
-                          "`sweeps run`); a confirmation re-runs its spec")
+        raise SweepsError(
+            f"study {source!r} has no stored spec (it was not created by "
+            "`sweeps run`); a confirmation re-runs its spec"
+        )
     if "scaling" in stored:
-        raise SweepsError(f"study {source!r} is an IsoFLOP grid; `sweeps confirm` re-runs the "
-                          "best configurations of a search or an ablation")
+        raise SweepsError(
+            f"study {source!r} is an IsoFLOP grid; `sweeps confirm` re-runs the "
+            "best configurations of a search or an ablation"
+        )
     column, direction = fx.metric_of(data, metric)
     reps = fx.replicates(data.trials, column, direction)
     if reps.empty:
-        raise SweepsError(f"study {source!r} has no complete trial with a {column}; nothing to "
-                          "confirm yet")
+        raise SweepsError(
+            f"study {source!r} has no complete trial with a {column}; nothing to confirm yet"
+        )
     chosen = reps.head(top)
-    configs = tuple({"config": r["config"], "params": r["params"], "trials": r["trials"],
-                     "mean": float(r["mean"])} for _, r in chosen.iterrows())
+    configs = tuple(
+        {
+            "config": r["config"],
+            "params": r["params"],
+            "trials": r["trials"],
+            "mean": float(r["mean"]),
+        }
+        for _, r in chosen.iterrows()
+    )
     used = [s for s in fx.seeds_of(data.trials) if isinstance(s, int)]
     start = max([*used, int(stored.get("fixed", {}).get("seed", 0))]) + 1
     fresh = tuple(range(start, start + seeds))
@@ -108,8 +129,9 @@ def plan(storage: Any, source: str, *, top: int, seeds: int,
     return Plan(source, column, direction, configs, fresh, spec)
 
 
-def confirm_spec(stored: dict[str, Any], name: str, configs: list[dict[str, Any]],
-                 seeds: tuple[int, ...]) -> Any:
+def confirm_spec(
+    stored: dict[str, Any], name: str, configs: list[dict[str, Any]], seeds: tuple[int, ...]
+) -> Any:
     """The source spec with its search replaced by the enqueued configurations x seeds."""
     from sweeps.spec import read_spec
 
@@ -130,12 +152,14 @@ def confirm_spec(stored: dict[str, Any], name: str, configs: list[dict[str, Any]
     data["fixed"] = {k: v for k, v in data.get("fixed", {}).items() if k not in space}
     data["enqueue"] = [{**c, "seed": s} for s in seeds for c in configs]
     study = dict(data.get("study", {}))
-    study.update({"name": name, "sampler": "random", "pruner": "none",
-                  "n_trials": len(configs) * len(seeds)})
+    study.update(
+        {"name": name, "sampler": "random", "pruner": "none", "n_trials": len(configs) * len(seeds)}
+    )
     study.pop("timeout", None)  # the source's search budget is no limit on a confirmation
     data["study"] = study
-    return read_spec(data, source=f"confirmation of {name.removesuffix(SUFFIX)!r}",
-                     check_paths=False)
+    return read_spec(
+        data, source=f"confirmation of {name.removesuffix(SUFFIX)!r}", check_paths=False
+    )
 
 
 def link(storage: Any, study: Any, the_plan: Plan) -> None:
@@ -150,12 +174,16 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
         fixed.pop("seed", None)
         found = by_label.get(fx.label({k: fx.plain_value(v) for k, v in fixed.items()}))
         if found is not None:
-            storage.set_trial_user_attr(optuna_compat.trial_id(t), CONFIRMS_ATTR, ", ".join(
-                f"{the_plan.source}#{n}" for n in found["trials"]))
+            storage.set_trial_user_attr(
+                optuna_compat.trial_id(t),
+                CONFIRMS_ATTR,
+                ", ".join(f"{the_plan.source}#{n}" for n in found["trials"]),
+            )
 
 
-def rankings(storage: Any, name: str, *, metric: str | None = None,
-             level: float = 0.05) -> list[fx.Ranking]:
+def rankings(
+    storage: Any, name: str, *, metric: str | None = None, level: float = 0.05
+) -> list[fx.Ranking]:
     """The confirmation study's configurations ranked on ``metric`` (default: the first
     objective), then on each other objective (multi-objective: per objective)."""
     from sweeps import results

@@ -66,8 +66,9 @@ def progress_bar(description: str, *, unit: str = "bytes") -> Iterator[Callable[
     columns = [TextColumn("{task.description}"), BarColumn()]
     columns.append(DownloadColumn() if unit == "bytes" else MofNCompleteColumn())
     columns.append(TimeRemainingColumn())
-    with Progress(*columns, console=err_console, transient=True,
-                  disable=not sys.stderr.isatty()) as bar:
+    with Progress(
+        *columns, console=err_console, transient=True, disable=not sys.stderr.isatty()
+    ) as bar:
         task = bar.add_task(description, total=None)
 
         def update(done: int, total: int) -> None:
@@ -87,8 +88,9 @@ def human_bytes(n: float) -> str:
 
 def print_summary(title: str, rows: list[tuple[str, object]]) -> None:
     """A two-column table: what, value."""
-    table = Table(title=plain(title), show_header=False, title_justify="left", box=None,
-                  padding=(0, 2))
+    table = Table(
+        title=plain(title), show_header=False, title_justify="left", box=None, padding=(0, 2)
+    )
     table.add_column(style="bold")
     table.add_column()
     for key, value in rows:

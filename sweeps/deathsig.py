@@ -33,5 +33,3 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
     if not prctl:
         return False
     return prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-
-

@@ -55,8 +55,10 @@ class Device:
         if self.kind not in ("cpu", "cuda"):
             raise ValueError(f"kind must be cpu or cuda, got kind={self.kind!r}")
         if (self.index is None) != (self.kind == "cpu"):
-            raise ValueError(f"a {self.kind} device takes {'no' if self.kind == 'cpu' else 'a'} "
-                             f"GPU index, got index={self.index!r}")
+            raise ValueError(
+                f"a {self.kind} device takes {'no' if self.kind == 'cpu' else 'a'} "
+                f"GPU index, got index={self.index!r}"
+            )
 
 
 CPU = Device("cpu", "cpu", {host.VISIBLE_DEVICES_ENV: ""})
@@ -78,16 +80,21 @@ def resolve(device: str, gpus: Sequence[str] | None = None, place: Place = HOST)
         # A pinned device: the user chose it; its trials' children see it as the config names it.
         index = host.cuda_index(device)
         if index >= len(gpus):
-            raise SweepsError(f"the spec asks for device {device}, but {place.one} has "
-                              f"{len(gpus)} visible GPU(s) ({place.source}); use device auto, "
-                              "cuda or cpu")
+            raise SweepsError(
+                f"the spec asks for device {device}, but {place.one} has "
+                f"{len(gpus)} visible GPU(s) ({place.source}); use device auto, "
+                "cuda or cpu"
+            )
         return [Device("cuda", f"gpu {gpus[index]}", {}, index)]
     if gpus:
-        return [Device("cuda", f"gpu {g}", {host.VISIBLE_DEVICES_ENV: g}, i)
-                for i, g in enumerate(gpus)]
+        return [
+            Device("cuda", f"gpu {g}", {host.VISIBLE_DEVICES_ENV: g}, i) for i, g in enumerate(gpus)
+        ]
     if device == "cuda":
-        raise SweepsError(f"the spec asks for device cuda, but no GPU is visible on {place.any} "
-                          f"({place.source}); use device auto or cpu")
+        raise SweepsError(
+            f"the spec asks for device cuda, but no GPU is visible on {place.any} "
+            f"({place.source}); use device auto or cpu"
+        )
     return [CPU]
 
 

@@ -45,9 +45,11 @@ from sweeps.stats import CONFIDENCE, MAX_SEEDS, Comparison, compare, holm, seeds
 def scored(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The trials a comparison may use: ``complete``, with a finite ``metric``."""
     if metric not in trials or metric not in results.METRIC_COLUMNS:
-        raise SweepsError(f"metric {metric!r} is not a metric of the study's trials; use one of "
-                          "val_bpb, val_loss, accuracy, peak_mem_bytes, wall_s, tokens_per_s, "
-                          "flops, ...")
+        raise SweepsError(
+            f"metric {metric!r} is not a metric of the study's trials; use one of "
+            "val_bpb, val_loss, accuracy, peak_mem_bytes, wall_s, tokens_per_s, "
+            "flops, ..."
+        )
     values = pd.to_numeric(trials[metric], errors="coerce")
     keep = (trials["outcome"] == outcomes.COMPLETE) & np.isfinite(values.astype(float))
     return trials[keep]
@@ -68,8 +70,9 @@ def label(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "(no parameters)"
 
 
-def replicates(trials: pd.DataFrame, metric: str = "val_bpb",
-               direction: str = "minimize") -> pd.DataFrame:
+def replicates(
+    trials: pd.DataFrame, metric: str = "val_bpb", direction: str = "minimize"
+) -> pd.DataFrame:
     """One row per configuration among the complete trials with a ``metric``: config (a label),
     params (dict), n, mean, sd (NaN with one trial), min, max, seeds and trials (lists), best
     first by ``direction``."""
@@ -82,22 +85,31 @@ def replicates(trials: pd.DataFrame, metric: str = "val_bpb",
     for (_, row), seed in zip(done.iterrows(), seeds_of(done), strict=True):
         params = params_of(row, names)
         key = json.dumps(params, sort_keys=True, default=str)
-        group = groups.setdefault(key, {"params": params, "values": [], "seeds": [],
-                                        "trials": []})
+        group = groups.setdefault(key, {"params": params, "values": [], "seeds": [], "trials": []})
         group["values"].append(float(row[metric]))
         group["seeds"].append(seed)
         group["trials"].append(int(row["number"]))
     rows = []
     for g in groups.values():
-        order = sorted(range(len(g["seeds"])), key=lambda i: (str(type(g["seeds"][i])),
-                                                             g["seeds"][i]))
+        order = sorted(
+            range(len(g["seeds"])), key=lambda i: (str(type(g["seeds"][i])), g["seeds"][i])
+        )
         g["seeds"] = [g["seeds"][i] for i in order]
         g["trials"] = [g["trials"][i] for i in order]
         values = np.asarray(g["values"])
-        rows.append({"config": label(g["params"]), "params": g["params"], "n": len(values),
-                     "mean": values.mean(), "sd": values.std(ddof=1) if len(values) > 1
-                     else math.nan, "min": values.min(), "max": values.max(),
-                     "seeds": g["seeds"], "trials": g["trials"]})
+        rows.append(
+            {
+                "config": label(g["params"]),
+                "params": g["params"],
+                "n": len(values),
+                "mean": values.mean(),
+                "sd": values.std(ddof=1) if len(values) > 1 else math.nan,
+                "min": values.min(),
+                "max": values.max(),
+                "seeds": g["seeds"],
+                "trials": g["trials"],
+            }
+        )
     frame = pd.DataFrame(rows, columns=columns)
     ascending = direction != "maximize"
     return frame.sort_values("mean", ascending=ascending, kind="stable").reset_index(drop=True)
@@ -187,14 +199,16 @@ class Effects:
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
         if self.stopped_mode not in STOPPED_MODES:
-            raise ValueError(f"stopped_mode must be one of {STOPPED_MODES}, got "
-                             f"{self.stopped_mode!r}")
+            raise ValueError(
+                f"stopped_mode must be one of {STOPPED_MODES}, got {self.stopped_mode!r}"
+            )
 
     @property
     def n_tests(self) -> int:
         """The comparisons that ran a test: what Holm's correction counted."""
-        return sum(1 for e in self.rows if e.comparison is not None
-                   and not math.isnan(e.comparison.p))
+        return sum(
+            1 for e in self.rows if e.comparison is not None and not math.isnan(e.comparison.p)
+        )
 
     @property
     def stopped(self) -> list[dict[str, Any]]:
@@ -205,25 +219,48 @@ class Effects:
         rows = []
         for e in self.rows:
             c = e.comparison
-            rows.append({"factor": e.factor, "level": e.level, "n": e.n, "mean": e.mean,
-                         "sd": e.sd, "n_pairs": c.n_pairs if c else e.n,
-                         "test": c.test if c else "", "diff": c.diff if c else 0.0,
-                         "low": c.low if c else math.nan, "high": c.high if c else math.nan,
-                         "p": c.p if c else math.nan, "p_holm": e.p_holm,
-                         "unpaired": list(c.unpaired) if c else [], "verdict": e.verdict,
-                         "seeds_needed": e.seeds_needed, "n_stopped": len(e.stopped),
-                         "stopped_p": e.stopped_p, "gap": e.gap, "gap_low": e.gap_low,
-                         "gap_high": e.gap_high, "text_bytes": e.text_bytes})
+            rows.append(
+                {
+                    "factor": e.factor,
+                    "level": e.level,
+                    "n": e.n,
+                    "mean": e.mean,
+                    "sd": e.sd,
+                    "n_pairs": c.n_pairs if c else e.n,
+                    "test": c.test if c else "",
+                    "diff": c.diff if c else 0.0,
+                    "low": c.low if c else math.nan,
+                    "high": c.high if c else math.nan,
+                    "p": c.p if c else math.nan,
+                    "p_holm": e.p_holm,
+                    "unpaired": list(c.unpaired) if c else [],
+                    "verdict": e.verdict,
+                    "seeds_needed": e.seeds_needed,
+                    "n_stopped": len(e.stopped),
+                    "stopped_p": e.stopped_p,
+                    "gap": e.gap,
+                    "gap_low": e.gap_low,
+                    "gap_high": e.gap_high,
+                    "text_bytes": e.text_bytes,
+                }
+            )
         return pd.DataFrame(rows)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"study": self.study, "metric": self.metric, "direction": self.direction,
-                "level": self.level, "confidence": CONFIDENCE, "baseline": self.baseline,
-                "stopped_mode": self.stopped_mode, "tests_corrected": self.n_tests,
-                "rows": [_finite(e.as_dict()) for e in self.rows],
-                "stopped": _finite(self.stopped),
-                "text_warning": self.text_warning or None,
-                "not_compared": [{"config": c, "trials": what} for c, what in self.not_compared]}
+        return {
+            "study": self.study,
+            "metric": self.metric,
+            "direction": self.direction,
+            "level": self.level,
+            "confidence": CONFIDENCE,
+            "baseline": self.baseline,
+            "stopped_mode": self.stopped_mode,
+            "tests_corrected": self.n_tests,
+            "rows": [_finite(e.as_dict()) for e in self.rows],
+            "stopped": _finite(self.stopped),
+            "text_warning": self.text_warning or None,
+            "not_compared": [{"config": c, "trials": what} for c, what in self.not_compared],
+        }
 
 
 def _arm_label(e: Effect) -> str:
@@ -250,8 +287,9 @@ def parse_baseline(text: str) -> dict[str, Any]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, raw = part.partition("=")
         if not sep or not name.strip() or not raw.strip():
-            raise SweepsError(f"--baseline {text!r}: write FIELD=VALUE[,FIELD=VALUE], "
-                              "e.g. --baseline d_ff=256")
+            raise SweepsError(
+                f"--baseline {text!r}: write FIELD=VALUE[,FIELD=VALUE], e.g. --baseline d_ff=256"
+            )
         try:
             value = json.loads(raw.strip())
         except ValueError:
@@ -264,8 +302,12 @@ def parse_baseline(text: str) -> dict[str, Any]:
 
 def _same(a: Any, b: Any) -> bool:
     """The spec's equality (``True`` is not ``1``: ``values.same``), numbers to rounding."""
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
-            and not isinstance(a, bool) and not isinstance(b, bool):
+    if (
+        isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
     return same(a, b)
 
@@ -284,8 +326,11 @@ def spec_baseline(spec: Any) -> dict[str, Any] | None:
 
 
 def _matching(arms: Sequence[_Arm], baseline: Mapping[str, Any], study: str) -> int:
-    hits = [i for i, arm in enumerate(arms)
-            if all(k in arm.params and _same(arm.params[k], v) for k, v in baseline.items())]
+    hits = [
+        i
+        for i, arm in enumerate(arms)
+        if all(k in arm.params and _same(arm.params[k], v) for k, v in baseline.items())
+    ]
     if len(hits) == 1:
         return hits[0]
     shown = ",".join(f"{k}={v}" for k, v in baseline.items())
@@ -293,12 +338,18 @@ def _matching(arms: Sequence[_Arm], baseline: Mapping[str, Any], study: str) -> 
         known = {k for arm in arms for k in arm.params}
         missing = [k for k in baseline if k not in known]
         if missing:
-            raise SweepsError(f"--baseline {shown}: study {study!r} has no parameter "
-                              f"{missing[0]!r} (its parameters: {', '.join(sorted(known))})")
-        raise SweepsError(f"--baseline {shown} matches no configuration of study {study!r} "
-                          f"that has run; `sweeps trials {study}` lists them")
-    raise SweepsError(f"--baseline {shown} matches {len(hits)} configurations of study "
-                      f"{study!r}; name more fields, e.g. {arms[hits[0]].label}")
+            raise SweepsError(
+                f"--baseline {shown}: study {study!r} has no parameter "
+                f"{missing[0]!r} (its parameters: {', '.join(sorted(known))})"
+            )
+        raise SweepsError(
+            f"--baseline {shown} matches no configuration of study {study!r} "
+            f"that has run; `sweeps trials {study}` lists them"
+        )
+    raise SweepsError(
+        f"--baseline {shown} matches {len(hits)} configurations of study "
+        f"{study!r}; name more fields, e.g. {arms[hits[0]].label}"
+    )
 
 
 @dataclass
@@ -317,8 +368,7 @@ class _Arm:
 def _finished(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials that ended with an outcome (not running or queued, not a copy of another
     trial's result: ``runner.duplicate_of``), oldest first."""
-    keep = trials["outcome"].notna() & ~trials["outcome"].isin(
-        [outcomes.RUNNING, outcomes.WAITING])
+    keep = trials["outcome"].notna() & ~trials["outcome"].isin([outcomes.RUNNING, outcomes.WAITING])
     if "state" in trials:
         keep &= ~trials["state"].isin(["RUNNING", "WAITING"])
     if "copy_of" in trials:
@@ -379,51 +429,88 @@ def _text_bytes(row: pd.Series) -> float | None:
     return tokens * per if tokens is not None and per is not None else None
 
 
-def effects(trials: pd.DataFrame, *, study: str, baseline: Mapping[str, Any],
-            metric: str = "val_bpb", direction: str = "minimize",
-            level: float = 0.05, stopped: str = "apart") -> Effects:
+def effects(
+    trials: pd.DataFrame,
+    *,
+    study: str,
+    baseline: Mapping[str, Any],
+    metric: str = "val_bpb",
+    direction: str = "minimize",
+    level: float = 0.05,
+    stopped: str = "apart",
+) -> Effects:
     """Each configuration against the one ``baseline`` names (see the module docstring).
     Every trial of every arm is counted: a seed that was stopped is a result (named with its
     outcome, its arm's share of them tested against the baseline's), never missing data."""
     if stopped not in STOPPED_MODES:
-        raise SweepsError(f"--stopped must be one of {', '.join(STOPPED_MODES)}, got "
-                          f"{stopped!r}")
+        raise SweepsError(f"--stopped must be one of {', '.join(STOPPED_MODES)}, got {stopped!r}")
     arms = _arms(trials, metric, stopped)
     if not arms:
         raise SweepsError(f"study {study!r} has no finished trial; nothing to compare yet")
     base_i = _matching(arms, baseline, study)
     base = arms[base_i]
     ascending = direction != "maximize"
-    others = sorted((a for i, a in enumerate(arms) if i != base_i),
-                    key=lambda a: (not a.values, (1 if ascending else -1)
-                                   * (float(np.mean(list(a.values.values()))) if a.values
-                                      else 0.0)))
+    others = sorted(
+        (a for i, a in enumerate(arms) if i != base_i),
+        key=lambda a: (
+            not a.values,
+            (1 if ascending else -1)
+            * (float(np.mean(list(a.values.values()))) if a.values else 0.0),
+        ),
+    )
     comparisons = [(arm, compare(arm.values, base.values)) for arm in others]
     adjusted = holm([c.p for _, c in comparisons])
     m = sum(1 for _, c in comparisons if not math.isnan(c.p))
     rows = [_effect_row("baseline", base.label, base)]
     for (arm, c), p_holm in zip(comparisons, adjusted, strict=True):
-        changed = {k: v for k, v in arm.params.items()
-                   if k not in base.params or not _same(v, base.params[k])}
+        changed = {
+            k: v
+            for k, v in arm.params.items()
+            if k not in base.params or not _same(v, base.params[k])
+        }
         changed.update({k: None for k in base.params if k not in arm.params})
         left_out = _left_out(arm, base, c)
-        verdict, needed = _verdict(c, p_holm, len(arm.values), len(base.values), level,
-                                   max(m, 1), direction, left_out)
-        row = _effect_row(",".join(changed), ",".join(str(v) for v in changed.values()),
-                          arm, c, p_holm, verdict, needed, _stopped_p(arm, base))
+        verdict, needed = _verdict(
+            c, p_holm, len(arm.values), len(base.values), level, max(m, 1), direction, left_out
+        )
+        row = _effect_row(
+            ",".join(changed),
+            ",".join(str(v) for v in changed.values()),
+            arm,
+            c,
+            p_holm,
+            verdict,
+            needed,
+            _stopped_p(arm, base),
+        )
         if verdict.startswith(("better", "worse")):
             verdict += _unigram_remark(row, rows[0])
             row = dataclasses.replace(row, verdict=verdict)
         rows.append(row)
     result_rows = tuple(rows)
-    return Effects(study, metric, direction, level, dict(baseline), result_rows,
-                   tuple((a.label, _stopped_text(a.stopped)) for a in arms if not a.values),
-                   stopped, text_warning(trials))
+    return Effects(
+        study,
+        metric,
+        direction,
+        level,
+        dict(baseline),
+        result_rows,
+        tuple((a.label, _stopped_text(a.stopped)) for a in arms if not a.values),
+        stopped,
+        text_warning(trials),
+    )
 
 
-def _effect_row(factor: str, level_: str, arm: _Arm, c: Comparison | None = None,
-                p_holm: float = math.nan, verdict: str = "", needed: int | None = None,
-                stopped_p: float = math.nan) -> Effect:
+def _effect_row(
+    factor: str,
+    level_: str,
+    arm: _Arm,
+    c: Comparison | None = None,
+    p_holm: float = math.nan,
+    verdict: str = "",
+    needed: int | None = None,
+    stopped_p: float = math.nan,
+) -> Effect:
     from scipy import stats
 
     values = np.array(list(arm.values.values()), dtype=float)
@@ -434,30 +521,51 @@ def _effect_row(factor: str, level_: str, arm: _Arm, c: Comparison | None = None
     if len(gaps) >= 2:
         spread = gaps.std(ddof=1)
         if spread > 0:
-            low, high = (float(x) for x in stats.t.interval(
-                CONFIDENCE, len(gaps) - 1, loc=gap, scale=spread / math.sqrt(len(gaps))))
+            low, high = (
+                float(x)
+                for x in stats.t.interval(
+                    CONFIDENCE, len(gaps) - 1, loc=gap, scale=spread / math.sqrt(len(gaps))
+                )
+            )
         else:
             low = high = gap
-    return Effect(factor, level_, len(values), float(values.mean()) if len(values) else math.nan,
-                  float(values.std(ddof=1)) if len(values) > 1 else math.nan, tuple(seeds), c,
-                  p_holm, verdict, needed, tuple(sorted(arm.trials)),
-                  tuple(sorted(arm.stopped, key=lambda s: (str(type(s.seed)), s.seed))),
-                  stopped_p, gap, low, high,
-                  float(np.mean(arm.text)) if arm.text else math.nan)
+    return Effect(
+        factor,
+        level_,
+        len(values),
+        float(values.mean()) if len(values) else math.nan,
+        float(values.std(ddof=1)) if len(values) > 1 else math.nan,
+        tuple(seeds),
+        c,
+        p_holm,
+        verdict,
+        needed,
+        tuple(sorted(arm.trials)),
+        tuple(sorted(arm.stopped, key=lambda s: (str(type(s.seed)), s.seed))),
+        stopped_p,
+        gap,
+        low,
+        high,
+        float(np.mean(arm.text)) if arm.text else math.nan,
+    )
 
 
 def _unigram_remark(row: Effect, base: Effect) -> str:
     """What a "better" or "worse" does not say by itself: that one side learned nothing from its
     context beyond its own unigram (its gap's interval reaches 0), so the difference is in the
     unigrams, i.e. in what a token is, not in what was learned."""
-    flat = [name for name, e in (("this arm", row), ("the baseline", base))
-            if not math.isnan(e.gap) and (e.gap <= 0 or (not math.isnan(e.gap_low)
-                                                        and e.gap_low <= 0))]
+    flat = [
+        name
+        for name, e in (("this arm", row), ("the baseline", base))
+        if not math.isnan(e.gap) and (e.gap <= 0 or (not math.isnan(e.gap_low) and e.gap_low <= 0))
+    ]
     if not flat:
         return ""
-    return (f"; but {' and '.join(flat)} did not beat {'their' if len(flat) > 1 else 'its'} own "
-            "unigram (gap to unigram <= 0 within its interval): the difference is the unigram's, "
-            "not learned from context")
+    return (
+        f"; but {' and '.join(flat)} did not beat {'their' if len(flat) > 1 else 'its'} own "
+        "unigram (gap to unigram <= 0 within its interval): the difference is the unigram's, "
+        "not learned from context"
+    )
 
 
 def _stopped_p(arm: _Arm, base: _Arm) -> float:
@@ -495,8 +603,7 @@ def _stopped_text(stopped: Sequence[Stopped]) -> str:
     by: dict[str, list[str]] = {}
     for s in sorted(stopped, key=lambda s: (str(type(s.seed)), s.seed)):
         by.setdefault(s.outcome, []).append("?" if s.seed is None else str(s.seed))
-    return "; ".join(f"{o}: seed{'s' if len(v) > 1 else ''} {', '.join(v)}"
-                     for o, v in by.items())
+    return "; ".join(f"{o}: seed{'s' if len(v) > 1 else ''} {', '.join(v)}" for o, v in by.items())
 
 
 def text_warning(trials: pd.DataFrame) -> str:
@@ -511,18 +618,21 @@ def text_warning(trials: pd.DataFrame) -> str:
     for _, row in finished.iterrows():
         value = _text_bytes(row)
         if value and keys:  # a trial that trained nothing read no text
-            name = " ".join(f"{k}={plain_value(row[k])}" for k in keys
-                            if plain_value(row[k]) is not None)
+            name = " ".join(
+                f"{k}={plain_value(row[k])}" for k in keys if plain_value(row[k]) is not None
+            )
             text.setdefault(name, []).append(value)
     means = {k: float(np.mean(v)) for k, v in text.items()}
     if len(means) < 2 or max(means.values()) <= UNEQUAL_TEXT * min(means.values()):
         return ""
     shown = ", ".join(f"{k}: {human_count(v)}B" for k, v in means.items())
     ratio = max(means.values()) / min(means.values())
-    return (f"unequal text: the vocabularies trained on {ratio:.1f}x different amounts of "
-            f"text ({shown}); a difference may be the text, not the vocabulary: compare at "
-            "equal text with max_bytes (an [ablation] that varies the vocabulary does by "
-            "default) or at equal compute with max_flops")
+    return (
+        f"unequal text: the vocabularies trained on {ratio:.1f}x different amounts of "
+        f"text ({shown}); a difference may be the text, not the vocabulary: compare at "
+        "equal text with max_bytes (an [ablation] that varies the vocabulary does by "
+        "default) or at equal compute with max_flops"
+    )
 
 
 def _values_by_seed(done: pd.DataFrame, metric: str) -> dict[str, dict[Any, float]]:
@@ -536,23 +646,43 @@ def _values_by_seed(done: pd.DataFrame, metric: str) -> dict[str, dict[Any, floa
     return out
 
 
-def _verdict(c: Comparison, p_holm: float, n: int, n_base: int, level: float, m: int,
-             direction: str, left_out: str = "") -> tuple[str, int | None]:
+def _verdict(
+    c: Comparison,
+    p_holm: float,
+    n: int,
+    n_base: int,
+    level: float,
+    m: int,
+    direction: str,
+    left_out: str = "",
+) -> tuple[str, int | None]:
     """(plain verdict, seeds per arm that would resolve the measured difference)."""
     unpaired = ""
     if c.unpaired:
         shown = ", ".join(str(s) for s in c.unpaired)
-        unpaired = ((f"; left out of the pairs: {left_out}" if left_out
-                     else f"; unpaired seeds {shown} left out") if c.test == "paired t"
-                    else f"; too few shared seeds, compared unpaired (seeds {shown})")
+        unpaired = (
+            (
+                f"; left out of the pairs: {left_out}"
+                if left_out
+                else f"; unpaired seeds {shown} left out"
+            )
+            if c.test == "paired t"
+            else f"; too few shared seeds, compared unpaired (seeds {shown})"
+        )
     if n == 0:
         return "no value to compare: every seed stopped (named in stopped)", None
     if c.test == "none":
         if c.n_pairs >= 2:
-            return (f"cannot tell: the {c.n_pairs} paired differences are identical (no spread "
-                    f"to test against){unpaired}", None)
-        return (f"cannot tell: n = {n} here and {n_base} for the baseline; a test needs at "
-                f"least 2 seeds on each side{unpaired}", None)
+            return (
+                f"cannot tell: the {c.n_pairs} paired differences are identical (no spread "
+                f"to test against){unpaired}",
+                None,
+            )
+        return (
+            f"cannot tell: n = {n} here and {n_base} for the baseline; a test needs at "
+            f"least 2 seeds on each side{unpaired}",
+            None,
+        )
     if p_holm < level:
         lower_is_better = direction == "minimize"
         better = (c.diff < 0) == lower_is_better
@@ -562,11 +692,15 @@ def _verdict(c: Comparison, p_holm: float, n: int, n_base: int, level: float, m:
     needed = seeds_needed(c.diff, c.spread, level / m, paired=c.test == "paired t")
     x = f"{abs(c.diff):.3g}"
     if needed is None:
-        advice = (f"no practical number of seeds (over {MAX_SEEDS:,} per arm) would resolve "
-                  f"a difference of {x} at the measured spread")
+        advice = (
+            f"no practical number of seeds (over {MAX_SEEDS:,} per arm) would resolve "
+            f"a difference of {x} at the measured spread"
+        )
     else:
-        advice = f"about {needed:,} seeds per arm would resolve a difference of {x} at the " \
-                 "measured spread"
+        advice = (
+            f"about {needed:,} seeds per arm would resolve a difference of {x} at the "
+            "measured spread"
+        )
     return f"cannot tell apart with n = {arm}; {advice}{unpaired}", needed
 
 
@@ -608,9 +742,13 @@ def table_rows(result: Effects) -> list[dict[str, str]]:
     for e in result.rows:
         c = e.comparison
         sd = "" if math.isnan(e.sd) else f" ± {_num(e.sd)}"
-        row = {"factor": e.factor, "level": e.level,
-               "n": str(e.n), f"{result.metric} mean ± sd": f"{_num(e.mean)}{sd}",
-               "stopped": _stopped_cell(e)}
+        row = {
+            "factor": e.factor,
+            "level": e.level,
+            "n": str(e.n),
+            f"{result.metric} mean ± sd": f"{_num(e.mean)}{sd}",
+            "stopped": _stopped_cell(e),
+        }
         if has_gap:
             row[f"gap to unigram [{pct} CI]"] = _gap_cell(e)
         if has_text:
@@ -620,9 +758,14 @@ def table_rows(result: Effects) -> list[dict[str, str]]:
         else:
             ci = "" if math.isnan(c.low) else f" [{c.low:+.3f}, {c.high:+.3f}]"
             diff = "-" if math.isnan(c.diff) else f"{c.diff:+.3f}{ci}"
-            row.update({f"diff [{pct} CI]": diff,
-                        "pairs": str(c.n_pairs) if c.test == "paired t" else c.test,
-                        "p (Holm)": _p(e.p_holm), "verdict": e.verdict})
+            row.update(
+                {
+                    f"diff [{pct} CI]": diff,
+                    "pairs": str(c.n_pairs) if c.test == "paired t" else c.test,
+                    "p (Holm)": _p(e.p_holm),
+                    "verdict": e.verdict,
+                }
+            )
         out.append(row)
     return out
 
@@ -643,23 +786,31 @@ def footer_lines(result: Effects) -> list[str]:
     seeds were counted, what the gap is, and the unequal-text warning when it applies."""
     m = result.n_tests
     tests = f"across the {m} test{'s' if m != 1 else ''} run" if m else "(no test could run)"
-    lines = [f"Differences are each level minus the baseline, paired by seed, with "
-             f"{CONFIDENCE:.0%} t intervals; p-values from a paired t-test "
-             f"(`scipy.stats.ttest_rel`), Holm-corrected {tests}; verdicts at level "
-             f"{result.level:g} ({result.direction} {result.metric})."]
+    lines = [
+        f"Differences are each level minus the baseline, paired by seed, with "
+        f"{CONFIDENCE:.0%} t intervals; p-values from a paired t-test "
+        f"(`scipy.stats.ttest_rel`), Holm-corrected {tests}; verdicts at level "
+        f"{result.level:g} ({result.direction} {result.metric})."
+    ]
     if result.stopped_mode == "apart":
-        lines.append("Stopped seeds are results, not missing data: each is named with its "
-                     "outcome, left out of the paired test, and each arm's share of them is "
-                     "tested against the baseline's (Fisher's exact test, "
-                     "`scipy.stats.fisher_exact`, uncorrected); `--stopped as-value` compares "
-                     "them on their last evaluation instead.")
+        lines.append(
+            "Stopped seeds are results, not missing data: each is named with its "
+            "outcome, left out of the paired test, and each arm's share of them is "
+            "tested against the baseline's (Fisher's exact test, "
+            "`scipy.stats.fisher_exact`, uncorrected); `--stopped as-value` compares "
+            "them on their last evaluation instead."
+        )
     else:
-        lines.append("Stopped seeds are compared on their last evaluation (`--stopped "
-                     "as-value`): a value before the end of its budget.")
+        lines.append(
+            "Stopped seeds are compared on their last evaluation (`--stopped "
+            "as-value`): a value before the end of its budget."
+        )
     if any(not math.isnan(e.gap) for e in result.rows):
-        lines.append(f"Gap to unigram: the arm's own unigram baseline's {result.metric} minus "
-                     "its own (what it learned from context beyond the token frequencies), so "
-                     "\"better\" can be told from \"the unigram got easier\".")
+        lines.append(
+            f"Gap to unigram: the arm's own unigram baseline's {result.metric} minus "
+            "its own (what it learned from context beyond the token frequencies), so "
+            '"better" can be told from "the unigram got easier".'
+        )
     if result.text_warning:
         lines.append(f"Warning: {result.text_warning}.")
     return lines
@@ -685,17 +836,26 @@ class Ranking:
         best, second = self.rows.iloc[0], self.rows.iloc[1]
         c = self.comparison
         if c is None or c.test == "none":
-            return (f"the best ({best['config']}) cannot be tested against the runner-up "
-                    f"({second['config']}): fewer than 2 seeds on a side")
+            return (
+                f"the best ({best['config']}) cannot be tested against the runner-up "
+                f"({second['config']}): fewer than 2 seeds on a side"
+            )
         verb = "is" if self.distinguishable else "is not"
-        return (f"the best ({best['config']}, {best['mean']:.4f}) {verb} distinguishable from "
-                f"the runner-up ({second['config']}, {second['mean']:.4f}) at level "
-                f"{self.level:g}: difference {c.diff:+.4f} [{c.low:+.4f}, {c.high:+.4f}], "
-                f"p = {c.p:.3g} ({c.test}, n = {c.n_pairs or len(best['seeds'])})")
+        return (
+            f"the best ({best['config']}, {best['mean']:.4f}) {verb} distinguishable from "
+            f"the runner-up ({second['config']}, {second['mean']:.4f}) at level "
+            f"{self.level:g}: difference {c.diff:+.4f} [{c.low:+.4f}, {c.high:+.4f}], "
+            f"p = {c.p:.3g} ({c.test}, n = {c.n_pairs or len(best['seeds'])})"
+        )
 
 
-def rank(trials: pd.DataFrame, *, metric: str = "val_bpb", direction: str = "minimize",
-         level: float = 0.05) -> Ranking:
+def rank(
+    trials: pd.DataFrame,
+    *,
+    metric: str = "val_bpb",
+    direction: str = "minimize",
+    level: float = 0.05,
+) -> Ranking:
     """The configurations of ``trials`` by mean, with t intervals of each mean
     (``scipy.stats.t.interval``), and the best compared with the runner-up by seed."""
     from scipy import stats
@@ -706,8 +866,9 @@ def rank(trials: pd.DataFrame, *, metric: str = "val_bpb", direction: str = "min
     lows, highs = [], []
     for _, r in reps.iterrows():
         if r["n"] >= 2 and r["sd"] > 0:
-            low, high = stats.t.interval(CONFIDENCE, r["n"] - 1, loc=r["mean"],
-                                         scale=r["sd"] / math.sqrt(r["n"]))
+            low, high = stats.t.interval(
+                CONFIDENCE, r["n"] - 1, loc=r["mean"], scale=r["sd"] / math.sqrt(r["n"])
+            )
         else:
             low = high = r["mean"] if r["n"] >= 2 else math.nan
         lows.append(float(low))
@@ -741,9 +902,15 @@ def metric_of(data: Any, metric: str | None) -> tuple[str, str]:
     return metric, by_column.get(metric, "maximize" if metric == "accuracy" else "minimize")
 
 
-def study_effects(storage: Any, name: str, *, baseline: str | None = None,
-                  metric: str | None = None, level: float = 0.05,
-                  stopped: str = "apart") -> Effects:
+def study_effects(
+    storage: Any,
+    name: str,
+    *,
+    baseline: str | None = None,
+    metric: str | None = None,
+    level: float = 0.05,
+    stopped: str = "apart",
+) -> Effects:
     """``effects`` of a stored study: the baseline is ``--baseline`` (``FIELD=VALUE,...``),
     else the ``[ablation]`` spec's baseline; the metric the first objective, else val_bpb."""
     if not 0.0 < level < 1.0:
@@ -753,11 +920,20 @@ def study_effects(storage: Any, name: str, *, baseline: str | None = None,
     if wanted is None:
         wanted = spec_baseline(data.user_attrs.get("spec"))
         if wanted is None:
-            raise SweepsError(f"study {name!r} is not an [ablation] study; name its baseline "
-                              "with --baseline FIELD=VALUE, e.g. --baseline d_ff=256")
+            raise SweepsError(
+                f"study {name!r} is not an [ablation] study; name its baseline "
+                "with --baseline FIELD=VALUE, e.g. --baseline d_ff=256"
+            )
     column, direction = metric_of(data, metric)
-    return effects(data.trials, study=name, baseline=wanted, metric=column,
-                   direction=direction, level=level, stopped=stopped)
+    return effects(
+        data.trials,
+        study=name,
+        baseline=wanted,
+        metric=column,
+        direction=direction,
+        level=level,
+        stopped=stopped,
+    )
 
 
 def replicates_frame(storage: Any, study_name: str, metric: str = "val_bpb") -> pd.DataFrame:

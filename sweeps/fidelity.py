@@ -65,8 +65,9 @@ def bracket(spec: StudySpec, study_rungs: Sequence[int], number: int) -> int:
     return number % n_brackets(spec, study_rungs)
 
 
-def decision_rungs(spec: StudySpec, study_rungs: Sequence[float], number: int,
-                   max_amount: float) -> tuple[float, ...]:
+def decision_rungs(
+    spec: StudySpec, study_rungs: Sequence[float], number: int, max_amount: float
+) -> tuple[float, ...]:
     """The rungs trial ``number`` is judged at: its bracket's, below its own budget
     ``max_amount`` (in the rungs' unit; a trial's last evaluation is its result, not a rung)."""
     first = bracket(spec, study_rungs, number)
@@ -79,16 +80,17 @@ def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig
     Hyperband bracket skips would be compute spent for nothing."""
     if not cfg.cooldown_reads or spec.study.pruner.read != "cooldown":
         return cfg
-    keep = decision_rungs(spec, halving.rungs(spec), number,
-                          budget.max_amount(cfg, halving.unit(spec)))
+    keep = decision_rungs(
+        spec, halving.rungs(spec), number, budget.max_amount(cfg, halving.unit(spec))
+    )
     tokens = {halving.rung_tokens(cfg, r) for r in keep}
-    return dataclasses.replace(cfg, cooldown_reads=tuple(r for r in cfg.cooldown_reads
-                                                         if r in tokens))
+    return dataclasses.replace(
+        cfg, cooldown_reads=tuple(r for r in cfg.cooldown_reads if r in tokens)
+    )
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def at_tokens(before: Row | None, row: Row, tokens: int, key: str) -> float | None:
@@ -106,8 +108,13 @@ def at_tokens(before: Row | None, row: Row, tokens: int, key: str) -> float | No
     return float(v0 + w * (value - v0))
 
 
-def rung_vector(objectives: Sequence[Objective], before: Row | None, row: Row, tokens: int,
-                static: Mapping[str, float]) -> list[float] | None:
+def rung_vector(
+    objectives: Sequence[Objective],
+    before: Row | None,
+    row: Row,
+    tokens: int,
+    static: Mapping[str, float],
+) -> list[float] | None:
     """The objective values of a trial at a rung, or None when one is unknown. The losses and
     the wall time (``elapsed_s``) are read at exactly ``tokens``; throughput and peak memory
     as measured so far; parameters and FLOPs are the values it will end with (``static``)."""
@@ -129,26 +136,38 @@ def rung_vector(objectives: Sequence[Objective], before: Row | None, row: Row, t
     return out
 
 
-def competitors(trials: Iterable[FrozenTrial], spec: StudySpec, study_rungs: Sequence[float],
-                number: int, rung: float) -> list[list[float]]:
+def competitors(
+    trials: Iterable[FrozenTrial],
+    spec: StudySpec,
+    study_rungs: Sequence[float],
+    number: int,
+    rung: float,
+) -> list[list[float]]:
     """The values at ``rung`` of the other trials of ``number``'s bracket that compete."""
     mine = bracket(spec, study_rungs, number)
     out = []
     for t in trials:
-        if t.number == number or t.state not in COMPETING_STATES \
-                or t.user_attrs.get("outcome") in NOT_COMPETING \
-                or bracket(spec, study_rungs, t.number) != mine:
+        if (
+            t.number == number
+            or t.state not in COMPETING_STATES
+            or t.user_attrs.get("outcome") in NOT_COMPETING
+            or bracket(spec, study_rungs, t.number) != mine
+        ):
             continue
         values = (t.user_attrs.get(RUNGS_ATTR) or {}).get(halving.rung_key(rung))
-        if isinstance(values, list) and len(values) == len(spec.study.objectives) \
-                and all(_finite(v) for v in values):
+        if (
+            isinstance(values, list)
+            and len(values) == len(spec.study.objectives)
+            and all(_finite(v) for v in values)
+        ):
             out.append([float(v) for v in values])
     return out
 
 
 def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
     return all(x <= y for x, y in zip(a, b, strict=True)) and any(
-        x < y for x, y in zip(a, b, strict=True))
+        x < y for x, y in zip(a, b, strict=True)
+    )
 
 
 def _fronts(points: Sequence[Sequence[float]]) -> list[list[int]]:
@@ -187,9 +206,16 @@ def ranking(vectors: Sequence[Sequence[float]], directions: Sequence[str]) -> li
     return order
 
 
-def judge(spec: StudySpec, study_rungs: Sequence[float], number: int, rung: float,
-          own: Sequence[float], others: Sequence[Sequence[float]], row: Row,
-          tokens: int | None = None) -> Verdict | None:
+def judge(
+    spec: StudySpec,
+    study_rungs: Sequence[float],
+    number: int,
+    rung: float,
+    own: Sequence[float],
+    others: Sequence[Sequence[float]],
+    row: Row,
+    tokens: int | None = None,
+) -> Verdict | None:
     """Stop trial ``number`` at ``rung`` (reached at ``tokens`` training tokens, default the
     rung itself: a budget in tokens) unless it is among the best of its rung."""
     p = spec.study.pruner
@@ -201,18 +227,30 @@ def judge(spec: StudySpec, study_rungs: Sequence[float], number: int, rung: floa
     place = order.index(0)
     if place < keep:
         return None
-    return Verdict(outcomes.PRUNED, _reason(spec, study_rungs, number, rung, own, place, n,
-                                            keep, row, tokens))
+    return Verdict(
+        outcomes.PRUNED, _reason(spec, study_rungs, number, rung, own, place, n, keep, row, tokens)
+    )
 
 
-def _reason(spec: StudySpec, study_rungs: Sequence[float], number: int, rung: float,
-            own: Sequence[float], place: int, n: int, keep: int, row: Row,
-            tokens: int | None) -> str:
+def _reason(
+    spec: StudySpec,
+    study_rungs: Sequence[float],
+    number: int,
+    rung: float,
+    own: Sequence[float],
+    place: int,
+    n: int,
+    keep: int,
+    row: Row,
+    tokens: int | None,
+) -> str:
     p = spec.study.pruner
     where = p.name.replace("_", " ")
     if p.name == "hyperband":
-        where += f" (bracket {bracket(spec, study_rungs, number) + 1} of " \
-                 f"{n_brackets(spec, study_rungs)})"
+        where += (
+            f" (bracket {bracket(spec, study_rungs, number) + 1} of "
+            f"{n_brackets(spec, study_rungs)})"
+        )
     values = ", ".join(f"{m} {v:.4g}" for m, v in zip(spec.study.metrics, own, strict=True))
     how = "" if len(own) == 1 else " by non-dominated sorting"
     step = row.get("step")
@@ -221,6 +259,8 @@ def _reason(spec: StudySpec, study_rungs: Sequence[float], number: int, rung: fl
     amount = f"{rung:.3g} FLOPs" if unit == "flops" else f"{rung:,} {unit}"
     if unit != "tokens" and tokens is not None:
         amount += f", {tokens:,} tokens"
-    return (f"{where}: at rung {study_rungs.index(rung) + 1} ({amount}{steps}) "
-            f"{values} ranks {place + 1} of {n} trials{how}; only the best {keep} "
-            f"(1/{p.reduction_factor}) go on")
+    return (
+        f"{where}: at rung {study_rungs.index(rung) + 1} ({amount}{steps}) "
+        f"{values} ranks {place + 1} of {n} trials{how}; only the best {keep} "
+        f"(1/{p.reduction_factor}) go on"
+    )

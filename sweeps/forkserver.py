@@ -44,9 +44,21 @@ from sweeps.childenv import child_environ
 from sweeps.deathsig import load_prctl, set_parent_death_signal
 
 #: Modules the server imports before forking (everything a training child imports).
-PRELOAD = ("numpy", "torch", "torch.nn.functional", "torch.optim", "torch._dynamo", "tiktoken",
-           "lm.config", "lm.corpus", "lm.tokenizers", "lm.tokens", "lm.model", "lm.metrics",
-           "lm.train")
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch.nn.functional",
+    "torch.optim",
+    "torch._dynamo",
+    "tiktoken",
+    "lm.config",
+    "lm.corpus",
+    "lm.tokenizers",
+    "lm.tokens",
+    "lm.model",
+    "lm.metrics",
+    "lm.train",
+)
 #: Seconds to wait for the server to finish its imports.
 START_TIMEOUT_S = 120.0
 
@@ -144,7 +156,9 @@ class ForkServer:
         load_prctl()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "sweeps.forkserver", self._name],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
             env=child_environ(),  # its children inherit it: no database credentials in it
             preexec_fn=set_parent_death_signal if main_thread else None,
         )
@@ -152,11 +166,19 @@ class ForkServer:
         ready = _readline_with_timeout(self._proc.stdout, START_TIMEOUT_S)
         if ready.strip() != b"ready":
             self._stop()
-            raise SweepsError(f"the fork server did not start (it said {ready[:200]!r}); "
-                              "use --launcher subprocess")
+            raise SweepsError(
+                f"the fork server did not start (it said {ready[:200]!r}); "
+                "use --launcher subprocess"
+            )
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
-               cpus: list[int] | None = None) -> ForkChild:
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cpus: list[int] | None = None,
+    ) -> ForkChild:
         with self._lock:
             if self._proc is None:
                 raise SweepsError("the fork server is not running; start it first")
@@ -166,8 +188,7 @@ class ForkServer:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(30.0)
         conn.connect(self.socket_address)
-        request = {"run_dir": str(run_dir), "log": str(log_path), "env": env or {},
-                   "cpus": cpus}
+        request = {"run_dir": str(run_dir), "log": str(log_path), "env": env or {}, "cpus": cpus}
         conn.sendall(json.dumps(request).encode() + b"\n")
         reply, rest = read_reply(conn)
         if "error" in reply:
@@ -209,8 +230,10 @@ def read_reply(conn: socket.socket) -> tuple[dict[str, Any], bytes]:
     while b"\n" not in data:
         chunk = conn.recv(4096)
         if not chunk:
-            raise SweepsError("the fork server closed the connection before starting the "
-                              "trial; use --launcher subprocess")
+            raise SweepsError(
+                "the fork server closed the connection before starting the "
+                "trial; use --launcher subprocess"
+            )
         data += chunk
     line, rest = data.split(b"\n", 1)
     return json.loads(line), rest
@@ -289,8 +312,7 @@ class _Server:
             pid = self.spawn(request)
         except Exception as exc:  # a bad request must not take the server down
             with contextlib.suppress(OSError):
-                conn.sendall(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
-                             + b"\n")
+                conn.sendall(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
             self.sel.unregister(conn)
             conn.close()
             return

@@ -59,8 +59,9 @@ class ReportingTrial(Protocol):
 class RungBoard(Protocol):
     """Where a trial's values at the rungs it passed are posted, and its rivals' are read."""
 
-    def post(self, rung_values: dict[str, list[float]],
-             rung_tokens: dict[str, int] | None = None) -> None: ...
+    def post(
+        self, rung_values: dict[str, list[float]], rung_tokens: dict[str, int] | None = None
+    ) -> None: ...
 
     def trials(self) -> Sequence[FrozenTrial]: ...
 
@@ -72,8 +73,9 @@ class StudyBoard:
     def __init__(self, storage: RDBStorage, study: optuna.Study, trial_id: int) -> None:
         self.storage, self.study, self.trial_id = storage, study, trial_id
 
-    def post(self, rung_values: dict[str, list[float]],
-             rung_tokens: dict[str, int] | None = None) -> None:
+    def post(
+        self, rung_values: dict[str, list[float]], rung_tokens: dict[str, int] | None = None
+    ) -> None:
         attrs: dict[str, Any] = {fidelity.RUNGS_ATTR: dict(rung_values)}
         if rung_tokens:
             attrs[fidelity.RUNG_TOKENS_ATTR] = dict(rung_tokens)
@@ -84,15 +86,17 @@ class StudyBoard:
 
 
 class Judge:
-    """The verdict on each new evaluation of one trial (see the module docstring for the order).
-    """
+    """The verdict on each new evaluation of one trial (see the module docstring for the order)."""
 
     def __init__(self, spec: StudySpec, trial: ReportingTrial, board: RungBoard) -> None:
         self.spec, self.trial, self.board = spec, trial, board
         objective = spec.study.metrics[0]
         # Intermediate values go to Optuna only with one objective it can compare.
-        self.report_metric = objective if (not spec.study.multi_objective
-                                           and objective in REPORTED_METRICS) else None
+        self.report_metric = (
+            objective
+            if (not spec.study.multi_objective and objective in REPORTED_METRICS)
+            else None
+        )
         #: Evaluation indices reported to Optuna, over all attempts (Optuna takes one value per
         #: step: a retry's evaluations at indices already reported are not reported again).
         self.reported: set[int] = set()
@@ -114,8 +118,11 @@ class Judge:
         if not self.study_rungs:
             return
         self.my_rungs = fidelity.decision_rungs(
-            self.spec, self.study_rungs, self.trial.number,
-            budget.max_amount(cfg, halving.unit(self.spec)))
+            self.spec,
+            self.study_rungs,
+            self.trial.number,
+            budget.max_amount(cfg, halving.unit(self.spec)),
+        )
         self.rung_at = {r: halving.rung_tokens(cfg, r) for r in self.my_rungs}
         self.rung_values, self.judged = {}, set()
         estimate = flops.count(cfg)
@@ -134,8 +141,12 @@ class Judge:
         metric = self.report_metric
         value = row.get(metric) if metric else None
         reported = False
-        if metric and isinstance(value, (int, float)) and math.isfinite(value) \
-                and index not in self.reported:
+        if (
+            metric
+            and isinstance(value, (int, float))
+            and math.isfinite(value)
+            and index not in self.reported
+        ):
             self.reported.add(index)
             self.trial.report(float(value), step=index)
             reported = True
@@ -143,8 +154,12 @@ class Judge:
         if verdict is not None:
             return verdict
         if reported and self.trial.should_prune():
-            return Verdict(outcomes.PRUNED, verdicts.optuna_prune_reason(
-                self.spec.study.pruner.name, str(metric), value, index, row))
+            return Verdict(
+                outcomes.PRUNED,
+                verdicts.optuna_prune_reason(
+                    self.spec.study.pruner.name, str(metric), value, index, row
+                ),
+            )
         if self.spec.study.pruner.read == "cooldown":
             return None  # its rungs are read by its cooldown reads
         return self.halving(row, history)
@@ -157,8 +172,9 @@ class Judge:
             return None
         before = history[-2] if len(history) > 1 else None
         spec, number = self.spec, self.trial.number
-        for rung in (r for r in self.my_rungs
-                     if self.rung_at[r] <= tokens and r not in self.judged):
+        for rung in (
+            r for r in self.my_rungs if self.rung_at[r] <= tokens and r not in self.judged
+        ):
             self.judged.add(rung)
             at = self.rung_at[rung]
             own = fidelity.rung_vector(spec.study.objectives, before, row, at, self.static)
@@ -166,13 +182,18 @@ class Judge:
                 continue  # an objective it cannot be ranked on: not judged at this rung
             key = halving.rung_key(rung)
             self.rung_values[key] = own
-            self.board.post(self.rung_values, {k: self.rung_at[r] for r in self.judged
-                                               if (k := halving.rung_key(r)) in
-                                               self.rung_values})
-            others = fidelity.competitors(self.board.trials(), spec, self.study_rungs, number,
-                                          rung)
-            verdict = fidelity.judge(spec, self.study_rungs, number, rung, own, others, row,
-                                     tokens=at)
+            self.board.post(
+                self.rung_values,
+                {
+                    k: self.rung_at[r]
+                    for r in self.judged
+                    if (k := halving.rung_key(r)) in self.rung_values
+                },
+            )
+            others = fidelity.competitors(self.board.trials(), spec, self.study_rungs, number, rung)
+            verdict = fidelity.judge(
+                spec, self.study_rungs, number, rung, own, others, row, tokens=at
+            )
             if verdict is not None:
                 return verdict
         return None

@@ -43,8 +43,14 @@ class Launcher(Protocol):
     #: forked child's baseline can differ from a fresh interpreter's).
     kind: str
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
-               cpus: list[int] | None = None) -> Child: ...
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cpus: list[int] | None = None,
+    ) -> Child: ...
 
     def close(self) -> None: ...
 
@@ -78,12 +84,20 @@ class SubprocessLauncher:
     def __init__(self) -> None:
         load_prctl()
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict[str, str] | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cpus: list[int] | None = None,
+    ) -> PopenChild:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lm.train", str(run_dir)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env=child_environ(env),  # no database credentials: a child never opens it
                 start_new_session=True,  # its own group: a prune signals the whole group
                 # SIGKILL when this thread's process dies, even by kill -9 (Linux).

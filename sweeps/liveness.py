@@ -86,8 +86,10 @@ def requeue_template(trial: FrozenTrial, *, max_retries: int | None) -> FrozenTr
 
 def failed_attrs(reason: str | None = None) -> dict[str, str]:
     """The user attributes of a trial failed because its worker is gone."""
-    return {"outcome": outcomes.CRASHED,
-            "reason": reason or "its worker process ended without finishing it"}
+    return {
+        "outcome": outcomes.CRASHED,
+        "reason": reason or "its worker process ended without finishing it",
+    }
 
 
 @contextlib.contextmanager
@@ -158,7 +160,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ")".
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     return fields[0], int(fields[19])
 
 
@@ -172,8 +174,9 @@ def _boot_time() -> float | None:
     return None
 
 
-def stale_local_trials(storage: RDBStorage, study: StudyRef,
-                       host: str | None = None) -> list[FrozenTrial]:
+def stale_local_trials(
+    storage: RDBStorage, study: StudyRef, host: str | None = None
+) -> list[FrozenTrial]:
     """RUNNING trials of ``study`` owned (per ``sweeps_trial_hosts``) by a process of ``host``
     (default: this machine) that no longer exists: safe to fail at once, without waiting for the
     heartbeat grace period. Trials of other hosts are left to their heartbeats."""
@@ -185,17 +188,25 @@ def stale_local_trials(storage: RDBStorage, study: StudyRef,
         return []
     by_id = {optuna_compat.trial_id(t): t for t in running}
     owners = records.read_hosts(storage, study_name, host=host, trial_ids=by_id)
-    return [by_id[o["trial_id"]] for o in owners
-            if not pid_alive(o["pid"], o["started_at"])]
+    return [by_id[o["trial_id"]] for o in owners if not pid_alive(o["pid"], o["started_at"])]
 
 
-def fail_and_requeue(storage: RDBStorage, study: StudyRef, trial: FrozenTrial, *,
-                     max_retries: int | None = 2, reason: str | None = None) -> bool:
+def fail_and_requeue(
+    storage: RDBStorage,
+    study: StudyRef,
+    trial: FrozenTrial,
+    *,
+    max_retries: int | None = 2,
+    reason: str | None = None,
+) -> bool:
     """Fail a RUNNING trial whose worker is gone and queue its parameters again (if it was
     re-queued fewer than ``max_retries`` times). Returns whether a new trial was queued; False
     also when another process finished or failed the trial first."""
-    study_obj = study if isinstance(study, optuna.Study) else optuna.load_study(
-        study_name=study, storage=storage)
+    study_obj = (
+        study
+        if isinstance(study, optuna.Study)
+        else optuna.load_study(study_name=study, storage=storage)
+    )
     trial_id = optuna_compat.trial_id(trial)
     try:
         for key, value in failed_attrs(reason).items():

@@ -101,8 +101,9 @@ class MetricsFollower:
             try:
                 value = loads_child(line)
             except ValueError as exc:  # not JSON, or too deep (UnicodeDecodeError is one)
-                self.problems.append(f"a {METRICS_FILE} line is not JSON ({str(exc)[:80]}): "
-                                     f"{line[:60]!r}")
+                self.problems.append(
+                    f"a {METRICS_FILE} line is not JSON ({str(exc)[:80]}): {line[:60]!r}"
+                )
                 continue
             row, problems = check_metrics_row(value)
             self.problems += problems
@@ -172,9 +173,19 @@ class Monitor:
     the start-up times and the wall time count the launch itself.
     """
 
-    def __init__(self, child: Child, run_dir: Path, *, launched_at: float, started: float,
-                 flags: StopFlags, limits: Limits, poll_s: float = POLL_S,
-                 term_grace_s: float = TERM_GRACE_S, threads: int = 1) -> None:
+    def __init__(
+        self,
+        child: Child,
+        run_dir: Path,
+        *,
+        launched_at: float,
+        started: float,
+        flags: StopFlags,
+        limits: Limits,
+        poll_s: float = POLL_S,
+        term_grace_s: float = TERM_GRACE_S,
+        threads: int = 1,
+    ) -> None:
         self.child, self.run_dir = child, run_dir
         self.threads = threads  # the child's intra-op threads, for a timeout's CPU share
         self.started, self.flags, self.limits = started, flags, limits
@@ -227,19 +238,27 @@ class Monitor:
             if self.verdict is not None:
                 self.stopped = self.verdict
             elif self.flags.stop.is_set():
-                self.stopped = Verdict(outcomes.INTERRUPTED, "stopped by the user "
-                                       "(Ctrl-C or SIGTERM) before it finished")
+                self.stopped = Verdict(
+                    outcomes.INTERRUPTED,
+                    "stopped by the user (Ctrl-C or SIGTERM) before it finished",
+                )
             elif self.wall_limit is not None and now - self.started > self.wall_limit:
-                cpu = host.cpu_time_text(host.process_cpu_s(self.child.pid),
-                                         now - self.started, self.threads)
-                self.stopped = Verdict(outcomes.TIMEOUT, f"still running {self.wall_limit:g} s "
-                                       "after launch (limits.max_wall_s "
-                                       f"{self.limits.max_wall_s:g} plus a margin); {cpu}")
+                cpu = host.cpu_time_text(
+                    host.process_cpu_s(self.child.pid), now - self.started, self.threads
+                )
+                self.stopped = Verdict(
+                    outcomes.TIMEOUT,
+                    f"still running {self.wall_limit:g} s "
+                    "after launch (limits.max_wall_s "
+                    f"{self.limits.max_wall_s:g} plus a margin); {cpu}",
+                )
             if self.stopped is not None:
                 self.child.signal(signal.SIGTERM)
                 self.term_at = now
-        if not self.killed and (self.flags.kill.is_set() or (
-                self.term_at is not None and now - self.term_at > self.term_grace_s)):
+        if not self.killed and (
+            self.flags.kill.is_set()
+            or (self.term_at is not None and now - self.term_at > self.term_grace_s)
+        ):
             self.child.signal(signal.SIGKILL)
             self.killed = True
 
@@ -248,8 +267,11 @@ class Monitor:
         parent's verdict when it differs from the child's."""
         wall_s = time.monotonic() - self.started
         run_dir, rc, stopped, verdict = self.run_dir, self.rc, self.stopped, self.verdict
-        if stopped is None and getattr(self.child, "lost", False) and not (
-                run_dir / RESULT_FILE).exists():
+        if (
+            stopped is None
+            and getattr(self.child, "lost", False)
+            and not (run_dir / RESULT_FILE).exists()
+        ):
             stopped = Verdict(outcomes.CRASHED, "the fork server ended while the trial ran")
         if stopped is None and verdict is not None and verdict.outcome != outcomes.PRUNED:
             # The last evaluation broke a project rule as the child finished: the rule says how
@@ -258,16 +280,31 @@ class Monitor:
             stopped = verdict
         result, problems = read_result_dict(run_dir)
         # No result and no SIGKILL (the OOM killer's): was there room to write one?
-        unwritable = run_dir_unwritable(run_dir) if result is None and stopped is None and \
-            rc not in (-signal.SIGKILL, 128 + signal.SIGKILL) else None
+        unwritable = (
+            run_dir_unwritable(run_dir)
+            if result is None
+            and stopped is None
+            and rc not in (-signal.SIGKILL, 128 + signal.SIGKILL)
+            else None
+        )
         outcome, reason = classify(rc, result, stopped, run_dir, unwritable=unwritable)
         if result is not None and outcome != result.get("outcome"):
             with contextlib.suppress(OSError):  # the database has it; the run dir is a copy
                 record_verdict(run_dir, outcome, reason)
         self.times.poll()
-        return Attempt(outcome, reason, result, self.history, wall_s, self.times, self.peak,
-                       self.child.pid, rc, self.follower.problems + problems,
-                       unwritable=unwritable)
+        return Attempt(
+            outcome,
+            reason,
+            result,
+            self.history,
+            wall_s,
+            self.times,
+            self.peak,
+            self.child.pid,
+            rc,
+            self.follower.problems + problems,
+            unwritable=unwritable,
+        )
 
 
 # --- how a child ended ---------------------------------------------------------------------------
@@ -289,7 +326,7 @@ def run_dir_unwritable(run_dir: Path) -> str | None:
         try:
             left = memoryview(b"\0" * PROBE_BYTES)
             while left:  # a nearly full disk takes part of a write, then refuses the rest
-                left = left[os.write(fd, left):]
+                left = left[os.write(fd, left) :]
             os.fsync(fd)  # where space is allocated late, the shortage shows here
         finally:
             os.close(fd)
@@ -301,8 +338,14 @@ def run_dir_unwritable(run_dir: Path) -> str | None:
     return None
 
 
-def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Verdict | None,
-             run_dir: Path | None = None, *, unwritable: str | None = None) -> tuple[str, str]:
+def classify(
+    returncode: int | None,
+    result: dict[str, Any] | None,
+    stopped: Verdict | None,
+    run_dir: Path | None = None,
+    *,
+    unwritable: str | None = None,
+) -> tuple[str, str]:
     """A run's outcome and reason: the parent's own decision (prune, timeout, stop) first, then
     the child's ``result.json``, then its exit code (no result: a SIGKILL nobody here sent is
     the kernel's OOM killer)."""
@@ -317,28 +360,39 @@ def classify(returncode: int | None, result: dict[str, Any] | None, stopped: Ver
         # Sent from outside, before the child could write its result (a Slurm scancel or
         # preemption signals every process of the job): not the configuration's fault, so
         # interrupted, which is re-queued.
-        return outcomes.INTERRUPTED, (f"stopped by signal {-returncode} from outside its "
-                                      f"worker (scancel, a preemption, a shutdown) before it "
-                                      f"wrote {RESULT_FILE}")
+        return outcomes.INTERRUPTED, (
+            f"stopped by signal {-returncode} from outside its "
+            f"worker (scancel, a preemption, a shutdown) before it "
+            f"wrote {RESULT_FILE}"
+        )
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
-        return outcomes.OOM, (f"killed by SIGKILL (exit {returncode}) without writing "
-                              f"{RESULT_FILE}: the kernel's out-of-memory killer")
+        return outcomes.OOM, (
+            f"killed by SIGKILL (exit {returncode}) without writing "
+            f"{RESULT_FILE}: the kernel's out-of-memory killer"
+        )
     if unwritable is not None:
-        return outcomes.CRASHED, (f"environment: the child exited with code {returncode} "
-                                  f"without {RESULT_FILE}, and its run dir {run_dir} cannot be "
-                                  f"written ({unwritable})")
+        return outcomes.CRASHED, (
+            f"environment: the child exited with code {returncode} "
+            f"without {RESULT_FILE}, and its run dir {run_dir} cannot be "
+            f"written ({unwritable})"
+        )
     if returncode == outcomes.BAD_INPUT_EXIT_CODE:
-        return outcomes.CRASHED, "environment: the child rejected its input (exit 2; its " \
-            "config was checked here, so its corpus or token cache changed): " + \
-            _last_log_line(run_dir)
+        return (
+            outcomes.CRASHED,
+            "environment: the child rejected its input (exit 2; its "
+            "config was checked here, so its corpus or token cache changed): "
+            + _last_log_line(run_dir),
+        )
     if returncode == outcomes.ENVIRONMENT_EXIT_CODE:
         return outcomes.CRASHED, "environment: " + _last_log_line(run_dir)
     known = outcomes.outcome_for_exit_code(returncode) if returncode is not None else None
     if known is not None and known != outcomes.COMPLETE:
-        return known, (f"exit code {returncode} ({known}) without {RESULT_FILE}: "
-                       + _last_log_line(run_dir))
-    return outcomes.CRASHED, (f"exited with code {returncode} without writing {RESULT_FILE}: "
-                              + _last_log_line(run_dir))
+        return known, (
+            f"exit code {returncode} ({known}) without {RESULT_FILE}: " + _last_log_line(run_dir)
+        )
+    return outcomes.CRASHED, (
+        f"exited with code {returncode} without writing {RESULT_FILE}: " + _last_log_line(run_dir)
+    )
 
 
 def environment_failed(attempt: Attempt) -> bool:
@@ -362,4 +416,3 @@ def _last_log_line(run_dir: Path | None) -> str:
         return "see its log"
     lines = [line.strip() for line in lines if line.strip()]
     return lines[-1][:300] if lines else f"see {run_dir / LOG_FILE}"
-

@@ -53,13 +53,18 @@ def trial_id(trial: Any) -> int:
 def stale_callback_arg() -> str:
     """The ``RDBStorage`` argument that takes the stale-trial (heartbeat) callback."""
     names = inspect.signature(RDBStorage.__init__).parameters
-    return "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in names \
+    return (
+        "heartbeat_stale_trial_callback"
+        if "heartbeat_stale_trial_callback" in names
         else "failed_trial_callback"
+    )
 
 
 #: Optuna's heartbeat retry callback: Optuna >= 4.9 renamed it; older 4.x have the old name.
-RetryCallbackBase: type = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
+RetryCallbackBase: type = (
+    getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
     or optuna.storages.RetryFailedTrialCallback
+)
 
 
 def schema_migrations() -> Any:
@@ -97,18 +102,22 @@ def write_user_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> N
             write_one(session, models.TrialUserAttributeModel, trial_id, key, value)
 
 
-def enqueue_once(rdb: RDBStorage, study_id: int, marker: str,
-                 params: Sequence[dict[str, Any]]) -> bool:
+def enqueue_once(
+    rdb: RDBStorage, study_id: int, marker: str, params: Sequence[dict[str, Any]]
+) -> bool:
     """Queue ``params`` as WAITING trials (as ``Study.enqueue_trial`` does) and set the study user
     attribute ``marker`` to true, all in one transaction; False, and nothing written, when the
     marker is already there (see ``add_trials_once``)."""
-    templates = [create_trial(state=TrialState.WAITING, system_attrs={"fixed_params": dict(p)})
-                 for p in params]
+    templates = [
+        create_trial(state=TrialState.WAITING, system_attrs={"fixed_params": dict(p)})
+        for p in params
+    ]
     return add_trials_once(rdb, study_id, marker, templates)
 
 
-def add_trials_once(rdb: RDBStorage, study_id: int, marker: str, templates: Sequence[Any],
-                    value: Any = True) -> bool:
+def add_trials_once(
+    rdb: RDBStorage, study_id: int, marker: str, templates: Sequence[Any], value: Any = True
+) -> bool:
     """Add ``templates`` (``create_trial`` results: WAITING, or finished ones carried from
     another study) and set the study user attribute ``marker`` to ``value``, all in one
     transaction; False, and nothing written, when the marker is already there.
@@ -133,8 +142,11 @@ def add_trials_once(rdb: RDBStorage, study_id: int, marker: str, templates: Sequ
         with _create_scoped_session(rdb.scoped_session) as session:
             # The marker's INSERT is the transaction's first statement: on SQLite it takes the
             # write lock before any read (a read first would make a waiting writer fail at once).
-            session.add(models.StudyUserAttributeModel(study_id=study_id, key=marker,
-                                                       value_json=json.dumps(value)))
+            session.add(
+                models.StudyUserAttributeModel(
+                    study_id=study_id, key=marker, value_json=json.dumps(value)
+                )
+            )
             session.flush()
             # Optuna's own lock for numbering new trials (``_create_new_trial``).
             models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
@@ -172,8 +184,7 @@ def rename_study(conn: sa.Connection, study_id: int, new_name: str) -> None:
     """Rename a study in place, inside the caller's transaction ``conn`` (Optuna has no rename
     API; every other Optuna table refers to the study by id, so one UPDATE renames it)."""
     t = STUDIES_TABLE
-    done = conn.execute(sa.update(t).where(t.c.study_id == study_id)
-                        .values(study_name=new_name))
+    done = conn.execute(sa.update(t).where(t.c.study_id == study_id).values(study_name=new_name))
     if done.rowcount != 1:
         raise RuntimeError(f"renaming study id {study_id} changed {done.rowcount} rows")
 
@@ -181,15 +192,23 @@ def rename_study(conn: sa.Connection, study_id: int, new_name: str) -> None:
 def set_study_user_attr(conn: sa.Connection, study_id: int, key: str, value: Any) -> None:
     """Overwrite an existing study user attribute inside the caller's transaction."""
     t = STUDY_USER_ATTRS_TABLE
-    conn.execute(sa.update(t).where(t.c.study_id == study_id, t.c.key == key)
-                 .values(value_json=json.dumps(value)))
+    conn.execute(
+        sa.update(t)
+        .where(t.c.study_id == study_id, t.c.key == key)
+        .values(value_json=json.dumps(value))
+    )
 
 
 def running_trials(conn: sa.Connection, study_id: int) -> int:
     """How many of the study's trials are RUNNING, read inside the caller's transaction."""
     t = TRIALS_TABLE
-    return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(
-        t.c.study_id == study_id, t.c.state == TrialState.RUNNING)).scalar_one())
+    return int(
+        conn.execute(
+            sa.select(sa.func.count())
+            .select_from(t)
+            .where(t.c.study_id == study_id, t.c.state == TrialState.RUNNING)
+        ).scalar_one()
+    )
 
 
 def set_metric_names(study: optuna.Study, names: Sequence[str]) -> None:
@@ -243,9 +262,11 @@ def study_tables() -> list[_Owned]:
         fks = list(table.foreign_keys)
         parent = fks[0].column.table
         if len(fks) != 1 or parent not in reached or not fks[0].column.primary_key:
-            raise RuntimeError(f"Optuna's table {table.name} is not a child of one study or "
-                               f"trial row (foreign keys: {[str(f.column) for f in fks]}); this "
-                               "Optuna's tables are not copied with plain SQL")
+            raise RuntimeError(
+                f"Optuna's table {table.name} is not a child of one study or "
+                f"trial row (foreign keys: {[str(f.column) for f in fks]}); this "
+                "Optuna's tables are not copied with plain SQL"
+            )
         own = None
         if table in referenced:
             (own,) = table.primary_key.columns
@@ -273,8 +294,9 @@ class CopiedStudy:
     rows: int
 
 
-def copy_study_rows(source: sa.Connection, target: sa.Connection, study_id: int,
-                    new_name: str) -> CopiedStudy:
+def copy_study_rows(
+    source: sa.Connection, target: sa.Connection, study_id: int, new_name: str
+) -> CopiedStudy:
     """Copy study ``study_id`` (read on ``source``) as ``new_name`` (written on ``target``: the
     same connection, or one on another database), every row of every table of
     ``study_tables`` with its ids remapped, in batches of ``COPY_BATCH`` rows, inside the
@@ -282,8 +304,9 @@ def copy_study_rows(source: sa.Connection, target: sa.Connection, study_id: int,
     constraint's ``IntegrityError``."""
     s = STUDIES_TABLE
     row = source.execute(sa.select(s).where(s.c.study_id == study_id)).mappings().one()
-    new_id = target.execute(s.insert().returning(s.c.study_id), [
-        {**_without_id(s, row), "study_name": new_name}]).scalar_one()
+    new_id = target.execute(
+        s.insert().returning(s.c.study_id), [{**_without_id(s, row), "study_name": new_name}]
+    ).scalar_one()
     ids: dict[sa.Table, dict[int, int]] = {s: {study_id: new_id}}
     written = 1
     for owned in study_tables():
@@ -291,30 +314,54 @@ def copy_study_rows(source: sa.Connection, target: sa.Connection, study_id: int,
         mapping: dict[int, int] = {}
         key = owned.parent_column.name
         for chunk in _batches(sorted(parents)):
-            rows = source.execute(sa.select(owned.table).where(owned.parent_column.in_(chunk))
-                                  .order_by(*owned.table.primary_key.columns)).mappings().all()
+            rows = (
+                source.execute(
+                    sa.select(owned.table)
+                    .where(owned.parent_column.in_(chunk))
+                    .order_by(*owned.table.primary_key.columns)
+                )
+                .mappings()
+                .all()
+            )
             for batch in _batches(rows):
-                insert_rows(target, owned.table, [
-                    {**_without_id(owned.table, r), key: parents[r[key]]} for r in batch])
+                insert_rows(
+                    target,
+                    owned.table,
+                    [{**_without_id(owned.table, r), key: parents[r[key]]} for r in batch],
+                )
             written += len(rows)
             if owned.own_id is not None:
-                mapping.update(_new_ids(target, owned, [parents[p] for p in chunk],
-                                        [r[owned.own_id.name] for r in rows]))
+                mapping.update(
+                    _new_ids(
+                        target,
+                        owned,
+                        [parents[p] for p in chunk],
+                        [r[owned.own_id.name] for r in rows],
+                    )
+                )
         if owned.own_id is not None:
             ids[owned.table] = mapping
     return CopiedStudy(new_id, ids.get(TRIALS_TABLE, {}), written)
 
 
-def _new_ids(target: sa.Connection, owned: _Owned, new_parents: list[int],
-             old: list[int]) -> dict[int, int]:
+def _new_ids(
+    target: sa.Connection, owned: _Owned, new_parents: list[int], old: list[int]
+) -> dict[int, int]:
     """{old id: new id} of the rows just inserted under ``new_parents``, in ``old``'s order:
     the parents are this transaction's own (no one else's rows hang under them yet) and the
     database numbers one connection's inserts in the order they are sent, so the new ids in
     order are the old rows in order. (A batched ``INSERT ... RETURNING`` would say the same,
     but SQLAlchemy sends it one row at a time on SQLite to keep the order.)"""
     assert owned.own_id is not None
-    new = target.execute(sa.select(owned.own_id).where(owned.parent_column.in_(new_parents))
-                         .order_by(owned.own_id)).scalars().all()
+    new = (
+        target.execute(
+            sa.select(owned.own_id)
+            .where(owned.parent_column.in_(new_parents))
+            .order_by(owned.own_id)
+        )
+        .scalars()
+        .all()
+    )
     if len(new) != len(old):
         raise RuntimeError(f"copied {len(old)} rows of {owned.table.name}, found {len(new)}")
     return dict(zip(old, new, strict=True))
@@ -346,11 +393,17 @@ def _without_id(table: sa.Table, row: Any) -> dict[str, Any]:
 
 def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), COPY_BATCH):
-        yield items[start:start + COPY_BATCH]
+        yield items[start : start + COPY_BATCH]
 
 
-def fail_and_requeue_in(conn: sa.Connection, rdb: RDBStorage, study_id: int, trial_id: int,
-                        attrs: dict[str, Any], template: FrozenTrial | None) -> None:
+def fail_and_requeue_in(
+    conn: sa.Connection,
+    rdb: RDBStorage,
+    study_id: int,
+    trial_id: int,
+    attrs: dict[str, Any],
+    template: FrozenTrial | None,
+) -> None:
     """Fail trial ``trial_id`` (its user attributes ``attrs`` written first) and add
     ``template`` (``sweeps.liveness.requeue_template``; None: none) to study ``study_id``, as
     ``liveness.fail_and_requeue`` does through the public API, but inside the caller's
@@ -358,8 +411,9 @@ def fail_and_requeue_in(conn: sa.Connection, rdb: RDBStorage, study_id: int, tri
     session = sa.orm.Session(bind=conn)
     try:
         for key, value in attrs.items():
-            rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel,
-                                               trial_id, key, storable_value(value))
+            rdb._set_trial_attr_without_commit(
+                session, models.TrialUserAttributeModel, trial_id, key, storable_value(value)
+            )
         trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
         trial.state = TrialState.FAIL
         trial.datetime_complete = datetime.datetime.now()
@@ -378,18 +432,28 @@ def fail_and_requeue_in(conn: sa.Connection, rdb: RDBStorage, study_id: int, tri
 def study_user_attrs(conn: sa.Connection, study_id: int) -> dict[str, Any]:
     """A study's user attributes (ValueError when a stored value is not JSON)."""
     t = STUDY_USER_ATTRS_TABLE
-    return {k: json.loads(v) for k, v in conn.execute(
-        sa.select(t.c.key, t.c.value_json).where(t.c.study_id == study_id))}
+    return {
+        k: json.loads(v)
+        for k, v in conn.execute(sa.select(t.c.key, t.c.value_json).where(t.c.study_id == study_id))
+    }
 
 
 def study_directions(conn: sa.Connection, study_id: int) -> list[StudyDirection]:
     t = STUDY_DIRECTIONS_TABLE
-    return list(conn.execute(sa.select(t.c.direction).where(t.c.study_id == study_id)
-                             .order_by(t.c.objective)).scalars())
+    return list(
+        conn.execute(
+            sa.select(t.c.direction).where(t.c.study_id == study_id).order_by(t.c.objective)
+        ).scalars()
+    )
 
 
-def summary_trials(conn: sa.Connection, study_id: int, *, user_keys: Sequence[str] = (),
-                   system_keys: Sequence[str] = ()) -> list[FrozenTrial]:
+def summary_trials(
+    conn: sa.Connection,
+    study_id: int,
+    *,
+    user_keys: Sequence[str] = (),
+    system_keys: Sequence[str] = (),
+) -> list[FrozenTrial]:
     """The study's trials, by number, as ``FrozenTrial``s that hold only their number, state,
     dates, values, the user and system attributes named (and the constraints, which decide a
     constrained Pareto front): no parameters, no intermediate values, no other attribute. Four
@@ -399,41 +463,61 @@ def summary_trials(conn: sa.Connection, study_id: int, *, user_keys: Sequence[st
     of_study = sa.select(t.c.trial_id).where(t.c.study_id == study_id)
     values: dict[int, dict[int, float]] = {}
     for tid, objective, value, kind in conn.execute(
-            sa.select(v.c.trial_id, v.c.objective, v.c.value, v.c.value_type)
-            .where(v.c.trial_id.in_(of_study))):
+        sa.select(v.c.trial_id, v.c.objective, v.c.value, v.c.value_type).where(
+            v.c.trial_id.in_(of_study)
+        )
+    ):
         values.setdefault(tid, {})[objective] = models.TrialValueModel.stored_repr_to_value(
-            value, kind)
+            value, kind
+        )
     attrs: list[dict[int, dict[str, Any]]] = []
-    for table, keys, prefix in ((TRIAL_USER_ATTRS_TABLE, user_keys, None),
-                                (TRIAL_SYSTEM_ATTRS_TABLE, system_keys, CONSTRAINTS_KEY)):
+    for table, keys, prefix in (
+        (TRIAL_USER_ATTRS_TABLE, user_keys, None),
+        (TRIAL_SYSTEM_ATTRS_TABLE, system_keys, CONSTRAINTS_KEY),
+    ):
         wanted = table.c.key.in_(list(keys))
         if prefix is not None:
             wanted = sa.or_(wanted, table.c.key.startswith(prefix, autoescape=True))
         found: dict[int, dict[str, Any]] = {}
-        for tid, key, value in conn.execute(sa.select(table.c.trial_id, table.c.key,
-                                                      table.c.value_json)
-                                            .where(table.c.trial_id.in_(of_study), wanted)):
+        for tid, key, value in conn.execute(
+            sa.select(table.c.trial_id, table.c.key, table.c.value_json).where(
+                table.c.trial_id.in_(of_study), wanted
+            )
+        ):
             found.setdefault(tid, {})[key] = json.loads(value)
         attrs.append(found)
-    rows = conn.execute(sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
-                                  t.c.datetime_complete).where(t.c.study_id == study_id)
-                        .order_by(t.c.number))
-    return [FrozenTrial(number=number, state=state, value=None,
-                        values=[values[tid][i] for i in sorted(values[tid])]
-                        if tid in values else None,
-                        datetime_start=start, datetime_complete=complete, params={},
-                        distributions={}, user_attrs=attrs[0].get(tid, {}),
-                        system_attrs=attrs[1].get(tid, {}), intermediate_values={},
-                        trial_id=tid)
-            for tid, number, state, start, complete in rows]
+    rows = conn.execute(
+        sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete)
+        .where(t.c.study_id == study_id)
+        .order_by(t.c.number)
+    )
+    return [
+        FrozenTrial(
+            number=number,
+            state=state,
+            value=None,
+            values=[values[tid][i] for i in sorted(values[tid])] if tid in values else None,
+            datetime_start=start,
+            datetime_complete=complete,
+            params={},
+            distributions={},
+            user_attrs=attrs[0].get(tid, {}),
+            system_attrs=attrs[1].get(tid, {}),
+            intermediate_values={},
+            trial_id=tid,
+        )
+        for tid, number, state, start, complete in rows
+    ]
 
 
-def pareto_front(trials: Sequence[FrozenTrial],
-                 directions: Sequence[StudyDirection]) -> list[FrozenTrial]:
+def pareto_front(
+    trials: Sequence[FrozenTrial], directions: Sequence[StudyDirection]
+) -> list[FrozenTrial]:
     """``Study.best_trials`` of ``trials`` (feasible ones only where any has constraints),
     without the study loading every trial again."""
     from optuna.study._constrained_optimization import _is_constrained_optimization
     from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
 
     return _get_pareto_front_trials_by_trials(
-        trials, directions, consider_constraint=_is_constrained_optimization(trials))
+        trials, directions, consider_constraint=_is_constrained_optimization(trials)
+    )

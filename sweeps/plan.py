@@ -40,21 +40,40 @@ class DryRunPlan:
     arms: list[tuple[str, ...]] | None = field(default=None)
 
 
-def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None,
-            from_study: str | None = None) -> DryRunPlan:
+def dry_run(
+    spec: StudySpec,
+    url: str,
+    workers: int | None,
+    n_trials: int | None,
+    from_study: str | None = None,
+) -> DryRunPlan:
     """The plan; ``workers``: the run's cap on trials at once (None: what the devices hold)."""
     from sweeps.storage import mask_url
 
     device, worker_text, budget, budget_text, thread_rows = _placement(
-        spec, workers, n_trials if n_trials is not None else spec.study.n_trials)
+        spec, workers, n_trials if n_trials is not None else spec.study.n_trials
+    )
     corpus = spec.corpus
-    corpus_state = "prepared" if (corpus.dir / MANIFEST_NAME).is_file() else (
-        "to prepare from " + (", ".join(corpus.source) if corpus.source
-                              else f"synthetic {human_bytes(corpus.synthetic_size or 0)}"))
+    corpus_state = (
+        "prepared"
+        if (corpus.dir / MANIFEST_NAME).is_file()
+        else (
+            "to prepare from "
+            + (
+                ", ".join(corpus.source)
+                if corpus.source
+                else f"synthetic {human_bytes(corpus.synthetic_size or 0)}"
+            )
+        )
+    )
     rows: list[tuple[str, object]] = [
         ("study", spec.name),
-        ("storage", f"{mask_url(url)} (" + ("opened read-only for --from" if from_study
-                                             else "not opened: dry run") + ")"),
+        (
+            "storage",
+            f"{mask_url(url)} ("
+            + ("opened read-only for --from" if from_study else "not opened: dry run")
+            + ")",
+        ),
         ("objectives", ", ".join(f"{o.metric} ({o.direction})" for o in spec.study.objectives)),
         ("sampler / pruner", f"{spec.study.sampler.name} / {spec.study.pruner.name}"),
         ("trials", n_trials if n_trials is not None else spec.study.n_trials),
@@ -64,8 +83,10 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
         *thread_rows,
         ("memory budget", budget_text),
         ("oom policy", spec.limits.oom_policy),
-        ("max wall per trial", f"{spec.limits.max_wall_s:g} s" if spec.limits.max_wall_s
-         else "none"),
+        (
+            "max wall per trial",
+            f"{spec.limits.max_wall_s:g} s" if spec.limits.max_wall_s else "none",
+        ),
         ("corpus", f"{corpus.dir} ({corpus_state})"),
     ]
     found = arms.arms(spec, arms.known)
@@ -80,12 +101,18 @@ def dry_run(spec: StudySpec, url: str, workers: int | None, n_trials: int | None
         cells = scaling_cells(spec, device, budget)
         rows.append(grid_summary(spec, cells))
         grid = [cell.row() for cell in cells]
-    return DryRunPlan(rows, space_rows(spec), _largest_rows(spec, device, budget), grid,
-                      [a.row() for a in found] if arms.worth_showing(spec, found) else None)
+    return DryRunPlan(
+        rows,
+        space_rows(spec),
+        _largest_rows(spec, device, budget),
+        grid,
+        [a.row() for a in found] if arms.worth_showing(spec, found) else None,
+    )
 
 
-def _placement(spec: StudySpec, cap: int | None, n_trials: int
-               ) -> tuple[str, str, int | None, str, list[tuple[str, object]]]:
+def _placement(
+    spec: StudySpec, cap: int | None, n_trials: int
+) -> tuple[str, str, int | None, str, list[tuple[str, object]]]:
     """(device kind, the workers row, the per-trial budget, the budget row, the threads rows):
     the pools, worker threads, budget and CPU threads ``sweeps run`` itself takes on this host
     (``local.host_pool``, ``workers.worker_threads``, ``local.trial_budget``,
@@ -102,36 +129,54 @@ def _placement(spec: StudySpec, cap: int | None, n_trials: int
         # here, plan for the spec's device kind and leave an "auto" budget to each worker.
         given = spec.limits.memory_budget
         budget = None if given in (None, "auto") else int(given)
-        return ("cuda", f"{cap or 'as many as fit'} at a time on GPUs (none visible on this "
-                "host)", budget, "auto: decided on each worker's GPU (none visible here)"
-                if given == "auto" else _budget_text(budget, given), [])
+        return (
+            "cuda",
+            f"{cap or 'as many as fit'} at a time on GPUs (none visible on this host)",
+            budget,
+            "auto: decided on each worker's GPU (none visible here)"
+            if given == "auto"
+            else _budget_text(budget, given),
+            [],
+        )
     budget = local.trial_budget(spec.limits, pool)
     cpu = pool.devices[0]
-    return (cpu.kind, local.describe(pool, wk.worker_threads(pool, cap, n_trials)),
-            budget, _budget_text(budget, spec.limits.memory_budget),
-            threads_rows(spec, cpu.cores[:cpu.threads]) if cpu.kind == "cpu" else [])
+    return (
+        cpu.kind,
+        local.describe(pool, wk.worker_threads(pool, cap, n_trials)),
+        budget,
+        _budget_text(budget, spec.limits.memory_budget),
+        threads_rows(spec, cpu.cores[: cpu.threads]) if cpu.kind == "cpu" else [],
+    )
 
 
-def threads_rows(spec: StudySpec, cores: tuple[int, ...], samples: int = 200,
-                 busy: float | None = None) -> list[tuple[str, object]]:
+def threads_rows(
+    spec: StudySpec, cores: tuple[int, ...], samples: int = 200, busy: float | None = None
+) -> list[tuple[str, object]]:
     """The dry run's line on a CPU trial's threads (``lm.host.trial_threads``, chosen again at
     each launch): how many the points of the space would use on ``cores`` (a trial's cores), and
     the other work on them now (``busy``: measured here when not given)."""
     override = host.num_threads_override()
     if override is not None:
-        return [("threads per trial", f"{min(override, len(cores))} ({host.NUM_THREADS_ENV}="
-                 f"{override})")]
+        return [
+            (
+                "threads per trial",
+                f"{min(override, len(cores))} ({host.NUM_THREADS_ENV}={override})",
+            )
+        ]
     from lm import flops
 
     points, how = sample_points(spec, samples, 0)
-    steps = [flops.step_flops(cfg) for p in points or [{}]
-             if (cfg := point_config(spec, p)) is not None]
+    steps = [
+        flops.step_flops(cfg) for p in points or [{}] if (cfg := point_config(spec, p)) is not None
+    ]
     if not steps:
         return []
     useful = [min(host.useful_threads(f), len(cores)) for f in steps]
-    rule = (f"one per {host.FLOPS_PER_THREAD / 1e9:g} GFLOP of a micro-step, at most the "
-            f"{len(cores)} core{'s' * (len(cores) > 1)} a trial has less those other work keeps "
-            "busy, chosen at each launch")
+    rule = (
+        f"one per {host.FLOPS_PER_THREAD / 1e9:g} GFLOP of a micro-step, at most the "
+        f"{len(cores)} core{'s' * (len(cores) > 1)} a trial has less those other work keeps "
+        "busy, chosen at each launch"
+    )
     span = f"micro-steps of {min(steps) / 1e9:.3g} to {max(steps) / 1e9:.3g} GFLOP"
     more = sum(1 for n in useful if n > 1)
     if not more:
@@ -139,10 +184,18 @@ def threads_rows(spec: StudySpec, cores: tuple[int, ...], samples: int = 200,
     if busy is None:
         busy = host.busy_cores(cores)
     free = len(cores) if busy is None else max(1, len(cores) - round(busy))
-    now = ("" if busy is None else
-           f"; now {busy:.1f} of them are busy, so those would get {min(max(useful), free)}")
-    return [("threads per trial", f"{more} of {len(useful)} points of the {how} would use up to "
-             f"{max(useful)}, the rest 1 ({span}){now}; {rule}")]
+    now = (
+        ""
+        if busy is None
+        else f"; now {busy:.1f} of them are busy, so those would get {min(max(useful), free)}"
+    )
+    return [
+        (
+            "threads per trial",
+            f"{more} of {len(useful)} points of the {how} would use up to "
+            f"{max(useful)}, the rest 1 ({span}){now}; {rule}",
+        )
+    ]
 
 
 def _budget_text(budget: int | None, given: object) -> str:
@@ -151,8 +204,7 @@ def _budget_text(budget: int | None, given: object) -> str:
 
 # --- an IsoFLOP grid ([scaling]) ---------------------------------------------------------------
 
-GRID_COLUMNS = ("budget", "size", "N (non-emb.)", "tokens", "tokens/N", "steps", "memory",
-                "flags")
+GRID_COLUMNS = ("budget", "size", "N (non-emb.)", "tokens", "tokens/N", "steps", "memory", "flags")
 
 
 @dataclass
@@ -168,10 +220,16 @@ class GridCell:
     flags: list[str]
 
     def row(self) -> tuple[str, ...]:
-        return (f"{self.budget:.3g}", " ".join(f"{k}={v}" for k, v in self.size.items()),
-                f"{self.params_non_embedding:,}", f"{self.tokens:,}",
-                f"{self.tokens / self.params_non_embedding:.3g}", f"{self.steps:,}",
-                human_bytes(self.predicted_bytes), "; ".join(self.flags) or "-")
+        return (
+            f"{self.budget:.3g}",
+            " ".join(f"{k}={v}" for k, v in self.size.items()),
+            f"{self.params_non_embedding:,}",
+            f"{self.tokens:,}",
+            f"{self.tokens / self.params_non_embedding:.3g}",
+            f"{self.steps:,}",
+            human_bytes(self.predicted_bytes),
+            "; ".join(self.flags) or "-",
+        )
 
 
 def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[GridCell]:
@@ -190,25 +248,29 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
     collapse, out = spec.limits.collapse, []
     cells = spec.scaling.cells
     # expand() is seed-major: its first len(cells) points are the cells, each seed once.
-    for point, (cell_budget, size, tokens) in zip(spec.scaling.expand()[:len(cells)], cells,
-                                                  strict=True):
+    for point, (cell_budget, size, tokens) in zip(
+        spec.scaling.expand()[: len(cells)], cells, strict=True
+    ):
         cfg = trial_config(spec, point)
         steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
         flags = []
         short = unreachable(cfg, collapse)
         if short is not None:
-            flags.append(f"{steps} steps < limits.collapse.min_steps = {collapse.min_steps}"
-                         if short[0] == "min_steps" else
-                         f"lr summed over its steps {short[1]:.3g} < limits.collapse.min_lr_sum "
-                         f"= {collapse.min_lr_sum:g}")
+            flags.append(
+                f"{steps} steps < limits.collapse.min_steps = {collapse.min_steps}"
+                if short[0] == "min_steps"
+                else f"lr summed over its steps {short[1]:.3g} < limits.collapse.min_lr_sum "
+                f"= {collapse.min_lr_sum:g}"
+            )
         if cfg.max_tokens <= cfg.warmup_tokens:
             flags.append(f"max_tokens <= warmup_tokens = {cfg.warmup_tokens:,}")
         if not plan.fits:
             flags.append("over the memory budget: never launched")
         elif plan.fitted:
-            flags.append(f"fitted ({', '.join(f'{k}={v}' for k, v in plan.fitted.items())}): "
-                         "off its budget")
+            flags.append(
+                f"fitted ({', '.join(f'{k}={v}' for k, v in plan.fitted.items())}): off its budget"
+            )
         n = flops.count(cfg, 0, n_evals=0).params_non_embedding
         out.append(GridCell(cell_budget, size, n, tokens, steps, plan.predicted_bytes, flags))
     return out
@@ -220,10 +282,16 @@ def grid_summary(spec: StudySpec, cells: list[GridCell]) -> tuple[str, object]:
     s = spec.scaling
     seeds = len(s.seeds) if s.seeds is not None else 1
     flagged = sum(1 for c in cells if c.flags)
-    text = (f"{len(s.budgets)} budgets x {len(s.sizes)} sizes x {seeds} seed(s) = "
-            f"{len(s.budgets) * len(s.sizes) * seeds} trials; ")
-    text += (f"{flagged} of {len(cells)} cells flagged (see the grid): they cannot be trained "
-             "honestly, change the budgets, sizes or batch" if flagged else "no cell flagged")
+    text = (
+        f"{len(s.budgets)} budgets x {len(s.sizes)} sizes x {seeds} seed(s) = "
+        f"{len(s.budgets) * len(s.sizes) * seeds} trials; "
+    )
+    text += (
+        f"{flagged} of {len(cells)} cells flagged (see the grid): they cannot be trained "
+        "honestly, change the budgets, sizes or batch"
+        if flagged
+        else "no cell flagged"
+    )
     return ("IsoFLOP grid", text)
 
 
@@ -269,42 +337,63 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     from sweeps.verdicts import planned_steps, unreachable
 
     points, how = sample_points(spec, samples, 0)
-    steps = [(p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)
-             for p in points or [{}] if (cfg := point_config(spec, p)) is not None]
+    steps = [
+        (p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)
+        for p in points or [{}]
+        if (cfg := point_config(spec, p)) is not None
+    ]
     if not steps:
         return []
     low, high = min(n for _, n, _ in steps), max(n for _, n, _ in steps)
     rows: list[tuple[str, object]] = [
-        ("optimizer steps", f"{low:,} to {high:,} per trial over the {how} "
-                            "(max_tokens / (batch_size x seq_len x grad_accum))")]
+        (
+            "optimizer steps",
+            f"{low:,} to {high:,} per trial over the {how} "
+            "(max_tokens / (batch_size x seq_len x grad_accum))",
+        )
+    ]
     limits = spec.limits.collapse
     unjudged = [(p, short) for p, _, cfg in steps if (short := unreachable(cfg, limits))]
     for limit, title, says in _UNJUDGED:
         hit = [(p, value) for p, (which, value) in unjudged if which == limit]
         if hit:
             point, value = min(hit, key=lambda pv: pv[1])
-            rows.append((title, says.format(k=len(hit), n=len(steps), point=_shown(point),
-                                            value=value, limits=limits)))
+            rows.append(
+                (
+                    title,
+                    says.format(
+                        k=len(hit), n=len(steps), point=_shown(point), value=value, limits=limits
+                    ),
+                )
+            )
     return rows
 
 
 #: The dry run's line for the points that never reach each limit (``verdicts.unreachable``).
 _UNJUDGED = (
-    ("min_steps", "too few steps to judge",
-     "{k} of {n} points get fewer than limits.collapse.min_steps = {limits.min_steps} (fewest: "
-     "{point}: {value:.0f} steps); they run unjudged, marked under_trained: raise max_tokens or "
-     "shrink the batch"),
-    ("min_lr_sum", "too small a rate to judge",
-     "{k} of {n} points sum their learning rate over their steps to less than "
-     "limits.collapse.min_lr_sum = {limits.min_lr_sum:g} (smallest: {point}: {value:.3g}); their "
-     "weights cannot move far enough to tell a collapse from a slow start, so they run "
-     "unjudged, marked under_trained: raise lr or max_tokens"),
+    (
+        "min_steps",
+        "too few steps to judge",
+        "{k} of {n} points get fewer than limits.collapse.min_steps = {limits.min_steps} (fewest: "
+        "{point}: {value:.0f} steps); they run unjudged, marked under_trained: raise max_tokens or "
+        "shrink the batch",
+    ),
+    (
+        "min_lr_sum",
+        "too small a rate to judge",
+        "{k} of {n} points sum their learning rate over their steps to less than "
+        "limits.collapse.min_lr_sum = {limits.min_lr_sum:g} (smallest: {point}: {value:.3g}); "
+        "their weights cannot move far enough to tell a collapse from a slow start, so they run "
+        "unjudged, marked under_trained: raise lr or max_tokens",
+    ),
 )
 
 
 def _shown(point: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in point.items()) or "(fixed only)"
+    return (
+        " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+        or "(fixed only)"
+    )
 
 
 def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
@@ -318,24 +407,35 @@ def fidelity_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object
     study_rungs = halving.rungs(spec)
     unit = halving.unit(spec)
     shown = ", ".join(f"{r:.3g}" if unit == "flops" else f"{r:,}" for r in study_rungs)
-    rows: list[tuple[str, object]] = [(
-        "rungs", f"{shown} {unit}: at each, a trial goes on only among the best "
-                 f"1/{p.reduction_factor} of the trials that reached it (once "
-                 f"{p.min_trials or p.reduction_factor} have)")]
+    rows: list[tuple[str, object]] = [
+        (
+            "rungs",
+            f"{shown} {unit}: at each, a trial goes on only among the best "
+            f"1/{p.reduction_factor} of the trials that reached it (once "
+            f"{p.min_trials or p.reduction_factor} have)",
+        )
+    ]
     if p.name == "hyperband":
         n = halving.n_brackets(spec, study_rungs)
-        rows.append(("brackets", f"{n}, by trial number (number mod {n}): the k-th bracket is "
-                                 "judged from the k-th rung on, the last one never"))
+        rows.append(
+            (
+                "brackets",
+                f"{n}, by trial number (number mod {n}): the k-th bracket is "
+                "judged from the k-th rung on, the last one never",
+            )
+        )
     points, how = sample_points(spec, samples, 0)
     steps = []
     for point in points or [{}]:
         cfg = point_config(spec, point)
         if cfg is not None:
-            steps.append(max(1, round(halving.rung_tokens(cfg, study_rungs[0])
-                                      / cfg.tokens_per_step)))
+            steps.append(
+                max(1, round(halving.rung_tokens(cfg, study_rungs[0]) / cfg.tokens_per_step))
+            )
     if steps:
-        rows.append(("first rung", f"after {min(steps):,} to {max(steps):,} optimizer steps "
-                                   f"over the {how}"))
+        rows.append(
+            ("first rung", f"after {min(steps):,} to {max(steps):,} optimizer steps over the {how}")
+        )
     return rows
 
 
@@ -346,8 +446,11 @@ def reads_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     branch is longer than what its run has left is named (finishing the run costs less)."""
     from lm import flops, schedule
 
-    if spec.study.pruner.read != "cooldown" and not spec.sets("cooldown_reads", {}) \
-            and "cooldown_reads" not in spec.param_names:
+    if (
+        spec.study.pruner.read != "cooldown"
+        and not spec.sets("cooldown_reads", {})
+        and "cooldown_reads" not in spec.param_names
+    ):
         return []  # no point reads: not worth a sample
     points, how = sample_points(spec, samples, 0)
     costliest: tuple[int, TrainConfig] | None = None
@@ -364,15 +467,19 @@ def reads_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
     reads = schedule.read_points(cfg)
     each = ", ".join(f"at {p:,}: {schedule.branch_tokens(cfg, p):,}" for p in reads)
     run = flops.planned_tokens(cfg)
-    text = (f"{each} tokens (cooldown_fraction {cfg.read_cooldown_fraction:.3g} of the tokens "
-            f"before each, whole steps): {total:,} read tokens, {total / run:.0%} on top of the "
-            f"run's {run:,}, for the costliest point of the {how}")
+    text = (
+        f"{each} tokens (cooldown_fraction {cfg.read_cooldown_fraction:.3g} of the tokens "
+        f"before each, whole steps): {total:,} read tokens, {total / run:.0%} on top of the "
+        f"run's {run:,}, for the costliest point of the {how}"
+    )
     if spec.study.pruner.name == "hyperband":
         text += " (at most: a bracket reads only the rungs it judges)"
     longer = [p for p in reads if schedule.branch_tokens(cfg, p) > run - p]
     if longer:
-        text += (f"; the read at {longer[0]:,} trains more than the {run - longer[0]:,} tokens "
-                 "the run has left: finishing the run costs less than that read")
+        text += (
+            f"; the read at {longer[0]:,} trains more than the {run - longer[0]:,} tokens "
+            "the run has left: finishing the run costs less than that read"
+        )
     return [("cooldown reads", text)]
 
 
@@ -390,14 +497,18 @@ def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
         if p.type == "categorical":
             values = shown_values(p.choices or ())
         else:
-            values = f"{p.low} .. {p.high}" + (" log" if p.log else "") + (
-                f" step {p.step}" if p.step is not None else "")
+            values = (
+                f"{p.low} .. {p.high}"
+                + (" log" if p.log else "")
+                + (f" step {p.step}" if p.step is not None else "")
+            )
         out.append((p.name, p.type, values, p.when.text if p.when else ""))
     return out
 
 
-def _largest_rows(spec: StudySpec, device: str,
-                  budget: int | None) -> list[tuple[str, object]] | None:
+def _largest_rows(
+    spec: StudySpec, device: str, budget: int | None
+) -> list[tuple[str, object]] | None:
     from sweeps import preflight
 
     point, cfg = largest_point(spec, device)
@@ -405,12 +516,19 @@ def _largest_rows(spec: StudySpec, device: str,
         return None
     est = preflight.memory_estimate(cfg, device)
     plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
-    verdict = ("fits" if plan.fits and not plan.fitted else
-               f"fitted: {plan.fitted}" if plan.fits else "predicted_oom: never launched")
+    verdict = (
+        "fits"
+        if plan.fits and not plan.fitted
+        else f"fitted: {plan.fitted}"
+        if plan.fits
+        else "predicted_oom: never launched"
+    )
     return [
         ("params", ", ".join(f"{k}={v}" for k, v in point.items()) or "(fixed only)"),
-        ("predicted peak", f"{human_bytes(est.total)} ({device}, peak at "
-                           f"{getattr(est, 'peak_moment', '?')})"),
+        (
+            "predicted peak",
+            f"{human_bytes(est.total)} ({device}, peak at {getattr(est, 'peak_moment', '?')})",
+        ),
         ("against the budget", f"{verdict}: {plan.reason}"),
     ]
 
@@ -444,9 +562,18 @@ def candidate_points(spec: StudySpec) -> list[dict[str, Any]]:
     try:
         points = grid_points(spec, limit=2048)
     except SweepsError:
-        corners = [dataclasses.replace(p, type="categorical", choices=tuple(p.probe_values()),
-                                       low=None, high=None, step=None, log=False)
-                   for p in spec.space]
+        corners = [
+            dataclasses.replace(
+                p,
+                type="categorical",
+                choices=tuple(p.probe_values()),
+                low=None,
+                high=None,
+                step=None,
+                log=False,
+            )
+            for p in spec.space
+        ]
         points = list(itertools.islice(iter_grid(corners, spec.base_values()), 4096))
     return points or [{}]
 
@@ -454,8 +581,7 @@ def candidate_points(spec: StudySpec) -> list[dict[str, Any]]:
 # --- budgets and the feasibility table -----------------------------------------------------------
 
 
-def budget_bytes(text: str | None, limits: Limits | None, device: str,
-                 workers: int) -> int | None:
+def budget_bytes(text: str | None, limits: Limits | None, device: str, workers: int) -> int | None:
     """A ``--budget`` (a size, ``auto`` or ``none``), else the spec's budget, in bytes."""
     from sweeps import preflight
     from sweeps.spec import Limits, parse_bytes
@@ -464,8 +590,9 @@ def budget_bytes(text: str | None, limits: Limits | None, device: str,
         if text.lower() == "none":
             return None
         if text.lower() == "auto":
-            return preflight.resolve_budget(Limits(memory_budget="auto"), device=device,
-                                            workers=workers)
+            return preflight.resolve_budget(
+                Limits(memory_budget="auto"), device=device, workers=workers
+            )
         return parse_bytes(text, key="--budget")
     return preflight.resolve_budget(limits or Limits(), device=device, workers=workers)
 
@@ -506,8 +633,15 @@ def _draw(p: Any, rng: random.Random) -> Any:
     return x
 
 
-def feasibility(spec: StudySpec, overrides: dict[str, Any], budget: str | None, workers: int,
-                launcher: str, samples: int, seed: int) -> dict[str, Any]:
+def feasibility(
+    spec: StudySpec,
+    overrides: dict[str, Any],
+    budget: str | None,
+    workers: int,
+    launcher: str,
+    samples: int,
+    seed: int,
+) -> dict[str, Any]:
     """Which points of a spec's space fit its budget: one row per point (its parameters,
     predicted peak, whether it fits or is fitted, or why it is not a valid config)."""
     from sweeps import preflight
@@ -530,22 +664,36 @@ def feasibility(spec: StudySpec, overrides: dict[str, Any], budget: str | None, 
         device = host.device_kind(cfg.device)
         if budget_b is None:
             budget_b = budget_bytes(budget, spec.limits, device, workers)
-        plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget_b,
-                                    launcher=launcher)
-        row.update(valid=True, device=device, predicted_bytes=plan.predicted_bytes,
-                   fits=plan.fits, fitted=plan.fitted, reason=plan.reason,
-                   steps=planned_steps(cfg.max_tokens, cfg.tokens_per_step),
-                   under_trained=under_trained_note(cfg, spec.limits.collapse) is not None)
+        plan = preflight.plan_trial(
+            cfg, spec.limits, device=device, budget_bytes=budget_b, launcher=launcher
+        )
+        row.update(
+            valid=True,
+            device=device,
+            predicted_bytes=plan.predicted_bytes,
+            fits=plan.fits,
+            fitted=plan.fitted,
+            reason=plan.reason,
+            steps=planned_steps(cfg.max_tokens, cfg.tokens_per_step),
+            under_trained=under_trained_note(cfg, spec.limits.collapse) is not None,
+        )
         rows.append(row)
-    return {"study": spec.name, "points": how, "budget_bytes": budget_b,
-            "oom_policy": spec.limits.oom_policy, "fit": sum(1 for r in rows if r.get("fits")),
-            "min_steps": spec.limits.collapse.min_steps,
-            "min_lr_sum": spec.limits.collapse.min_lr_sum,
-            "under_trained": sum(1 for r in rows if r.get("under_trained")), "rows": rows}
+    return {
+        "study": spec.name,
+        "points": how,
+        "budget_bytes": budget_b,
+        "oom_policy": spec.limits.oom_policy,
+        "fit": sum(1 for r in rows if r.get("fits")),
+        "min_steps": spec.limits.collapse.min_steps,
+        "min_lr_sum": spec.limits.collapse.min_lr_sum,
+        "under_trained": sum(1 for r in rows if r.get("under_trained")),
+        "rows": rows,
+    }
 
 
-def overridden(spec: StudySpec, params: dict[str, Any], cfg: TrainConfig,
-               overrides: dict[str, Any]) -> TrainConfig:
+def overridden(
+    spec: StudySpec, params: dict[str, Any], cfg: TrainConfig, overrides: dict[str, Any]
+) -> TrainConfig:
     """A point's config with ``sweeps estimate SPEC``'s ``--<field>`` flags: a ``--vocab-size``
     checked as the flag it is (its fix names the flag), and a ``vocab_size`` that neither the
     spec, the point nor a flag sets following a ``--tokenizer`` flag, as everywhere."""
@@ -553,8 +701,9 @@ def overridden(spec: StudySpec, params: dict[str, Any], cfg: TrainConfig,
 
     values = {**cfg.to_dict(), **overrides}
     if "vocab_size" in overrides:
-        validate_tokenizer_args(values["tokenizer"], values["vocab_size"], values["lowercase"],
-                                key="--vocab-size")
+        validate_tokenizer_args(
+            values["tokenizer"], values["vocab_size"], values["lowercase"], key="--vocab-size"
+        )
     elif not spec.sets("vocab_size", params):
         values["vocab_size"] = None
     return TrainConfig.from_dict(values)

@@ -88,9 +88,16 @@ class Preflight(Protocol):
     """The memory planning a runner asks of this module (``sweeps.runner.load_preflight``);
     a test gives it another, to force a plan the estimator would not make."""
 
-    def plan_trial(self, cfg: TrainConfig, limits: Limits, *, device: str,
-                   budget_bytes: int | None, calibration: float = 1.0,
-                   launcher: str = "subprocess") -> TrialPlan: ...
+    def plan_trial(
+        self,
+        cfg: TrainConfig,
+        limits: Limits,
+        *,
+        device: str,
+        budget_bytes: int | None,
+        calibration: float = 1.0,
+        launcher: str = "subprocess",
+    ) -> TrialPlan: ...
 
     def halve_batch(self, cfg: TrainConfig) -> TrainConfig | None: ...
 
@@ -99,16 +106,18 @@ class Preflight(Protocol):
     def calibration_factor(self, study: optuna.Study) -> float: ...
 
 
-def memory_estimate(cfg: TrainConfig, device: str, *,
-             launcher: str = "subprocess") -> memory.MemoryEstimate:
+def memory_estimate(
+    cfg: TrainConfig, device: str, *, launcher: str = "subprocess"
+) -> memory.MemoryEstimate:
     """``lm.memory.estimate`` of ``cfg`` with its corpus's token counts (``lm.tokens``: from the
     token cache when it exists, else a guess from the corpus), the one way every plan asks."""
     counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
     return memory.estimate(cfg, host.device_kind(device), launcher=launcher, counts=counts)
 
 
-def predict(cfg: TrainConfig, *, device: str, calibration: float = 1.0,
-            launcher: str = "subprocess") -> tuple[int, int]:
+def predict(
+    cfg: TrainConfig, *, device: str, calibration: float = 1.0, launcher: str = "subprocess"
+) -> tuple[int, int]:
     """(calibrated, raw) predicted peak bytes of ``cfg`` on ``device``."""
     est = memory_estimate(cfg, host.device_kind(device), launcher=launcher)
     return est.calibrated(calibration), est.total
@@ -130,22 +139,43 @@ def plan_trial(
     """
     kind = host.device_kind(device)
 
-    def made(c: TrainConfig, fits: bool, est: memory.MemoryEstimate,
-             fitted: dict[str, int] | None, reason: str) -> TrialPlan:
-        return TrialPlan(c, fits, est.calibrated(calibration), est.total, budget_bytes, fitted,
-                         reason, calibration, est.measured, est.measured_kind)
+    def made(
+        c: TrainConfig,
+        fits: bool,
+        est: memory.MemoryEstimate,
+        fitted: dict[str, int] | None,
+        reason: str,
+    ) -> TrialPlan:
+        return TrialPlan(
+            c,
+            fits,
+            est.calibrated(calibration),
+            est.total,
+            budget_bytes,
+            fitted,
+            reason,
+            calibration,
+            est.measured,
+            est.measured_kind,
+        )
 
     est = memory_estimate(cfg, kind, launcher=launcher)
     predicted = est.calibrated(calibration)
     if budget_bytes is None:
         return made(cfg, True, est, None, f"predicted {_hb(predicted)}; no memory budget")
     if predicted <= budget_bytes:
-        return made(cfg, True, est, None,
-                    f"predicted {_hb(predicted)} <= budget {_hb(budget_bytes)}")
+        return made(
+            cfg, True, est, None, f"predicted {_hb(predicted)} <= budget {_hb(budget_bytes)}"
+        )
     if limits.oom_policy != "fit":
-        return made(cfg, False, est, None,
-                    f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} "
-                    f"(batch_size={cfg.batch_size}, grad_accum={cfg.grad_accum})")
+        return made(
+            cfg,
+            False,
+            est,
+            None,
+            f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} "
+            f"(batch_size={cfg.batch_size}, grad_accum={cfg.grad_accum})",
+        )
     fitted_cfg: TrainConfig | None = cfg
     while fitted_cfg is not None:
         smaller = halve_batch(fitted_cfg)
@@ -157,13 +187,22 @@ def plan_trial(
         if predicted <= budget_bytes:
             fitted = {"batch_size": fitted_cfg.batch_size, "grad_accum": fitted_cfg.grad_accum}
             return made(
-                fitted_cfg, True, est, fitted,
+                fitted_cfg,
+                True,
+                est,
+                fitted,
                 f"fitted batch_size {cfg.batch_size} -> {fitted_cfg.batch_size}, grad_accum "
                 f"{cfg.grad_accum} -> {fitted_cfg.grad_accum} (same effective batch): predicted "
-                f"{_hb(predicted)} <= budget {_hb(budget_bytes)}")
-    return made(cfg, False, est, None,
-                f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} even at "
-                f"batch_size 1 (grad_accum {cfg.batch_size * cfg.grad_accum})")
+                f"{_hb(predicted)} <= budget {_hb(budget_bytes)}",
+            )
+    return made(
+        cfg,
+        False,
+        est,
+        None,
+        f"predicted {_hb(predicted)} > budget {_hb(budget_bytes)} even at "
+        f"batch_size 1 (grad_accum {cfg.batch_size * cfg.grad_accum})",
+    )
 
 
 def halve_batch(cfg: TrainConfig) -> TrainConfig | None:
@@ -236,8 +275,13 @@ def measured_pair(attrs: dict[str, Any]) -> tuple[float, float] | None:
     predicted_kind = attrs.get("predicted_peak_mem_kind", memory.PEAK_CPU_ANON)
     predicted = attrs.get("predicted_peak_mem_raw_bytes", attrs.get("predicted_mem_raw_bytes"))
     same = kind == predicted_kind or (kind in _CPU_KINDS and predicted_kind in _CPU_KINDS)
-    if not same or not isinstance(measured, (int, float)) \
-            or not isinstance(predicted, (int, float)) or measured <= 0 or predicted <= 0:
+    if (
+        not same
+        or not isinstance(measured, (int, float))
+        or not isinstance(predicted, (int, float))
+        or measured <= 0
+        or predicted <= 0
+    ):
         return None
     return float(measured), float(predicted)
 
@@ -261,6 +305,8 @@ def cpu_child_limit(budget_bytes: int, predicted_bytes: int) -> int:
     # The smallest baseline (a forked child's): a larger limit, never a spurious kill.
     baseline = memory.CPU_BASELINE_BYTES - memory.CPU_FORK_SAVING_BYTES
     from_budget = int(budget_bytes) - baseline
-    from_prediction = int(max(0, int(predicted_bytes) - baseline) * (1 + CHILD_LIMIT_HEADROOM)) \
+    from_prediction = (
+        int(max(0, int(predicted_bytes) - baseline) * (1 + CHILD_LIMIT_HEADROOM))
         + CHILD_LIMIT_SLACK
+    )
     return max(from_budget, from_prediction, CHILD_LIMIT_SLACK)

@@ -34,7 +34,8 @@ EngineLike = sa.Engine | RDBStorage
 metadata = sa.MetaData()
 
 evals_table = sa.Table(
-    "sweeps_evals", metadata,
+    "sweeps_evals",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("study_name", sa.String(512), nullable=False),
     sa.Column("trial_number", sa.Integer, nullable=False),
@@ -54,7 +55,8 @@ evals_table = sa.Table(
 )
 
 samples_table = sa.Table(
-    "sweeps_samples", metadata,
+    "sweeps_samples",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("study_name", sa.String(512), nullable=False),
     sa.Column("trial_number", sa.Integer, nullable=False),
@@ -68,7 +70,8 @@ samples_table = sa.Table(
 )
 
 hosts_table = sa.Table(
-    "sweeps_trial_hosts", metadata,
+    "sweeps_trial_hosts",
+    metadata,
     sa.Column("trial_id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("study_name", sa.String(512), nullable=False),
     sa.Column("trial_number", sa.Integer, nullable=False),
@@ -79,8 +82,16 @@ hosts_table = sa.Table(
 )
 
 #: Evaluation keys copied into their own columns (the rest stay in the JSON only).
-EVAL_COLUMNS = ("step", "tokens", "val_loss", "val_bpb", "unigram_gap", "peak_mem_bytes",
-                "tokens_per_s", "elapsed_s")
+EVAL_COLUMNS = (
+    "step",
+    "tokens",
+    "val_loss",
+    "val_bpb",
+    "unigram_gap",
+    "peak_mem_bytes",
+    "tokens_per_s",
+    "elapsed_s",
+)
 _INT_COLUMNS = ("step", "tokens", "peak_mem_bytes")
 
 
@@ -103,9 +114,12 @@ def stand_in_tables(conn: sa.Connection) -> None:
     present = set(sa.inspect(conn).get_table_names())
     for table in metadata.sorted_tables:
         if table.name not in present:
-            temp = sa.Table(table.name, sa.MetaData(),
-                            *(sa.Column(c.name, c.type) for c in table.columns),
-                            prefixes=["TEMPORARY"])
+            temp = sa.Table(
+                table.name,
+                sa.MetaData(),
+                *(sa.Column(c.name, c.type) for c in table.columns),
+                prefixes=["TEMPORARY"],
+            )
             temp.create(conn)
 
 
@@ -115,14 +129,18 @@ def is_create_race(exc: Exception) -> bool:
     return "already exists" in text or "duplicate" in text or "unique constraint" in text
 
 
-def record_eval(engine: EngineLike, study: str, trial_number: int, trial_id: int,
-                metrics: Mapping[str, Any]) -> None:
+def record_eval(
+    engine: EngineLike, study: str, trial_number: int, trial_id: int, metrics: Mapping[str, Any]
+) -> None:
     """Store one evaluation (a ``metrics.jsonl`` line) of one trial."""
     row: dict[str, Any] = {
-        "study_name": study, "trial_number": trial_number, "trial_id": trial_id,
+        "study_name": study,
+        "trial_number": trial_number,
+        "trial_id": trial_id,
         # Extras are a child's free-form values: their strings follow the one storage rule.
-        "metrics": json.dumps(storable_value(dict(metrics)), sort_keys=True,
-                              default=lambda v: storable(str(v))),
+        "metrics": json.dumps(
+            storable_value(dict(metrics)), sort_keys=True, default=lambda v: storable(str(v))
+        ),
         "recorded_at": time.time(),
     }
     for key in EVAL_COLUMNS:
@@ -131,40 +149,71 @@ def record_eval(engine: EngineLike, study: str, trial_number: int, trial_id: int
         conn.execute(evals_table.insert(), [row])
 
 
-def record_samples(engine: EngineLike, study: str, trial_number: int, trial_id: int | None,
-                   samples: Mapping[str, str] | Iterable[Mapping[str, str]], *,
-                   tokens: int | None = None, step: int | None = None) -> None:
+def record_samples(
+    engine: EngineLike,
+    study: str,
+    trial_number: int,
+    trial_id: int | None,
+    samples: Mapping[str, str] | Iterable[Mapping[str, str]],
+    *,
+    tokens: int | None = None,
+    step: int | None = None,
+) -> None:
     """Store generated samples: ``{prompt: text}`` or ``[{"prompt": ..., "text": ...}]``."""
-    items = ([{"prompt": p, "text": t} for p, t in samples.items()]
-             if isinstance(samples, Mapping) else [dict(s) for s in samples])
+    items = (
+        [{"prompt": p, "text": t} for p, t in samples.items()]
+        if isinstance(samples, Mapping)
+        else [dict(s) for s in samples]
+    )
     if not items:
         return
     now = time.time()
-    rows = [{"study_name": study, "trial_number": trial_number, "trial_id": trial_id,
-             "step": _column_value(step, integer=True),
-             "tokens": _column_value(tokens, integer=True),
-             "prompt": storable(str(s["prompt"])), "text": storable(str(s["text"])),
-             "recorded_at": now} for s in items]
+    rows = [
+        {
+            "study_name": study,
+            "trial_number": trial_number,
+            "trial_id": trial_id,
+            "step": _column_value(step, integer=True),
+            "tokens": _column_value(tokens, integer=True),
+            "prompt": storable(str(s["prompt"])),
+            "text": storable(str(s["text"])),
+            "recorded_at": now,
+        }
+        for s in items
+    ]
     with _engine(engine).begin() as conn:
         conn.execute(samples_table.insert(), rows)
 
 
-def record_host(engine: EngineLike, study: str, trial_number: int, trial_id: int, *,
-                host: str | None = None, pid: int | None = None,
-                started_at: float | None = None) -> None:
+def record_host(
+    engine: EngineLike,
+    study: str,
+    trial_number: int,
+    trial_id: int,
+    *,
+    host: str | None = None,
+    pid: int | None = None,
+    started_at: float | None = None,
+) -> None:
     """Record which process owns a trial (default: this host, this process, now): the process
     that talks to Optuna for it, i.e. the worker, not the training child."""
-    row = {"trial_id": trial_id, "study_name": study, "trial_number": trial_number,
-           "host": host or socket.gethostname(), "pid": os.getpid() if pid is None else pid,
-           "started_at": time.time() if started_at is None else started_at}
+    row = {
+        "trial_id": trial_id,
+        "study_name": study,
+        "trial_number": trial_number,
+        "host": host or socket.gethostname(),
+        "pid": os.getpid() if pid is None else pid,
+        "started_at": time.time() if started_at is None else started_at,
+    }
     with _engine(engine).begin() as conn:
         # Delete + insert instead of a dialect-specific upsert: one row per trial id.
         conn.execute(hosts_table.delete().where(hosts_table.c.trial_id == trial_id))
         conn.execute(hosts_table.insert(), [row])
 
 
-def read_evals(engine: EngineLike, study: str,
-               trial_number: int | None = None) -> list[dict[str, Any]]:
+def read_evals(
+    engine: EngineLike, study: str, trial_number: int | None = None
+) -> list[dict[str, Any]]:
     """Evaluations of a study (or one trial) in recording order; ``metrics`` decoded."""
     t = evals_table
     query = sa.select(t).where(t.c.study_name == study)
@@ -176,8 +225,9 @@ def read_evals(engine: EngineLike, study: str,
     return rows
 
 
-def read_samples(engine: EngineLike, study: str,
-                 trial_number: int | None = None) -> list[dict[str, Any]]:
+def read_samples(
+    engine: EngineLike, study: str, trial_number: int | None = None
+) -> list[dict[str, Any]]:
     """Generated samples of a study (or one trial) in recording order."""
     t = samples_table
     query = sa.select(t).where(t.c.study_name == study)
@@ -186,8 +236,13 @@ def read_samples(engine: EngineLike, study: str,
     return _rows(engine, query.order_by(t.c.trial_number, t.c.id))
 
 
-def read_hosts(engine: EngineLike, study: str | None = None, *, host: str | None = None,
-               trial_ids: Iterable[int] | None = None) -> list[dict[str, Any]]:
+def read_hosts(
+    engine: EngineLike,
+    study: str | None = None,
+    *,
+    host: str | None = None,
+    trial_ids: Iterable[int] | None = None,
+) -> list[dict[str, Any]]:
     """Host/pid rows of a study's trials (every study's when ``study`` is None), only those of
     ``host`` and of ``trial_ids`` when given."""
     t = hosts_table
@@ -214,15 +269,25 @@ def delete_study_rows(conn: sa.Connection, study: str) -> None:
         conn.execute(table.delete().where(table.c.study_name == study))
 
 
-def copy_study_records(source: EngineLike, study: str, target: EngineLike, new_study: str,
-                       trial_ids: Mapping[int, tuple[int, int]]) -> int:
+def copy_study_records(
+    source: EngineLike,
+    study: str,
+    target: EngineLike,
+    new_study: str,
+    trial_ids: Mapping[int, tuple[int, int]],
+) -> int:
     """``copy_study_rows`` in a transaction of its own on ``target``; rows copied."""
     with _engine(source).connect() as src, _engine(target).begin() as dst:
         return copy_study_rows(src, dst, study, new_study, trial_ids)
 
 
-def copy_study_rows(source: sa.Connection, target: sa.Connection, study: str, new_study: str,
-                    trial_ids: Mapping[int, tuple[int, int]]) -> int:
+def copy_study_rows(
+    source: sa.Connection,
+    target: sa.Connection,
+    study: str,
+    new_study: str,
+    trial_ids: Mapping[int, tuple[int, int]],
+) -> int:
     """Copy the evaluations and samples of ``study``'s trials into ``new_study`` inside the
     callers' transactions (``target``: the same connection, or one on another database):
     ``trial_ids`` maps each copied trial's number to its (number, storage id) in the new study;
@@ -238,18 +303,30 @@ def copy_study_rows(source: sa.Connection, target: sa.Connection, study: str, ne
             query = sa.select(table).where(table.c.study_name == study)
             if last is not None:
                 query = query.where(table.c.id > last)
-            rows = source.execute(query.order_by(table.c.id).limit(optuna_compat.COPY_BATCH)
-                                  ).mappings().all()
+            rows = (
+                source.execute(query.order_by(table.c.id).limit(optuna_compat.COPY_BATCH))
+                .mappings()
+                .all()
+            )
             if not rows:
                 break
             last = rows[-1]["id"]
             # A database written before the storage rule may hold NUL (SQLite took it): the
             # copy follows the rule, so it lands on PostgreSQL too.
-            values = [{**{k: storable(v) if isinstance(v, str) else v for k, v in r.items()
-                          if k != "id"}, "study_name": new_study,
-                       "trial_number": trial_ids[r["trial_number"]][0],
-                       "trial_id": trial_ids[r["trial_number"]][1]}
-                      for r in rows if r["trial_number"] in trial_ids]
+            values = [
+                {
+                    **{
+                        k: storable(v) if isinstance(v, str) else v
+                        for k, v in r.items()
+                        if k != "id"
+                    },
+                    "study_name": new_study,
+                    "trial_number": trial_ids[r["trial_number"]][0],
+                    "trial_id": trial_ids[r["trial_number"]][1],
+                }
+                for r in rows
+                if r["trial_number"] in trial_ids
+            ]
             optuna_compat.insert_rows(target, table, values)
             copied += len(values)
     return copied
@@ -261,8 +338,7 @@ def rename_study_records(conn: sa.Connection, study: str, new_study: str) -> Non
     ``optuna delete-study``) are removed first, so they never join the renamed study."""
     for table in (evals_table, samples_table, hosts_table):
         conn.execute(table.delete().where(table.c.study_name == new_study))
-        conn.execute(table.update().where(table.c.study_name == study)
-                     .values(study_name=new_study))
+        conn.execute(table.update().where(table.c.study_name == study).values(study_name=new_study))
 
 
 def _rows(engine: EngineLike, query: sa.Select) -> list[dict[str, Any]]:

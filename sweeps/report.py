@@ -61,9 +61,19 @@ from sweeps.storage import describe_error
 
 #: The report's sections, in order.
 CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
-    effects.table_chart, effects.forest_chart,  # an [ablation] study's answer first
-    pareto.chart, compute.chart, scaling.chart, vocab.chart, memory_map.chart, memory_pred.chart,
-    curves.chart, parallel.chart, importance.chart, collapse.chart, samples.chart,
+    effects.table_chart,
+    effects.forest_chart,  # an [ablation] study's answer first
+    pareto.chart,
+    compute.chart,
+    scaling.chart,
+    vocab.chart,
+    memory_map.chart,
+    memory_pred.chart,
+    curves.chart,
+    parallel.chart,
+    importance.chart,
+    collapse.chart,
+    samples.chart,
     timeline.chart,
 )
 #: What a chart is called when it could not be drawn (its section's key, and a name for the note
@@ -108,8 +118,10 @@ APPLIES: dict[Callable[..., Chart], Callable[[StudyResults], bool]] = {
     compare.vocab_chart: vocab.applies,
     compare.curves_chart: curves.applies,
 }
-LEFT_OUT = ("This chart could not be drawn, so it is left out (a bug: please report the line "
-            "below); the rest of the report is complete.")
+LEFT_OUT = (
+    "This chart could not be drawn, so it is left out (a bug: please report the line "
+    "below); the rest of the report is complete."
+)
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 # Runs first in <head>: errors of anything after it (plotly.js, the charts) are recorded.
@@ -175,8 +187,9 @@ nav { font-size: 14px; margin-top: 10px; } nav a { margin-right: 12px; }
 """
 
 
-def build(storage: results_mod.StorageLike, study_name: str, *,
-          color_by: str | None = None) -> tuple[str, list[Chart], StudyResults]:
+def build(
+    storage: results_mod.StorageLike, study_name: str, *, color_by: str | None = None
+) -> tuple[str, list[Chart], StudyResults]:
     """(HTML, charts, data) of a study's report; ``color_by``: the field that colours the
     curves, vocabulary and Pareto points (``sweeps.charts.colors.choose``; default: what
     varied)."""
@@ -207,8 +220,9 @@ def applies(make: Callable[..., Chart], data: StudyResults) -> bool:
     return True if test is None else bool(test(data))
 
 
-def write(storage: results_mod.StorageLike, study_name: str, out: Path, *,
-          color_by: str | None = None) -> tuple[list[Chart], StudyResults]:
+def write(
+    storage: results_mod.StorageLike, study_name: str, out: Path, *, color_by: str | None = None
+) -> tuple[list[Chart], StudyResults]:
     """Write the report to ``out`` by ``lm.files.write_output``'s rules (atomic; a symlink
     written through; a directory, FIFO or device refused; a failed write one line)."""
     output_target(out)  # refuse a bad --out before the work of building the report
@@ -217,8 +231,9 @@ def write(storage: results_mod.StorageLike, study_name: str, out: Path, *,
     return charts, data
 
 
-def build_many(storage: results_mod.StorageLike,
-               names: list[str]) -> tuple[str, list[Chart], StudyResults]:
+def build_many(
+    storage: results_mod.StorageLike, names: list[str]
+) -> tuple[str, list[Chart], StudyResults]:
     """(HTML, charts, combined data) of a report of several studies on the same axes."""
     studies = results_mod.load_many(storage, names)
     data = results_mod.combine(studies)
@@ -226,8 +241,9 @@ def build_many(storage: results_mod.StorageLike,
     return render(data, charts, header=summary_many(studies)), charts, data
 
 
-def write_many(storage: results_mod.StorageLike, names: list[str],
-               out: Path) -> tuple[list[Chart], StudyResults]:
+def write_many(
+    storage: results_mod.StorageLike, names: list[str], out: Path
+) -> tuple[list[Chart], StudyResults]:
     """``write`` for several studies (``build_many``)."""
     output_target(out)
     text, charts, data = build_many(storage, names)
@@ -238,8 +254,10 @@ def write_many(storage: results_mod.StorageLike, names: list[str],
 def write_pngs(charts: list[Chart], directory: Path) -> list[Path]:
     """Each chart's figure as ``<key>.png`` (needs the optional ``kaleido`` package)."""
     if importlib.util.find_spec("kaleido") is None:
-        raise SweepsError("--png needs the kaleido package, which is not installed; "
-                          "run `pip install kaleido` or leave out --png")
+        raise SweepsError(
+            "--png needs the kaleido package, which is not installed; "
+            "run `pip install kaleido` or leave out --png"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for chart in charts:
@@ -263,7 +281,8 @@ def render(data: StudyResults, charts: list[Chart], header: str | None = None) -
     e = html.escape
     nav = " ".join(f'<a href="#{c.key}">{e(nav_label(c))}</a>' for c in charts)
     sections = "\n".join(_section(c) for c in charts) or (
-        '<p class="note">No chart applies to this study yet: none has a result to draw.</p>')
+        '<p class="note">No chart applies to this study yet: none has a result to draw.</p>'
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -295,20 +314,36 @@ def _section(chart: Chart) -> str:
     body = None
     if chart.figure is not None and chart.error is None:
         try:
-            body = ('<div class="chart" data-chart="' + chart.key + '">'
-                    + pio.to_html(chart.figure, include_plotlyjs=False, full_html=False,
-                                  div_id=f"chart-{chart.key}", config=PLOTLY_CONFIG)
-                    + "</div>")
+            body = (
+                '<div class="chart" data-chart="'
+                + chart.key
+                + '">'
+                + pio.to_html(
+                    chart.figure,
+                    include_plotlyjs=False,
+                    full_html=False,
+                    div_id=f"chart-{chart.key}",
+                    config=PLOTLY_CONFIG,
+                )
+                + "</div>"
+            )
         except Exception as exc:  # a bug of this chart's figure: the others are still written
             chart.figure, chart.error, chart.about = None, describe_error(exc), LEFT_OUT
     if chart.error is not None:
-        body = (f'<p class="note warning">{e(chart.title)}: left out, could not be drawn: '
-                f"{e(chart.error)}</p>")
+        body = (
+            f'<p class="note warning">{e(chart.title)}: left out, could not be drawn: '
+            f"{e(chart.error)}</p>"
+        )
     elif body is None:
-        body = chart.html if chart.html is not None else (
-            f'<p class="note">{e(chart.note or "Nothing to show.")}</p>')
-    return (f'<section id="{chart.key}"><h2>{e(chart.title)}</h2>'
-            f'<p class="about">{e(chart.about)}</p>{body}</section>')
+        body = (
+            chart.html
+            if chart.html is not None
+            else (f'<p class="note">{e(chart.note or "Nothing to show.")}</p>')
+        )
+    return (
+        f'<section id="{chart.key}"><h2>{e(chart.title)}</h2>'
+        f'<p class="about">{e(chart.about)}</p>{body}</section>'
+    )
 
 
 def best_trial(trials: pd.DataFrame) -> pd.Series | None:
@@ -323,9 +358,11 @@ def summary(data: StudyResults) -> str:
     counts = trials["outcome"].value_counts()
     chips = "".join(
         f'<span class="chip" style="background:{outcome_color(o)}">{e(o)}: {counts[o]:,}</span>'
-        for o in outcome_order(counts.index))
-    objectives = ", ".join(f"{e(name)} ({e(d)})"
-                           for name, d in zip(data.objectives, data.directions, strict=False))
+        for o in outcome_order(counts.index)
+    )
+    objectives = ", ".join(
+        f"{e(name)} ({e(d)})" for name, d in zip(data.objectives, data.directions, strict=False)
+    )
     extras = []
     budget = data.user_attrs.get("memory_budget_bytes")
     if isinstance(budget, (int, float)) and budget > 0:
@@ -346,26 +383,30 @@ def summary(data: StudyResults) -> str:
     best_html = "<p>No trial has completed yet.</p>"
     if best is not None:
         front = pareto.data(trials, "peak_mem_bytes")
-        rows = [("trial", f"{int(best['number'])}"), ("val_bpb", f"{best['val_bpb']:.4f}"),
-                ("val loss", _fmt(best["val_loss"], "{:.4f} nats/token")),
-                ("peak memory", _fmt(best["peak_mem_bytes"] / MIB, "{:,.1f} MiB")),
-                ("wall time", _fmt(best["wall_s"], "{:.1f} s")),
-                ("parameters", _fmt(best["params_total"], "{:,.0f}")),
-                ("Pareto-optimal trials (val_bpb, memory)", f"{int(front['on_front'].sum())}")]
+        rows = [
+            ("trial", f"{int(best['number'])}"),
+            ("val_bpb", f"{best['val_bpb']:.4f}"),
+            ("val loss", _fmt(best["val_loss"], "{:.4f} nats/token")),
+            ("peak memory", _fmt(best["peak_mem_bytes"] / MIB, "{:,.1f} MiB")),
+            ("wall time", _fmt(best["wall_s"], "{:.1f} s")),
+            ("parameters", _fmt(best["params_total"], "{:,.0f}")),
+            ("Pareto-optimal trials (val_bpb, memory)", f"{int(front['on_front'].sum())}"),
+        ]
         if front.empty:  # no trial measured its memory: no front to count
             rows.pop()
         if isinstance(best.get("slurm_job"), str):
             rows.insert(1, ("Slurm job", best["slurm_job"]))
         config = json.loads(best["config_json"]) if isinstance(best["config_json"], str) else {}
-        config_rows = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>"
-                              for k, v in config.items())
+        config_rows = "".join(
+            f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>" for k, v in config.items()
+        )
         best_html = (
             '<div class="best"><div><h3>Best trial (lowest val_bpb, complete)</h3><table>'
             + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
             + "</table></div>"
-            + (f"<div><h3>Its config</h3><table>{config_rows}</table></div>" if config_rows
-               else "")
-            + "</div>")
+            + (f"<div><h3>Its config</h3><table>{config_rows}</table></div>" if config_rows else "")
+            + "</div>"
+        )
     return f"""<header>
 <h1>Study <code>{e(data.name)}</code></h1>
 <div class="meta">storage <code>{e(data.storage)}</code> · objectives {objectives or "none"} ·
@@ -382,13 +423,17 @@ def summary_many(studies: list[StudyResults]) -> str:
     for i, data in enumerate(studies):
         trials = data.trials
         counts = trials["outcome"].value_counts()
-        chips = "".join(f'<span class="chip" style="background:{outcome_color(o)}">{e(o)}: '
-                        f"{counts[o]:,}</span>" for o in outcome_order(counts.index))
+        chips = "".join(
+            f'<span class="chip" style="background:{outcome_color(o)}">{e(o)}: {counts[o]:,}</span>'
+            for o in outcome_order(counts.index)
+        )
         best = best_trial(trials)
         best_text = "-" if best is None else f"{best['val_bpb']:.4f} (trial {int(best['number'])})"
-        rows.append(f'<tr><th><span class="chip" style="background:{compare.study_color(i)}">'
-                    f"{e(data.name)}</span></th><td>{len(trials):,}</td><td>{chips}</td>"
-                    f"<td>{e(best_text)}</td></tr>")
+        rows.append(
+            f'<tr><th><span class="chip" style="background:{compare.study_color(i)}">'
+            f"{e(data.name)}</span></th><td>{len(trials):,}</td><td>{chips}</td>"
+            f"<td>{e(best_text)}</td></tr>"
+        )
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     names = ", ".join(f"<code>{e(d.name)}</code>" for d in studies)
     warnings = "".join(f'<p class="note warning">{e(w)}</p>' for w in comparison_warnings(studies))
@@ -418,15 +463,22 @@ def comparison_warnings(studies: list[StudyResults]) -> list[str]:
     corpora = {s.name: corpus_of(s) for s in studies}
     if len({c for c in corpora.values() if c is not None}) > 1:
         shown = "; ".join(f"{n}: {c}" for n, c in corpora.items() if c is not None)
-        out.append(f"These studies trained on different corpora ({shown}): their val_bpb are "
-                   "bits per byte of different text, so a lower value may be an easier corpus, "
-                   "not a better model.")
-    tokenizers = {s.name: ", ".join(sorted(map(str, s.trials["tokenizer"].dropna().unique())))
-                  for s in studies if "tokenizer" in s.trials}
+        out.append(
+            f"These studies trained on different corpora ({shown}): their val_bpb are "
+            "bits per byte of different text, so a lower value may be an easier corpus, "
+            "not a better model."
+        )
+    tokenizers = {
+        s.name: ", ".join(sorted(map(str, s.trials["tokenizer"].dropna().unique())))
+        for s in studies
+        if "tokenizer" in s.trials
+    }
     if len(set(tokenizers.values())) > 1:
         shown = "; ".join(f"{n}: {t or 'unknown'}" for n, t in tokenizers.items())
-        out.append(f"These studies used different tokenizers ({shown}): val_bpb compares them, "
-                   "loss per token does not.")
+        out.append(
+            f"These studies used different tokenizers ({shown}): val_bpb compares them, "
+            "loss per token does not."
+        )
     return out
 
 

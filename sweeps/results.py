@@ -41,33 +41,112 @@ from sweeps.study import objective_names
 
 #: Numeric trial attributes copied into columns (contract: "Trial record").
 METRIC_COLUMNS = (
-    "val_bpb", "best_val_bpb", "val_loss", "accuracy", "peak_mem_bytes", "predicted_mem_bytes",
-    "predicted_mem_raw_bytes", "memory_budget_bytes", "calibration_factor", "tokens_seen",
-    "tokens_per_s", "wall_s", "train_s", "cold_start_s", "params_total", "bytes_per_token",
-    "unk_rate", "unk_rate_targets", "unigram_entropy", "unigram_bpb", "unigram_gap",
-    "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap", "unk_argmax_rate",
-    "unk_rate_samples", "unk_byte_rate", "steps", "planned_steps", "last_eval_step",
-    "constraint", "train_bytes",
+    "val_bpb",
+    "best_val_bpb",
+    "val_loss",
+    "accuracy",
+    "peak_mem_bytes",
+    "predicted_mem_bytes",
+    "predicted_mem_raw_bytes",
+    "memory_budget_bytes",
+    "calibration_factor",
+    "tokens_seen",
+    "tokens_per_s",
+    "wall_s",
+    "train_s",
+    "cold_start_s",
+    "params_total",
+    "bytes_per_token",
+    "unk_rate",
+    "unk_rate_targets",
+    "unigram_entropy",
+    "unigram_bpb",
+    "unigram_gap",
+    "kl_mean_to_unigram",
+    "mean_kl_to_mean",
+    "top20_overlap",
+    "unk_argmax_rate",
+    "unk_rate_samples",
+    "unk_byte_rate",
+    "steps",
+    "planned_steps",
+    "last_eval_step",
+    "constraint",
+    "train_bytes",
     # compute (``lm.flops``): FLOPs stay floats (a big run's exceed int64)
-    "flops", "flops_per_token", "eval_flops", "predicted_flops", "flops_budget",
-    "params_non_embedding", "params_embedding", "mfu",
+    "flops",
+    "flops_per_token",
+    "eval_flops",
+    "predicted_flops",
+    "flops_budget",
+    "params_non_embedding",
+    "params_embedding",
+    "mfu",
 )
-_INT_METRICS = ("peak_mem_bytes", "predicted_mem_bytes", "predicted_mem_raw_bytes",
-                "memory_budget_bytes", "tokens_seen", "params_total", "steps", "planned_steps",
-                "last_eval_step", "params_non_embedding", "params_embedding", "train_bytes")
+_INT_METRICS = (
+    "peak_mem_bytes",
+    "predicted_mem_bytes",
+    "predicted_mem_raw_bytes",
+    "memory_budget_bytes",
+    "tokens_seen",
+    "params_total",
+    "steps",
+    "planned_steps",
+    "last_eval_step",
+    "params_non_embedding",
+    "params_embedding",
+    "train_bytes",
+)
 #: Fields of the trained config (``config`` attribute, after fitting) given their own column.
-CONFIG_COLUMNS = ("tokenizer", "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len",
-                  "batch_size", "grad_accum", "attention", "precision", "checkpointing", "lr",
-                  "max_tokens", "max_bytes", "max_flops", "seed", "device")
-_INT_CONFIG = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch_size",
-               "grad_accum", "max_tokens", "seed")
+CONFIG_COLUMNS = (
+    "tokenizer",
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_ff",
+    "seq_len",
+    "batch_size",
+    "grad_accum",
+    "attention",
+    "precision",
+    "checkpointing",
+    "lr",
+    "max_tokens",
+    "max_bytes",
+    "max_flops",
+    "seed",
+    "device",
+)
+_INT_CONFIG = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_ff",
+    "seq_len",
+    "batch_size",
+    "grad_accum",
+    "max_tokens",
+    "seed",
+)
 #: Where and when a trial ran, as the runner records it (``runner.run_trial``): its worker
 #: process, the device it was admitted to (``gpu 0``, ``node 1a2b3c4d gpu 0``, ``cpu``), when
 #: that process took it up and when it was admitted (Unix seconds): the timeline's input.
 WHERE_AND_WHEN = ("pid", "placed_on", "started_at", "admitted_at")
 #: Evaluation keys with their own column in ``evals_frame`` (the rest of the JSON follows).
-EVAL_COLUMNS = ("trial_number", "step", "tokens", "val_bpb", "val_loss", "train_loss",
-                "unigram_gap", "peak_mem_bytes", "tokens_per_s", "elapsed_s")
+EVAL_COLUMNS = (
+    "trial_number",
+    "step",
+    "tokens",
+    "val_bpb",
+    "val_loss",
+    "train_loss",
+    "unigram_gap",
+    "peak_mem_bytes",
+    "tokens_per_s",
+    "elapsed_s",
+)
 
 StorageLike = str | RDBStorage | sa.Engine
 
@@ -106,8 +185,9 @@ def reader(storage: StorageLike) -> Iterator[tuple[sa.Connection, str]]:
         engine = storage
     else:
         engine = owned = st.read_only_engine(storage)
-    shown = st.mask_url(storage if isinstance(storage, str)
-                        else engine.url.render_as_string(hide_password=False))
+    shown = st.mask_url(
+        storage if isinstance(storage, str) else engine.url.render_as_string(hide_password=False)
+    )
     try:
         with engine.connect() as conn:
             st.require_sweeps_database(conn, shown)
@@ -126,10 +206,12 @@ def _study_id(conn: sa.Connection, name: str, shown: str) -> int:
         names = list(conn.execute(sa.select(table.c.study_name)).scalars())
         listed = ", ".join(sorted(names)[:10]) or "none"
         hint = closest(name, names)
-        raise SweepsError(f"study {name!r} is not in storage {shown}"
-                          + (f" (did you mean {hint!r}?)" if hint else "")
-                          + f" (studies there: {listed}); "
-                          "check the name or --storage")
+        raise SweepsError(
+            f"study {name!r} is not in storage {shown}"
+            + (f" (did you mean {hint!r}?)" if hint else "")
+            + f" (studies there: {listed}); "
+            "check the name or --storage"
+        )
     return int(found[0])
 
 
@@ -163,8 +245,11 @@ def trial_counts(storage: StorageLike, study_name: str) -> dict[TrialState, int]
     t = oc.TRIALS_TABLE
     with reader(storage) as (conn, shown):
         study_id = _study_id(conn, study_name, shown)
-        rows = conn.execute(sa.select(t.c.state, sa.func.count()).where(
-            t.c.study_id == study_id).group_by(t.c.state)).all()
+        rows = conn.execute(
+            sa.select(t.c.state, sa.func.count())
+            .where(t.c.study_id == study_id)
+            .group_by(t.c.state)
+        ).all()
     return {TrialState[s] if isinstance(s, str) else TrialState(s): int(n) for s, n in rows}
 
 
@@ -177,10 +262,17 @@ def load(storage: StorageLike, study_name: str) -> StudyResults:
         trials, distributions = _trials_frame(conn, study_id)
         evals = _evals(conn, study_name)
         samples = _samples(conn, study_name)
-    return StudyResults(name=study_name, storage=shown, directions=directions,
-                        objectives=objective_names(attrs.get("spec"), len(directions)),
-                        user_attrs=attrs, trials=trials, evals=evals, samples=samples,
-                        distributions=distributions)
+    return StudyResults(
+        name=study_name,
+        storage=shown,
+        directions=directions,
+        objectives=objective_names(attrs.get("spec"), len(directions)),
+        user_attrs=attrs,
+        trials=trials,
+        evals=evals,
+        samples=samples,
+        distributions=distributions,
+    )
 
 
 def load_many(storage: StorageLike, names: list[str]) -> list[StudyResults]:
@@ -194,22 +286,30 @@ def load_many(storage: StorageLike, names: list[str]) -> list[StudyResults]:
 def combine(studies: list[StudyResults]) -> StudyResults:
     """Several studies as one: trials, evaluations and samples stacked with a ``study`` column
     first; directions and objectives where every study has the same, else empty."""
+
     def stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
         parts = [f.assign(study=s.name) for f, s in zip(frames, studies, strict=True)]
         frame = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
         return frame[["study", *(c for c in frame.columns if c != "study")]]
 
-    same = all(s.directions == studies[0].directions and s.objectives == studies[0].objectives
-               for s in studies)
+    same = all(
+        s.directions == studies[0].directions and s.objectives == studies[0].objectives
+        for s in studies
+    )
     distributions: dict[str, BaseDistribution] = {}
     for s in studies:
         distributions.update(s.distributions)
     return StudyResults(
-        name=" vs ".join(s.name for s in studies), storage=studies[0].storage,
+        name=" vs ".join(s.name for s in studies),
+        storage=studies[0].storage,
         directions=studies[0].directions if same else [],
-        objectives=studies[0].objectives if same else [], user_attrs={},
-        trials=stacked([s.trials for s in studies]), evals=stacked([s.evals for s in studies]),
-        samples=stacked([s.samples for s in studies]), distributions=distributions)
+        objectives=studies[0].objectives if same else [],
+        user_attrs={},
+        trials=stacked([s.trials for s in studies]),
+        evals=stacked([s.evals for s in studies]),
+        samples=stacked([s.samples for s in studies]),
+        distributions=distributions,
+    )
 
 
 # --- Optuna's tables ----------------------------------------------------------------------------
@@ -217,38 +317,48 @@ def combine(studies: list[StudyResults]) -> StudyResults:
 
 def _directions(conn: sa.Connection, study_id: int) -> list[str]:
     t = oc.STUDY_DIRECTIONS_TABLE
-    rows = conn.execute(sa.select(t.c.direction).where(t.c.study_id == study_id)
-                        .order_by(t.c.objective)).scalars()
+    rows = conn.execute(
+        sa.select(t.c.direction).where(t.c.study_id == study_id).order_by(t.c.objective)
+    ).scalars()
     return [d.name.lower() for d in rows]
 
 
 def _attrs(conn: sa.Connection, table: sa.Table, key_column: str, key: int) -> dict[str, Any]:
-    rows = conn.execute(sa.select(table.c.key, table.c.value_json)
-                        .where(table.c[key_column] == key))
+    rows = conn.execute(
+        sa.select(table.c.key, table.c.value_json).where(table.c[key_column] == key)
+    )
     return {k: json.loads(v) for k, v in rows}
 
 
 def _by_trial(table: sa.Table, study_id: int, *columns: str) -> sa.Select:
     """(trial_id, *columns) of the rows of ``table`` that belong to the study's trials."""
     trials = oc.TRIALS_TABLE
-    return (sa.select(table.c.trial_id, *(table.c[c] for c in columns))
-            .join(trials, trials.c.trial_id == table.c.trial_id)
-            .where(trials.c.study_id == study_id))
+    return (
+        sa.select(table.c.trial_id, *(table.c[c] for c in columns))
+        .join(trials, trials.c.trial_id == table.c.trial_id)
+        .where(trials.c.study_id == study_id)
+    )
 
 
-def _trials_frame(conn: sa.Connection,
-                  study_id: int) -> tuple[pd.DataFrame, dict[str, BaseDistribution]]:
+def _trials_frame(
+    conn: sa.Connection, study_id: int
+) -> tuple[pd.DataFrame, dict[str, BaseDistribution]]:
     t = oc.TRIALS_TABLE
     base = conn.execute(
         sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete)
-        .where(t.c.study_id == study_id).order_by(t.c.number)).all()
+        .where(t.c.study_id == study_id)
+        .order_by(t.c.number)
+    ).all()
     params: dict[int, dict[str, Any]] = {}
     dists: dict[str, BaseDistribution] = {}
     by_name: dict[str, BaseDistribution] = {}
     p = oc.TRIAL_PARAMS_TABLE
     # By param_id: columns in the order the parameters were first suggested, on any database.
-    for trial_id, name, value, dist_json in conn.execute(_by_trial(
-            p, study_id, "param_name", "param_value", "distribution_json").order_by(p.c.param_id)):
+    for trial_id, name, value, dist_json in conn.execute(
+        _by_trial(p, study_id, "param_name", "param_value", "distribution_json").order_by(
+            p.c.param_id
+        )
+    ):
         dist = dists.get(dist_json) or dists.setdefault(dist_json, json_to_distribution(dist_json))
         params.setdefault(trial_id, {})[name] = dist.to_external_repr(value)
         by_name[name] = dist
@@ -259,25 +369,51 @@ def _trials_frame(conn: sa.Connection,
     # A queued trial's parameters (enqueue_trial, a re-queued failure) are only a system
     # attribute until the trial runs and suggests them.
     sys_attrs = oc.TRIAL_SYSTEM_ATTRS_TABLE
-    for trial_id, value in conn.execute(_by_trial(sys_attrs, study_id, "value_json").where(
-            sys_attrs.c.key == "fixed_params")):
+    for trial_id, value in conn.execute(
+        _by_trial(sys_attrs, study_id, "value_json").where(sys_attrs.c.key == "fixed_params")
+    ):
         queued = json.loads(value)
         if isinstance(queued, dict):
             for name, v in queued.items():
                 params.setdefault(trial_id, {}).setdefault(name, v)
-    rows = [_trial_row(number, state, start, end, params.get(trial_id, {}),
-                       attrs.get(trial_id, {}), by_name)
-            for trial_id, number, state, start, end in base]
+    rows = [
+        _trial_row(
+            number, state, start, end, params.get(trial_id, {}), attrs.get(trial_id, {}), by_name
+        )
+        for trial_id, number, state, start, end in base
+    ]
     return _typed(pd.DataFrame(rows, columns=_columns(by_name))), by_name
 
 
 def _columns(param_names: Mapping[str, Any]) -> list[str]:
-    return ["number", "state", "outcome", "reason", "under_trained", "unk_note",
-            *(f"param_{n}" for n in param_names), *METRIC_COLUMNS, *CONFIG_COLUMNS,
-            "vocab_actual", "fitted", "fitted_batch_size", "fitted_grad_accum", "retries",
-            "retry_of", "carried_from", "copy_of", "budget_unit", "host", "slurm_job",
-            *WHERE_AND_WHEN, "run_dir", "datetime_start", "datetime_complete", "duration_s",
-            "config_json"]
+    return [
+        "number",
+        "state",
+        "outcome",
+        "reason",
+        "under_trained",
+        "unk_note",
+        *(f"param_{n}" for n in param_names),
+        *METRIC_COLUMNS,
+        *CONFIG_COLUMNS,
+        "vocab_actual",
+        "fitted",
+        "fitted_batch_size",
+        "fitted_grad_accum",
+        "retries",
+        "retry_of",
+        "carried_from",
+        "copy_of",
+        "budget_unit",
+        "host",
+        "slurm_job",
+        *WHERE_AND_WHEN,
+        "run_dir",
+        "datetime_start",
+        "datetime_complete",
+        "duration_s",
+        "config_json",
+    ]
 
 
 def plain_value(value: Any) -> Any:
@@ -308,11 +444,22 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _trial_row(number: int, state: TrialState, start: Any, end: Any, params: dict[str, Any],
-               attrs: dict[str, Any], names: Mapping[str, Any]) -> dict[str, Any]:
+def _trial_row(
+    number: int,
+    state: TrialState,
+    start: Any,
+    end: Any,
+    params: dict[str, Any],
+    attrs: dict[str, Any],
+    names: Mapping[str, Any],
+) -> dict[str, Any]:
     outcome = outcomes.shown(attrs.get("outcome"), state.name)
-    row: dict[str, Any] = {"number": number, "state": state.name, "outcome": outcome,
-                           "reason": attrs.get("reason")}
+    row: dict[str, Any] = {
+        "number": number,
+        "state": state.name,
+        "outcome": outcome,
+        "reason": attrs.get("reason"),
+    }
     for name in names:
         row[f"param_{name}"] = params.get(name)
     for key in METRIC_COLUMNS:
@@ -360,8 +507,12 @@ def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:
     whose token embedding is V x ``d_model``. None when the trial recorded no parameters."""
     embedding = params.get("embedding") if isinstance(params, dict) else None
     d_model = config.get("d_model")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-               for v in (embedding, d_model)) or embedding % d_model:
+    if (
+        not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (embedding, d_model)
+        )
+        or embedding % d_model
+    ):
         return None
     return embedding // d_model
 
@@ -371,8 +522,18 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     frame["number"] = frame["number"].astype("int64")
     for key in METRIC_COLUMNS:
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
-    ints = [*_INT_METRICS, *_INT_CONFIG, "vocab_actual", "fitted_batch_size",
-            "fitted_grad_accum", "retries", "retry_of", "copy_of", "max_bytes", "pid"]
+    ints = [
+        *_INT_METRICS,
+        *_INT_CONFIG,
+        "vocab_actual",
+        "fitted_batch_size",
+        "fitted_grad_accum",
+        "retries",
+        "retry_of",
+        "copy_of",
+        "max_bytes",
+        "pid",
+    ]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():
@@ -389,8 +550,11 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _evals(conn: sa.Connection, study: str) -> pd.DataFrame:
     t = records.evals_table
-    rows = conn.execute(sa.select(t.c.trial_number, t.c.metrics).where(t.c.study_name == study)
-                        .order_by(t.c.trial_number, t.c.id))
+    rows = conn.execute(
+        sa.select(t.c.trial_number, t.c.metrics)
+        .where(t.c.study_name == study)
+        .order_by(t.c.trial_number, t.c.id)
+    )
     lines = []
     for number, text in rows:
         metrics = json.loads(text)
@@ -412,8 +576,11 @@ def _evals(conn: sa.Connection, study: str) -> pd.DataFrame:
 def _samples(conn: sa.Connection, study: str) -> pd.DataFrame:
     t = records.samples_table
     columns = ["trial_number", "step", "tokens", "prompt", "text"]
-    rows = conn.execute(sa.select(*(t.c[c] for c in columns)).where(t.c.study_name == study)
-                        .order_by(t.c.trial_number, t.c.id)).all()
+    rows = conn.execute(
+        sa.select(*(t.c[c] for c in columns))
+        .where(t.c.study_name == study)
+        .order_by(t.c.trial_number, t.c.id)
+    ).all()
     frame = pd.DataFrame([tuple(r) for r in rows], columns=columns)
     frame["trial_number"] = frame["trial_number"].astype("int64")
     return frame

@@ -81,9 +81,21 @@ if TYPE_CHECKING:
     from sweeps.preflight import Preflight
 
 #: Final-evaluation keys copied into the trial's user attributes.
-FINAL_METRICS = ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
-                 "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
-                 "unk_rate_targets", "unk_argmax_rate", "unk_rate_samples", "unk_byte_rate")
+FINAL_METRICS = (
+    "val_bpb",
+    "val_loss",
+    "accuracy",
+    "unigram_entropy",
+    "unigram_bpb",
+    "unigram_gap",
+    "kl_mean_to_unigram",
+    "mean_kl_to_mean",
+    "top20_overlap",
+    "unk_rate_targets",
+    "unk_argmax_rate",
+    "unk_rate_samples",
+    "unk_byte_rate",
+)
 #: The trial user attribute saying what share of the text its vocabulary drops to ``<unk>``
 #: (``verdicts.unk_note``).
 UNK_NOTE_ATTR = "unk_note"
@@ -94,8 +106,16 @@ CONSTRAINT_KEY = "memory"
 STORAGE_PROBLEMS = "storage_problems"
 #: The attributes a trial cannot be read without: what ``finish`` still writes when the
 #: database refuses the whole set (the others are notes and details).
-ESSENTIAL_ATTRS = ("outcome", "reason", "constraint", "run_dir", "config", "host", "pid",
-                   "started_at")
+ESSENTIAL_ATTRS = (
+    "outcome",
+    "reason",
+    "constraint",
+    "run_dir",
+    "config",
+    "host",
+    "pid",
+    "started_at",
+)
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -225,23 +245,34 @@ class _TrialRun:
         resume_from_earlier(ctx.study_dir, earlier, cfg, run_dir)
         launched_at = time.time()
         started = time.monotonic()
-        child = ctx.launcher.launch(run_dir, log_path=run_dir / LOG_FILE,
-                                    env=child_env(self.device), cpus=self.device.cpus)
-        monitor = Monitor(child, run_dir, launched_at=launched_at, started=started,
-                          flags=ctx.stop, limits=self.spec.limits, poll_s=ctx.poll_s,
-                          term_grace_s=ctx.term_grace_s, threads=child_threads(self.device))
+        child = ctx.launcher.launch(
+            run_dir, log_path=run_dir / LOG_FILE, env=child_env(self.device), cpus=self.device.cpus
+        )
+        monitor = Monitor(
+            child,
+            run_dir,
+            launched_at=launched_at,
+            started=started,
+            flags=ctx.stop,
+            limits=self.spec.limits,
+            poll_s=ctx.poll_s,
+            term_grace_s=ctx.term_grace_s,
+            threads=child_threads(self.device),
+        )
         ctx.event("launch", number=trial.number, pid=child.pid, run_dir=str(run_dir))
         try:
             with liveness.heartbeat(ctx.storage, self.trial_id):
-                monitor.run(lambda row, history: self.on_eval(row, history, attempt_no),
-                            lambda tokens: ctx.event("progress", number=trial.number,
-                                                     tokens=tokens))
+                monitor.run(
+                    lambda row, history: self.on_eval(row, history, attempt_no),
+                    lambda tokens: ctx.event("progress", number=trial.number, tokens=tokens),
+                )
         finally:
             child.close()  # kills it if we leave early (an exception)
         return monitor.ending()
 
-    def on_eval(self, row: dict[str, Any], history: list[dict[str, Any]],
-                attempt_no: int) -> Verdict | None:
+    def on_eval(
+        self, row: dict[str, Any], history: list[dict[str, Any]], attempt_no: int
+    ) -> Verdict | None:
         """Store an evaluation and its samples, then judge it (``sweeps.judge``). A cooldown
         read is judged only: its values are the trial's at a rung (user attribute ``rungs``),
         not a point of its learning curve."""
@@ -252,15 +283,27 @@ class _TrialRun:
         if attempt_no > 1:  # a fitted retry: its evaluations follow the first attempt's
             metrics["attempt"] = attempt_no
         where = f"step {row.get('step')}"
-        self.record(f"the evaluation at {where}", lambda: records.record_eval(
-            ctx.storage, ctx.spec.name, trial.number, self.trial_id, metrics))
+        self.record(
+            f"the evaluation at {where}",
+            lambda: records.record_eval(
+                ctx.storage, ctx.spec.name, trial.number, self.trial_id, metrics
+            ),
+        )
         samples = row.get("samples") or []
         if samples:
-            self.record(f"the samples at {where}", lambda: records.record_samples(
-                ctx.storage, ctx.spec.name, trial.number, self.trial_id, samples,
-                tokens=row.get("tokens"), step=row.get("step")))
-        ctx.event("eval", number=trial.number, tokens=row.get("tokens"),
-                  val_bpb=row.get("val_bpb"))
+            self.record(
+                f"the samples at {where}",
+                lambda: records.record_samples(
+                    ctx.storage,
+                    ctx.spec.name,
+                    trial.number,
+                    self.trial_id,
+                    samples,
+                    tokens=row.get("tokens"),
+                    step=row.get("step"),
+                ),
+            )
+        ctx.event("eval", number=trial.number, tokens=row.get("tokens"), val_bpb=row.get("val_bpb"))
         return self.judge(row, history)
 
     def record(self, what: str, write: Callable[[], None]) -> None:
@@ -274,15 +317,19 @@ class _TrialRun:
             self.storage_problems.append(f"{what} not stored: {storage.describe_error(exc)}")
 
 
-def resume_from_earlier(study_dir: Path, earlier: list[int], cfg: TrainConfig,
-                        run_dir: Path) -> int:
+def resume_from_earlier(
+    study_dir: Path, earlier: list[int], cfg: TrainConfig, run_dir: Path
+) -> int:
     """Give a re-queued trial's fresh ``run_dir`` the latest resume checkpoint of ``cfg``'s
     computation among its ``earlier`` trials' run dirs (their ``retry_history``), with the
     ``metrics.jsonl`` rows it covers and their ``best.pt``: the child then continues it, and
     the trial's evaluations are followed from the first. Its tokens; 0 when there is none."""
-    found = [(index["tokens"], src) for src in (study_dir / "trials" / str(n) for n in earlier)
-             if (index := read_resume_index(src)) is not None
-             and index["resume_fingerprint"] == cfg.resume_fingerprint()]
+    found = [
+        (index["tokens"], src)
+        for src in (study_dir / "trials" / str(n) for n in earlier)
+        if (index := read_resume_index(src)) is not None
+        and index["resume_fingerprint"] == cfg.resume_fingerprint()
+    ]
     if not found:
         return 0
     tokens, src = max(found)
@@ -296,16 +343,18 @@ def resume_from_earlier(study_dir: Path, earlier: list[int], cfg: TrainConfig,
 # --- a whole trial -------------------------------------------------------------------------------
 
 
-def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
-              calibration: float | None = None) -> TrialReport:
+def run_trial(
+    ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial, calibration: float | None = None
+) -> TrialReport:
     """Run ``trial`` (already asked, RUNNING) to its end and tell Optuna. Never raises for a
     trial's own failure (that is an outcome); an exception here is the orchestrator's (e.g. the
     database went away): its child is killed, and the worker marks the trial crashed if it can
     (else the heartbeat fails and re-queues it)."""
     spec = ctx.spec
     attrs: dict[str, Any] = {"host": ctx.host, "pid": os.getpid(), "started_at": time.time()}
-    records.record_host(ctx.storage, spec.name, trial.number, optuna_compat.trial_id(trial),
-                        host=ctx.host)
+    records.record_host(
+        ctx.storage, spec.name, trial.number, optuna_compat.trial_id(trial), host=ctx.host
+    )
     try:
         params = suggest(trial, spec)
         cfg = fidelity.bracket_reads(spec, trial.number, trial_config(spec, params, measured))
@@ -324,13 +373,22 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
         calibration = float(pre.calibration_factor(ctx.study))
     # Planned for the launcher that starts the child: a forked child's baseline is its own.
-    plan = pre.plan_trial(cfg, spec.limits, device=device.kind, budget_bytes=ctx.budget_bytes,
-                          calibration=calibration, launcher=ctx.launcher.kind)
-    attrs.update(predicted_mem_bytes=int(plan.predicted_bytes),
-                 predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
-                 predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
-                 predicted_peak_mem_kind=plan.measured_kind,
-                 memory_budget_bytes=plan.budget_bytes, calibration_factor=calibration)
+    plan = pre.plan_trial(
+        cfg,
+        spec.limits,
+        device=device.kind,
+        budget_bytes=ctx.budget_bytes,
+        calibration=calibration,
+        launcher=ctx.launcher.kind,
+    )
+    attrs.update(
+        predicted_mem_bytes=int(plan.predicted_bytes),
+        predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
+        predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
+        predicted_peak_mem_kind=plan.measured_kind,
+        memory_budget_bytes=plan.budget_bytes,
+        calibration_factor=calibration,
+    )
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
     cfg = plan.cfg
@@ -349,19 +407,24 @@ def run_trial(ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial,
     if over is not None:
         return _not_launched(ctx, trial, device, params, cfg, outcomes.PRUNED, over, attrs)
     if not plan.fits:
-        return _not_launched(ctx, trial, device, params, cfg, outcomes.PREDICTED_OOM,
-                             plan.reason, attrs)
+        return _not_launched(
+            ctx, trial, device, params, cfg, outcomes.PREDICTED_OOM, plan.reason, attrs
+        )
     with _admitted(ctx, trial, device, plan.predicted_bytes) as placed:
         if placed is None:
-            return finish(ctx, trial, outcomes.INTERRUPTED, "stopped by the user (Ctrl-C or "
-                          "SIGTERM) while it waited for room on a device", attrs)
+            return finish(
+                ctx,
+                trial,
+                outcomes.INTERRUPTED,
+                "stopped by the user (Ctrl-C or SIGTERM) while it waited for room on a device",
+                attrs,
+            )
         device, budget = placed
         device = with_threads(device, cfg, attrs)
         return _launch(ctx, trial, device, params, cfg, plan.predicted_bytes, budget, attrs)
 
 
-def with_threads(device: WorkerDevice, cfg: TrainConfig, attrs: dict[str, Any]
-                 ) -> WorkerDevice:
+def with_threads(device: WorkerDevice, cfg: TrainConfig, attrs: dict[str, Any]) -> WorkerDevice:
     """``device`` with the threads its CPU child runs (``lm.host.trial_threads``: by the
     micro-step's FLOPs and the cores of its own that other work leaves free, measured now),
     recorded in ``attrs`` (``threads``, ``threads_reason``). A GPU trial, or one without cores
@@ -370,13 +433,15 @@ def with_threads(device: WorkerDevice, cfg: TrainConfig, attrs: dict[str, Any]
         return device
     choice = host.trial_threads(device.cpus, flops.step_flops(cfg))
     attrs["threads"], attrs["threads_reason"] = choice.threads, choice.reason
-    return dataclasses.replace(device, env={**device.env,
-                                            host.NUM_THREADS_ENV: str(choice.threads)})
+    return dataclasses.replace(
+        device, env={**device.env, host.NUM_THREADS_ENV: str(choice.threads)}
+    )
 
 
 @contextlib.contextmanager
-def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
-              predicted: int) -> Iterator[tuple[WorkerDevice, int | None] | None]:
+def _admitted(
+    ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice, predicted: int
+) -> Iterator[tuple[WorkerDevice, int | None] | None]:
     """(the device, the budget of its child) once the trial may launch; None when a stop came
     first. Without admission: the worker's own device and the study's budget. With it: the
     device the trial was admitted to and its reservation, held (and heartbeats recorded: a
@@ -390,30 +455,50 @@ def _admitted(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
         yield None
         return
     try:
-        optuna_compat.write_user_attrs(ctx.storage, optuna_compat.trial_id(trial), {
-            "placed_on": lease.device.label, "reserved_mem_bytes": int(lease.bytes),
-            "admitted_at": time.time(), **slurm_attrs()})
+        optuna_compat.write_user_attrs(
+            ctx.storage,
+            optuna_compat.trial_id(trial),
+            {
+                "placed_on": lease.device.label,
+                "reserved_mem_bytes": int(lease.bytes),
+                "admitted_at": time.time(),
+                **slurm_attrs(),
+            },
+        )
         yield lease.device, (None if ctx.budget_bytes is None else int(lease.bytes))
     finally:
         ctx.admission.release(lease)
 
 
-def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
-            params: dict[str, Any], cfg: TrainConfig, predicted: int, budget: int | None,
-            attrs: dict[str, Any]) -> TrialReport:
+def _launch(
+    ctx: RunnerContext,
+    trial: optuna.Trial,
+    device: WorkerDevice,
+    params: dict[str, Any],
+    cfg: TrainConfig,
+    predicted: int,
+    budget: int | None,
+    attrs: dict[str, Any],
+) -> TrialReport:
     """Launch an admitted trial's child (and its fitted retry), classify the ending, tell."""
     spec = ctx.spec
     run = _TrialRun(ctx, device, trial)
     # Absolute: the child, the fork server and a report elsewhere all read it.
     run_dir = Path(os.path.abspath(ctx.study_dir / "trials" / str(trial.number)))
     attrs["run_dir"] = str(run_dir)
-    ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
-              worker=device.label)
+    ctx.event(
+        "start", number=trial.number, params=params, max_tokens=cfg.max_tokens, worker=device.label
+    )
     try:
         attempt, cfg, attempt_no = _attempts(run, cfg, run_dir, predicted, attrs, budget)
     except OSError as exc:  # the run dir cannot be made or written, or the child not started
-        return _environment_failure(ctx, trial, attrs, "environment: cannot prepare or launch "
-                                    f"the trial in {run_dir}: {type(exc).__name__}: {exc}")
+        return _environment_failure(
+            ctx,
+            trial,
+            attrs,
+            "environment: cannot prepare or launch "
+            f"the trial in {run_dir}: {type(exc).__name__}: {exc}",
+        )
     attrs["config"] = cfg.to_dict()
     if attempt_no > 1:
         attrs["attempts"] = attempt_no
@@ -437,13 +522,21 @@ def _launch(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
     return finish(ctx, trial, outcome, reason, attrs, values)
 
 
-def _not_launched(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
-                  params: dict[str, Any], cfg: TrainConfig, outcome: str, reason: str,
-                  attrs: dict[str, Any]) -> TrialReport:
+def _not_launched(
+    ctx: RunnerContext,
+    trial: optuna.Trial,
+    device: WorkerDevice,
+    params: dict[str, Any],
+    cfg: TrainConfig,
+    outcome: str,
+    reason: str,
+    attrs: dict[str, Any],
+) -> TrialReport:
     """End a trial the plan refused (memory or compute) without launching it."""
     attrs["config"] = cfg.to_dict()
-    ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
-              worker=device.label)
+    ctx.event(
+        "start", number=trial.number, params=params, max_tokens=cfg.max_tokens, worker=device.label
+    )
     return finish(ctx, trial, outcome, reason, attrs)
 
 
@@ -451,16 +544,33 @@ def _not_launched(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
 #: out of wall-clock time may finish on a quieter one), and failures (re-queued anyway).
 NOT_COPIED = (outcomes.TIMEOUT, outcomes.CRASHED, outcomes.INTERRUPTED)
 #: Attributes of the earlier trial that describe its own run, not its result: not copied.
-_OWN_RUN_ATTRS = ("host", "pid", "started_at", "admitted_at", "placed_on", "reserved_mem_bytes",
-                  "child_pid", "returncode", "wall_s", "train_s", "cold_start_s", "setup_s",
-                  "sampled", "retry_history", "storage_problems", "child_file_problems",
-                  "threads", "threads_reason")
+_OWN_RUN_ATTRS = (
+    "host",
+    "pid",
+    "started_at",
+    "admitted_at",
+    "placed_on",
+    "reserved_mem_bytes",
+    "child_pid",
+    "returncode",
+    "wall_s",
+    "train_s",
+    "cold_start_s",
+    "setup_s",
+    "sampled",
+    "retry_history",
+    "storage_problems",
+    "child_file_problems",
+    "threads",
+    "threads_reason",
+)
 #: The user attribute of a trial whose result is another's, copied (``duplicate_of``).
 COPY_OF_ATTR = "copy_of"
 
 
-def duplicate_of(study: optuna.Study, number: int,
-                 params: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+def duplicate_of(
+    study: optuna.Study, number: int, params: dict[str, Any]
+) -> optuna.trial.FrozenTrial | None:
     """The earliest finished trial with exactly ``params`` (every parameter, the seed among them
     when it is one), whose ending says something about the configuration: its result is this
     trial's too, since the same configuration trains the same weights. Samplers repeat points in
@@ -470,69 +580,97 @@ def duplicate_of(study: optuna.Study, number: int,
     if not params:
         return None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        if t.number == number or t.user_attrs.get("outcome") in NOT_COPIED \
-                or "outcome" not in t.user_attrs:
+        if (
+            t.number == number
+            or t.user_attrs.get("outcome") in NOT_COPIED
+            or "outcome" not in t.user_attrs
+        ):
             continue
         if set(t.params) == set(params) and all(
-                type(t.params[k]) is type(v) and t.params[k] == v for k, v in params.items()):
+            type(t.params[k]) is type(v) and t.params[k] == v for k, v in params.items()
+        ):
             return t
     return None
 
 
-def _copied(ctx: RunnerContext, trial: optuna.Trial, device: WorkerDevice,
-            params: dict[str, Any], cfg: TrainConfig, earlier: optuna.trial.FrozenTrial,
-            attrs: dict[str, Any]) -> TrialReport:
+def _copied(
+    ctx: RunnerContext,
+    trial: optuna.Trial,
+    device: WorkerDevice,
+    params: dict[str, Any],
+    cfg: TrainConfig,
+    earlier: optuna.trial.FrozenTrial,
+    attrs: dict[str, Any],
+) -> TrialReport:
     """End ``trial`` with ``earlier``'s result, copied and said so: no training, and the sampler
     sees the value (its intermediate values too, for a pruner)."""
     source = earlier.user_attrs.get(COPY_OF_ATTR, earlier.number)
-    copied = {k: v for k, v in earlier.user_attrs.items()
-              if k not in _OWN_RUN_ATTRS and k not in ("outcome", "reason", "constraint")}
+    copied = {
+        k: v
+        for k, v in earlier.user_attrs.items()
+        if k not in _OWN_RUN_ATTRS and k not in ("outcome", "reason", "constraint")
+    }
     attrs.update(copied)
     attrs.update({COPY_OF_ATTR: source, "wall_s": 0.0, "train_s": 0.0})
     outcome = str(earlier.user_attrs["outcome"])
-    reason = (f"copy of trial {source}: the same parameters and seed, so the same "
-              f"configuration; its result is recorded, not trained again "
-              f"({earlier.user_attrs.get('reason', outcome)})")
-    ctx.event("start", number=trial.number, params=params, max_tokens=cfg.max_tokens,
-              worker=device.label)
+    reason = (
+        f"copy of trial {source}: the same parameters and seed, so the same "
+        f"configuration; its result is recorded, not trained again "
+        f"({earlier.user_attrs.get('reason', outcome)})"
+    )
+    ctx.event(
+        "start", number=trial.number, params=params, max_tokens=cfg.max_tokens, worker=device.label
+    )
     for step, value in sorted(earlier.intermediate_values.items()):
         with contextlib.suppress(Exception):  # a value Optuna refuses is not the copy's end
             trial.report(value, step)
-    values = list(earlier.values) if earlier.state == TrialState.COMPLETE and earlier.values \
-        else None
+    values = (
+        list(earlier.values) if earlier.state == TrialState.COMPLETE and earlier.values else None
+    )
     return finish(ctx, trial, outcome, reason, attrs, values)
 
 
-def _attempts(run: _TrialRun, cfg: TrainConfig, run_dir: Path, predicted: int,
-              attrs: dict[str, Any], budget: int | None) -> tuple[Attempt, TrainConfig, int]:
+def _attempts(
+    run: _TrialRun,
+    cfg: TrainConfig,
+    run_dir: Path,
+    predicted: int,
+    attrs: dict[str, Any],
+    budget: int | None,
+) -> tuple[Attempt, TrainConfig, int]:
     """Run the trial's child; with ``oom_policy = "fit"``, once more with the micro-batch halved
     after an OOM. (The last attempt, its config, how many attempts.)"""
     ctx, attempt_no = run.ctx, 1
     while True:
         cfg = _with_memory_limit(ctx, run.device, cfg, predicted, budget)
         attempt = run.attempt(cfg, run_dir, attempt_no)
-        if attempt.outcome == outcomes.OOM and run.spec.limits.oom_policy == "fit" \
-                and attempt_no == 1 and not ctx.stop.stop.is_set():
+        if (
+            attempt.outcome == outcomes.OOM
+            and run.spec.limits.oom_policy == "fit"
+            and attempt_no == 1
+            and not ctx.stop.stop.is_set()
+        ):
             halved = ctx.preflight.halve_batch(cfg)
             if halved is not None:
-                attrs["fitted"] = {"batch_size": halved.batch_size,
-                                   "grad_accum": halved.grad_accum}
+                attrs["fitted"] = {"batch_size": halved.batch_size, "grad_accum": halved.grad_accum}
                 attrs["fit_retry_reason"] = attempt.reason
                 cfg, attempt_no = halved, attempt_no + 1
                 continue
         return attempt, cfg, attempt_no
 
 
-def _environment_failure(ctx: RunnerContext, trial: optuna.Trial, attrs: dict[str, Any],
-                         reason: str) -> TrialReport:
+def _environment_failure(
+    ctx: RunnerContext, trial: optuna.Trial, attrs: dict[str, Any], reason: str
+) -> TrialReport:
     """Fail a trial the environment ended (the worker re-queues it: it is not counted)."""
     report = finish(ctx, trial, outcomes.CRASHED, reason, {**attrs, "environment_failure": True})
     report.environment = True
     return report
 
 
-def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig,
-                       predicted: int, budget: int | None) -> TrainConfig:
+def _with_memory_limit(
+    ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfig, predicted: int, budget: int | None
+) -> TrainConfig:
     """A child's enforced limit, derived from its budget (the study's, or its reservation
     under admission: packed children cannot outgrow the room they were admitted to by much);
     a value fixed in the spec is kept when it is tighter. CPU: ``cpu_memory_limit_bytes``
@@ -541,8 +679,11 @@ def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfi
     if budget is None:
         return cfg
     if device.kind == "cuda":
-        limit = int(budget) if cfg.cuda_memory_limit_bytes is None \
+        limit = (
+            int(budget)
+            if cfg.cuda_memory_limit_bytes is None
             else min(int(budget), cfg.cuda_memory_limit_bytes)
+        )
         return replace(cfg, cuda_memory_limit_bytes=limit)
     if device.kind != "cpu":
         return cfg
@@ -552,8 +693,9 @@ def _with_memory_limit(ctx: RunnerContext, device: WorkerDevice, cfg: TrainConfi
     return replace(cfg, cpu_memory_limit_bytes=limit)
 
 
-def peak_measured(result: dict[str, Any], last: dict[str, Any], peak_rss: int | None,
-                  device: str = "cpu") -> tuple[int | None, str | None]:
+def peak_measured(
+    result: dict[str, Any], last: dict[str, Any], peak_rss: int | None, device: str = "cpu"
+) -> tuple[int | None, str | None]:
     """The trial's measured peak and what it measures (``lm.memory.peak_kind``): the child's
     own (``result.json``, else its last metrics row, measured the same way on its device), else
     the parent's poll of its resident set, which on a GPU is not device memory at all."""
@@ -569,8 +711,11 @@ def peak_measured(result: dict[str, Any], last: dict[str, Any], peak_rss: int | 
 
 
 def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
-    out: dict[str, Any] = {"wall_s": round(a.wall_s, 3), "child_pid": a.child_pid,
-                           "returncode": a.returncode}
+    out: dict[str, Any] = {
+        "wall_s": round(a.wall_s, 3),
+        "child_pid": a.child_pid,
+        "returncode": a.returncode,
+    }
     if a.times.cold_start_s is not None:
         out["cold_start_s"] = round(a.times.cold_start_s, 3)
     if a.times.setup_s is not None:
@@ -595,8 +740,15 @@ def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
     if params:
         out["params"] = params
         out["params_total"] = int(params.get("total", 0))
-    for key in ("bytes_per_token", "train_bytes", "unk_rate", "best_val_bpb", "steps", "device",
-                "resumed_from_tokens"):
+    for key in (
+        "bytes_per_token",
+        "train_bytes",
+        "unk_rate",
+        "best_val_bpb",
+        "steps",
+        "device",
+        "resumed_from_tokens",
+    ):
         if r.get(key) is not None:
             out[key] = r[key]
     for key in FINAL_METRICS:
@@ -613,8 +765,9 @@ def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
 
 def capped(problems: list[str], keep: int = 10) -> list[str]:
     """A list of noted problems as kept on a trial: the first ``keep``, then how many more."""
-    return problems[:keep] + ([f"... and {len(problems) - keep} more"]
-                              if len(problems) > keep else [])
+    return problems[:keep] + (
+        [f"... and {len(problems) - keep} more"] if len(problems) > keep else []
+    )
 
 
 def over_compute_limit(predicted_flops: int, limits: Limits) -> str | None:
@@ -625,8 +778,10 @@ def over_compute_limit(predicted_flops: int, limits: Limits) -> str | None:
     whose every trial is over the limit is refused when it is read (``sweeps.spec``)."""
     if limits.max_flops is None or predicted_flops <= limits.max_flops:
         return None
-    return (f"over the compute limit, not launched: {predicted_flops:.3g} training FLOPs "
-            f"predicted > limits.max_flops = {limits.max_flops:.3g}")
+    return (
+        f"over the compute limit, not launched: {predicted_flops:.3g} training FLOPs "
+        f"predicted > limits.max_flops = {limits.max_flops:.3g}"
+    )
 
 
 def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[str, Any]:
@@ -641,11 +796,16 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
     # (``check_result`` already dropped a value of the wrong type; an older child has none.)
     n_reads = max(0, r.get("n_reads") or 0)
     read_tokens = max(0, r.get("cooldown_tokens_total") or 0)
-    f = flops.count(cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab,
-                       cooldown_tokens=read_tokens)
-    out: dict[str, Any] = {"flops": f.flops, "flops_per_token": f.flops_per_token,
-                           "params_non_embedding": f.params_non_embedding,
-                           "params_embedding": f.params_embedding, "eval_flops": f.eval_flops}
+    f = flops.count(
+        cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab, cooldown_tokens=read_tokens
+    )
+    out: dict[str, Any] = {
+        "flops": f.flops,
+        "flops_per_token": f.flops_per_token,
+        "params_non_embedding": f.params_non_embedding,
+        "params_embedding": f.params_embedding,
+        "eval_flops": f.eval_flops,
+    }
     tps = r.get("tokens_per_s")
     name = _gpu_name(device, str(r.get("device") or ""))
     peak = flops.device_peak(name, cfg.precision) if name else None
@@ -665,8 +825,9 @@ def _gpu_name(device: WorkerDevice, ran_on: str) -> str | None:
     return host.gpu_name(ids[index] if index < len(ids) else str(index))
 
 
-def objective_values(spec: StudySpec, attempt: Attempt,
-                     recorded: dict[str, Any]) -> tuple[list[float], str | None]:
+def objective_values(
+    spec: StudySpec, attempt: Attempt, recorded: dict[str, Any]
+) -> tuple[list[float], str | None]:
     """The study's objective values of a finished run, and the first one that is missing;
     ``recorded`` is the trial's attributes (``flops`` is computed once, there)."""
     r = attempt.result or {}
@@ -689,8 +850,14 @@ def objective_values(spec: StudySpec, attempt: Attempt,
     return values, None
 
 
-def finish(ctx: RunnerContext, trial: optuna.Trial, outcome: str, reason: str,
-           attrs: dict[str, Any], values: list[float] | None = None) -> TrialReport:
+def finish(
+    ctx: RunnerContext,
+    trial: optuna.Trial,
+    outcome: str,
+    reason: str,
+    attrs: dict[str, Any],
+    values: list[float] | None = None,
+) -> TrialReport:
     """Record the trial's user attributes and tell Optuna its state."""
     state = TrialState[outcomes.state_name(outcome)]
     attrs = {**attrs, "outcome": outcome, "reason": reason}
@@ -726,9 +893,10 @@ def write_trial_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> 
         if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
             raise
         kept = {k: values[k] for k in ESSENTIAL_ATTRS if k in values}
-        kept[STORAGE_PROBLEMS] = [*values.get(STORAGE_PROBLEMS, []),
-                                  "the trial's other attributes not stored: "
-                                  + storage.describe_error(exc)]
+        kept[STORAGE_PROBLEMS] = [
+            *values.get(STORAGE_PROBLEMS, []),
+            "the trial's other attributes not stored: " + storage.describe_error(exc),
+        ]
         optuna_compat.write_user_attrs(rdb, trial_id, kept)
 
 

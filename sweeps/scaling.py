@@ -46,10 +46,12 @@ def assign_budgets(trials: pd.DataFrame, tolerance: float = BUDGET_TOLERANCE) ->
     """The budget of each trial (NaN when it has no FLOPs): ``flops_budget`` when the column
     has a value, else the geometric mean of its FLOPs group. A group is a run of sorted
     log10 FLOPs with no gap wider than ``tolerance``."""
-    flops = pd.to_numeric(trials.get("flops", pd.Series(np.nan, index=trials.index)),
-                          errors="coerce").astype(float)
-    given = pd.to_numeric(trials.get("flops_budget", pd.Series(np.nan, index=trials.index)),
-                          errors="coerce").astype(float)
+    flops = pd.to_numeric(
+        trials.get("flops", pd.Series(np.nan, index=trials.index)), errors="coerce"
+    ).astype(float)
+    given = pd.to_numeric(
+        trials.get("flops_budget", pd.Series(np.nan, index=trials.index)), errors="coerce"
+    ).astype(float)
     out = pd.Series(np.nan, index=trials.index, dtype=float)
     ok = np.isfinite(flops) & (flops > 0) & ~np.isfinite(given)
     logs = np.log10(flops[ok]).sort_values()
@@ -106,35 +108,69 @@ class ScalingFit:
 Group = tuple[float, np.ndarray, np.ndarray, np.ndarray]  # budget, sizes, losses, tokens
 
 
-def fit_parabola(budget: float, sizes: np.ndarray, losses: np.ndarray,
-                 tokens: np.ndarray | None = None) -> Parabola:
+def fit_parabola(
+    budget: float, sizes: np.ndarray, losses: np.ndarray, tokens: np.ndarray | None = None
+) -> Parabola:
     """The loss-vs-log-size parabola of one budget and its minimum, or a note why not."""
     sizes, losses = np.asarray(sizes, dtype=float), np.asarray(losses, dtype=float)
-    tokens = (np.full(len(sizes), np.nan) if tokens is None
-              else np.asarray(tokens, dtype=float))
+    tokens = np.full(len(sizes), np.nan) if tokens is None else np.asarray(tokens, dtype=float)
     order = np.argsort(sizes)
     sizes, losses, tokens = sizes[order], losses[order], tokens[order]
     x = np.log10(sizes)
     label = f"budget {budget:.3g} FLOPs"
     if len(np.unique(x)) < MIN_SIZES:
-        return Parabola(budget, sizes, losses, None, None, None, None,
-                        f"{label}: {len(np.unique(x))} sizes, a parabola needs {MIN_SIZES}")
+        return Parabola(
+            budget,
+            sizes,
+            losses,
+            None,
+            None,
+            None,
+            None,
+            f"{label}: {len(np.unique(x))} sizes, a parabola needs {MIN_SIZES}",
+        )
     if sizes.max() < MIN_SIZE_RATIO * sizes.min():
-        return Parabola(budget, sizes, losses, None, None, None, None,
-                        f"{label}: sizes span only x{sizes.max() / sizes.min():.2g}, a parabola "
-                        f"needs x{MIN_SIZE_RATIO:g}")
+        return Parabola(
+            budget,
+            sizes,
+            losses,
+            None,
+            None,
+            None,
+            None,
+            f"{label}: sizes span only x{sizes.max() / sizes.min():.2g}, a parabola "
+            f"needs x{MIN_SIZE_RATIO:g}",
+        )
     a, b, c = _polyfit(x, losses)
     if a <= 0:
-        return Parabola(budget, sizes, losses, (a, b, c), None, None, None,
-                        f"{label}: the loss does not curve up around a minimum")
+        return Parabola(
+            budget,
+            sizes,
+            losses,
+            (a, b, c),
+            None,
+            None,
+            None,
+            f"{label}: the loss does not curve up around a minimum",
+        )
     x_opt = -b / (2 * a)
-    n_opt = 10 ** x_opt
+    n_opt = 10**x_opt
     note = None
     if not x.min() < x_opt < x.max():
-        note = (f"{label}: the minimum (N = {n_opt:.3g}) is at the edge of the sampled sizes "
-                f"{sizes.min():.3g}..{sizes.max():.3g}; extend the grid")
-    return Parabola(budget, sizes, losses, (a, b, c), n_opt, _d_opt(budget, x, tokens, x_opt),
-                    a * x_opt**2 + b * x_opt + c, note)
+        note = (
+            f"{label}: the minimum (N = {n_opt:.3g}) is at the edge of the sampled sizes "
+            f"{sizes.min():.3g}..{sizes.max():.3g}; extend the grid"
+        )
+    return Parabola(
+        budget,
+        sizes,
+        losses,
+        (a, b, c),
+        n_opt,
+        _d_opt(budget, x, tokens, x_opt),
+        a * x_opt**2 + b * x_opt + c,
+        note,
+    )
 
 
 def _d_opt(budget: float, x: np.ndarray, tokens: np.ndarray, x_opt: float) -> float:
@@ -173,33 +209,56 @@ def _column(trials: pd.DataFrame, name: str) -> pd.Series:
     return pd.to_numeric(trials[name], errors="coerce").astype(float)
 
 
-def fit_isoflops(trials: pd.DataFrame, *, size: str = "params_non_embedding",
-                 loss: str = "val_bpb", tokens: str = "tokens_seen", seed: int = 0,
-                 n_boot: int = BOOTSTRAP, confidence: float = CONFIDENCE) -> ScalingFit:
+def fit_isoflops(
+    trials: pd.DataFrame,
+    *,
+    size: str = "params_non_embedding",
+    loss: str = "val_bpb",
+    tokens: str = "tokens_seen",
+    seed: int = 0,
+    n_boot: int = BOOTSTRAP,
+    confidence: float = CONFIDENCE,
+) -> ScalingFit:
     """IsoFLOP fits of the trials with a budget (``assign_budgets``), a size and a loss (the
     caller picks the trials: usually the complete ones)."""
-    frame = pd.DataFrame({"budget": assign_budgets(trials), "size": _column(trials, size),
-                          "loss": _column(trials, loss), "tokens": _column(trials, tokens)})
+    frame = pd.DataFrame(
+        {
+            "budget": assign_budgets(trials),
+            "size": _column(trials, size),
+            "loss": _column(trials, loss),
+            "tokens": _column(trials, tokens),
+        }
+    )
     keep = np.isfinite(frame[["budget", "size", "loss"]]).all(axis=1) & (frame["size"] > 0)
-    groups = [(float(b), g["size"].to_numpy(float), g["loss"].to_numpy(float),
-               g["tokens"].to_numpy(float))
-              for b, g in frame[keep].groupby("budget", sort=True)]
+    groups = [
+        (
+            float(b),
+            g["size"].to_numpy(float),
+            g["loss"].to_numpy(float),
+            g["tokens"].to_numpy(float),
+        )
+        for b, g in frame[keep].groupby("budget", sort=True)
+    ]
     parabolas = [fit_parabola(*g) for g in groups]
     notes = [p.note for p in parabolas if p.note]
     usable = [p for p in parabolas if p.n_opt is not None and p.note is None]
-    fit = ScalingFit(size, loss, parabolas, notes=notes,
-                     tokens_per_param=[p.d_opt / p.n_opt for p in usable])  # type: ignore[operator]
+    fit = ScalingFit(
+        size, loss, parabolas, notes=notes, tokens_per_param=[p.d_opt / p.n_opt for p in usable]
+    )  # type: ignore[operator]
     if len(usable) < MIN_BUDGETS:
-        notes.append(f"{len(usable)} budgets with an inner minimum; the power laws need "
-                     f"{MIN_BUDGETS}")
+        notes.append(
+            f"{len(usable)} budgets with an inner minimum; the power laws need {MIN_BUDGETS}"
+        )
         return fit
     optima = np.log10(_optima(groups))
     n_slope, n_intercept = _line(optima[:, 0], optima[:, 1])
     d_slope, d_intercept = _line(optima[:, 0], optima[:, 2])
     boot = _bootstrap(groups, seed, n_boot)
     if len(boot) < n_boot // 2:
-        notes.append(f"only {len(boot)} of {n_boot} bootstrap resamples gave {MIN_BUDGETS} "
-                     "inner minima: the intervals are unreliable")
+        notes.append(
+            f"only {len(boot)} of {n_boot} bootstrap resamples gave {MIN_BUDGETS} "
+            "inner minima: the intervals are unreliable"
+        )
     n_law = PowerLaw(n_slope, 10**n_intercept, _interval(boot[:, 0], confidence))
     d_law = PowerLaw(d_slope, 10**d_intercept, _interval(boot[:, 1], confidence))
     return ScalingFit(size, loss, parabolas, n_law, d_law, fit.tokens_per_param, notes)

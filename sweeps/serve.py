@@ -128,8 +128,12 @@ class LiveReport:
         and how many times it was served."""
         with self.lock:
             total, finished = self.seen or (0, 0)
-            return {"version": self.version, "trials": total, "finished": finished,
-                    "served": self.served}
+            return {
+                "version": self.version,
+                "trials": total,
+                "finished": finished,
+                "served": self.served,
+            }
 
 
 def _handler(live: LiveReport) -> type[http.server.BaseHTTPRequestHandler]:
@@ -141,9 +145,12 @@ def _handler(live: LiveReport) -> type[http.server.BaseHTTPRequestHandler]:
             elif path == "/version":
                 self._send(200, "application/json", json.dumps(live.state()).encode("utf-8"))
             else:
-                self._send(404, "text/html; charset=utf-8",
-                           f"<p>Not found: {html.escape(path)}; the report is at "
-                           "<a href=\"/\">/</a>.</p>".encode())
+                self._send(
+                    404,
+                    "text/html; charset=utf-8",
+                    f"<p>Not found: {html.escape(path)}; the report is at "
+                    '<a href="/">/</a>.</p>'.encode(),
+                )
 
         def _send(self, status: int, kind: str, body: bytes) -> None:
             self.send_response(status)
@@ -161,8 +168,13 @@ def _handler(live: LiveReport) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(live: LiveReport, *, port: int = DEFAULT_PORT, poll_s: float = POLL_S,
-          say: Callable[[str], None] = print) -> None:
+def serve(
+    live: LiveReport,
+    *,
+    port: int = DEFAULT_PORT,
+    poll_s: float = POLL_S,
+    say: Callable[[str], None] = print,
+) -> None:
     """Build the page, serve it on ``HOST:port`` and rebuild it as trials finish, until Ctrl-C
     or SIGTERM (then return normally). ``SweepsError`` when the study cannot be read or the
     port cannot be bound."""
@@ -184,18 +196,23 @@ def serve(live: LiveReport, *, port: int = DEFAULT_PORT, poll_s: float = POLL_S,
     say("stopped")
 
 
-def _serve(live: LiveReport, port: int, poll_s: float, stop: threading.Event,
-           say: Callable[[str], None]) -> None:
+def _serve(
+    live: LiveReport, port: int, poll_s: float, stop: threading.Event, say: Callable[[str], None]
+) -> None:
     try:
         server = http.server.ThreadingHTTPServer((HOST, port), _handler(live))
     except OSError as exc:
-        raise SweepsError(f"cannot serve on {HOST}:{port}: {exc.strerror or exc}; choose "
-                          "another --port (or --port 0 for a free one)") from None
+        raise SweepsError(
+            f"cannot serve on {HOST}:{port}: {exc.strerror or exc}; choose "
+            "another --port (or --port 0 for a free one)"
+        ) from None
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="sweeps-serve", daemon=True)
     thread.start()
-    say(f"serving the report on http://{HOST}:{server.server_port}/ (rebuilt when trials "
-        f"finish; the page refreshes itself every {live.refresh_s:g} s); Ctrl-C stops")
+    say(
+        f"serving the report on http://{HOST}:{server.server_port}/ (rebuilt when trials "
+        f"finish; the page refreshes itself every {live.refresh_s:g} s); Ctrl-C stops"
+    )
     told = None
     try:
         while not stop.wait(poll_s):

@@ -41,18 +41,25 @@ def distribution(param: ParamSpec) -> BaseDistribution:
     if param.type == "categorical":
         return CategoricalDistribution(list(param.choices or ()))
     if param.type == "int":
-        return IntDistribution(int(param.low), int(param.high), log=param.log,
-                               step=int(param.step or 1))
-    return FloatDistribution(float(param.low), float(param.high), log=param.log,
-                             step=None if param.step is None else float(param.step))
+        return IntDistribution(
+            int(param.low), int(param.high), log=param.log, step=int(param.step or 1)
+        )
+    return FloatDistribution(
+        float(param.low),
+        float(param.high),
+        log=param.log,
+        step=None if param.step is None else float(param.step),
+    )
 
 
 def distributions(spec: StudySpec) -> dict[str, BaseDistribution]:
     """Every parameter's distribution (conditional ones included), for ``enqueue_trial``,
     ``add_trial`` and tables of the space."""
     if spec.design is not None:
-        return {name: CategoricalDistribution(list(spec.design.choices(name)))
-                for name in spec.design.param_names}
+        return {
+            name: CategoricalDistribution(list(spec.design.choices(name)))
+            for name in spec.design.param_names
+        }
     return {p.name: distribution(p) for p in spec.space}
 
 
@@ -63,8 +70,10 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     returns a fixed or already-set parameter), so the same call serves every kind of trial.
     """
     if spec.design is not None:
-        return {name: trial.suggest_categorical(name, list(spec.design.choices(name)))
-                for name in spec.design.param_names}
+        return {
+            name: trial.suggest_categorical(name, list(spec.design.choices(name)))
+            for name in spec.design.param_names
+        }
     return walk_one(spec.space, spec.base_values(), lambda p: suggest_one(trial, p))
 
 
@@ -73,8 +82,7 @@ def suggest_one(trial: optuna.Trial, p: ParamSpec) -> Any:
     if p.type == "categorical":
         return trial.suggest_categorical(p.name, list(p.choices or ()))
     if p.type == "int":
-        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1),
-                                 log=p.log)
+        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
     return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
 
 
@@ -104,9 +112,11 @@ def trial_config(spec: StudySpec, params: dict[str, Any], rates: Rates = known) 
     known_names = set(spec.param_names)
     unknown = sorted(set(params) - known_names)
     if unknown:
-        raise SweepsError(f"study {spec.name!r}: parameter {unknown[0]!r} is not in its space "
-                          f"({', '.join(sorted(known_names)) or 'empty'}); was the spec changed "
-                          "after the study started?")
+        raise SweepsError(
+            f"study {spec.name!r}: parameter {unknown[0]!r} is not in its space "
+            f"({', '.join(sorted(known_names)) or 'empty'}); was the spec changed "
+            "after the study started?"
+        )
     try:
         values = equal_values(spec, spec.trial_values(params), rates)
         # TrainConfig checks the tokenizer's arguments too (lm.tokenizers).
@@ -154,11 +164,15 @@ def cooldown_values(spec: StudySpec, cfg: TrainConfig) -> dict[str, Any]:
     """The config fields of a halving study that reads its rungs after a cooldown: a read at
     every rung below the trial's budget (the runner keeps its bracket's), at the rung's tokens
     for this trial; the pruner's ``cooldown_fraction`` when set."""
-    reads = [halving.rung_tokens(cfg, r) for r in halving.rungs(spec)
-             if r < budget.max_amount(cfg, halving.unit(spec))]
+    reads = [
+        halving.rung_tokens(cfg, r)
+        for r in halving.rungs(spec)
+        if r < budget.max_amount(cfg, halving.unit(spec))
+    ]
     step = cfg.tokens_per_step  # a read is taken at the first step boundary at or past it
-    out: dict[str, Any] = {"cooldown_reads": sorted(set(
-        t for t in reads if -(-t // step) * step < cfg.max_tokens))}
+    out: dict[str, Any] = {
+        "cooldown_reads": sorted(set(t for t in reads if -(-t // step) * step < cfg.max_tokens))
+    }
     if spec.study.pruner.cooldown_fraction is not None:
         out["cooldown_fraction"] = spec.study.pruner.cooldown_fraction
     return out
@@ -176,13 +190,16 @@ def grid_points(spec: StudySpec, limit: int | None = None) -> list[dict[str, Any
     else:
         for p in spec.space:
             if not p.finite:
-                raise SweepsError(f"space.{p.name}: a float range has no grid; give step or use "
-                                  "choices")
+                raise SweepsError(
+                    f"space.{p.name}: a float range has no grid; give step or use choices"
+                )
         cap = MAX_GRID_POINTS if limit is None else limit
         points = list(itertools.islice(iter_grid(spec.space, spec.base_values()), cap + 1))
         if len(points) > cap:
-            raise SweepsError(f"study {spec.name!r}: the space has more than {cap} grid points; "
-                              "coarsen it (step, fewer choices) or use a sampler")
+            raise SweepsError(
+                f"study {spec.name!r}: the space has more than {cap} grid points; "
+                "coarsen it (step, fewer choices) or use a sampler"
+            )
     if limit is not None and len(points) > limit:
         raise SweepsError(f"study {spec.name!r}: {len(points)} points is more than {limit}")
     return points
@@ -193,13 +210,16 @@ def grid_search_space(spec: StudySpec) -> dict[str, list[Any]]:
     space = {p.name: p.values() for p in spec.space}  # lazy: only their lengths so far
     size = math.prod(len(v) for v in space.values())
     if size > MAX_GRID_POINTS:
-        raise SweepsError(f"study {spec.name!r}: the grid has {size} points (more than "
-                          f"{MAX_GRID_POINTS}); coarsen it or use another sampler")
+        raise SweepsError(
+            f"study {spec.name!r}: the grid has {size} points (more than "
+            f"{MAX_GRID_POINTS}); coarsen it or use another sampler"
+        )
     return {name: list(values) for name, values in space.items()}
 
 
-def make_sampler(spec: StudySpec,
-                 constraints_func: ConstraintsFunc | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    spec: StudySpec, constraints_func: ConstraintsFunc | None = None
+) -> optuna.samplers.BaseSampler:
     """The spec's sampler. ``constraints_func`` (trial -> values, > 0 = infeasible) goes to the
     samplers that learn from it (TPE, NSGA-II), so OOM regions stop being proposed."""
     s = spec.study.sampler
@@ -232,19 +252,26 @@ def make_sampler(spec: StudySpec,
             return optuna.samplers.GPSampler(
                 seed=seed,
                 n_startup_trials=10 if s.n_startup_trials is None else s.n_startup_trials,
-                constraints_func=constraints_func, warn_independent_sampling=False)
+                constraints_func=constraints_func,
+                warn_independent_sampling=False,
+            )
         if s.name == "nsga2":
             # Optuna's default population (50) makes a 12-trial study pure random search.
             population = s.population_size or max(4, min(50, spec.study.n_trials // 4))
             return optuna.samplers.NSGAIISampler(
-                seed=seed, population_size=population, constraints_func=constraints_func)
+                seed=seed, population_size=population, constraints_func=constraints_func
+            )
         if s.name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if s.name == "qmc":
             require_scipy("qmc")
             return optuna.samplers.QMCSampler(
-                qmc_type=s.qmc_type, scramble=s.scramble, seed=seed,
-                warn_independent_sampling=False, warn_asynchronous_seeding=False)
+                qmc_type=s.qmc_type,
+                scramble=s.scramble,
+                seed=seed,
+                warn_independent_sampling=False,
+                warn_asynchronous_seeding=False,
+            )
         if s.name == "grid":
             return _GridSampler(grid_search_space(spec), seed=seed)
         if s.name == "bruteforce":
@@ -259,8 +286,9 @@ class _StopOutsideOptimize:
     state is stored first, but ``tell`` would still raise). The runner stops at ``n_trials`` (the
     grid size by default), so the stop request can be dropped there."""
 
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: Any,
-                    values: Sequence[float] | None) -> None:
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: Any, values: Sequence[float] | None
+    ) -> None:
         try:
             super().after_trial(study, trial, state, values)  # type: ignore[misc]
         except RuntimeError as exc:
@@ -281,8 +309,10 @@ def require_scipy(sampler: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("scipy") is None:
-        raise SweepsError(f"sampler {sampler!r} needs scipy, which is not installed; "
-                          "`pip install scipy`, or use sampler = \"random\" or \"tpe\"")
+        raise SweepsError(
+            f"sampler {sampler!r} needs scipy, which is not installed; "
+            '`pip install scipy`, or use sampler = "random" or "tpe"'
+        )
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
@@ -293,6 +323,7 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
     if spec.study.multi_objective or p.name == "none" or p.by_tokens:
         return optuna.pruners.NopPruner()
     if p.name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=p.n_startup_trials,
-                                           n_warmup_steps=p.n_warmup_evals)
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=p.n_startup_trials, n_warmup_steps=p.n_warmup_evals
+        )
     raise SweepsError(f"unknown pruner {p.name!r}")  # unreachable: the spec checked it

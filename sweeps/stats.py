@@ -45,8 +45,9 @@ class Comparison:
             raise ValueError(f"p must be in [0, 1] or NaN, got {self.p}")
 
 
-def compare(values: Mapping[Any, float], reference: Mapping[Any, float],
-            confidence: float = CONFIDENCE) -> Comparison:
+def compare(
+    values: Mapping[Any, float], reference: Mapping[Any, float], confidence: float = CONFIDENCE
+) -> Comparison:
     """``values`` against ``reference``, each by seed. Two or more shared seeds: a paired t-test
     (``scipy.stats.ttest_rel``) on the shared seeds. Otherwise, with two or more on each side,
     Welch's test (``ttest_ind(equal_var=False)``). Otherwise no test (NaN p and interval)."""
@@ -61,12 +62,21 @@ def compare(values: Mapping[Any, float], reference: Mapping[Any, float],
         if np.ptp(d) == 0.0:
             # Identical differences: t is 0/0, and no spread means nothing to test a
             # difference against (two seeds that moved alike say nothing of a third): no test.
-            return Comparison(len(shared), unpaired, "none", float(d[0]), math.nan, math.nan,
-                              math.nan, 0.0)
+            return Comparison(
+                len(shared), unpaired, "none", float(d[0]), math.nan, math.nan, math.nan, 0.0
+            )
         res = stats.ttest_rel(a, b)
         ci = res.confidence_interval(confidence_level=confidence)
-        return Comparison(len(shared), unpaired, "paired t", float(d.mean()), float(ci.low),
-                          float(ci.high), float(res.pvalue), float(d.std(ddof=1)))
+        return Comparison(
+            len(shared),
+            unpaired,
+            "paired t",
+            float(d.mean()),
+            float(ci.low),
+            float(ci.high),
+            float(res.pvalue),
+            float(d.std(ddof=1)),
+        )
     x = np.array(list(values.values()), dtype=float)
     y = np.array(list(reference.values()), dtype=float)
     diff = float(x.mean() - y.mean()) if len(x) and len(y) else math.nan
@@ -74,11 +84,17 @@ def compare(values: Mapping[Any, float], reference: Mapping[Any, float],
         res = stats.ttest_ind(x, y, equal_var=False)
         ci = res.confidence_interval(confidence_level=confidence)
         pooled = math.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2)
-        return Comparison(len(shared), tuple(sorted(set(values) | set(reference), key=str)),
-                          "Welch t", diff, float(ci.low), float(ci.high), float(res.pvalue),
-                          pooled)
-    return Comparison(len(shared), unpaired, "none", diff, math.nan, math.nan, math.nan,
-                      math.nan)
+        return Comparison(
+            len(shared),
+            tuple(sorted(set(values) | set(reference), key=str)),
+            "Welch t",
+            diff,
+            float(ci.low),
+            float(ci.high),
+            float(res.pvalue),
+            pooled,
+        )
+    return Comparison(len(shared), unpaired, "none", diff, math.nan, math.nan, math.nan, math.nan)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -94,8 +110,9 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
-def seeds_needed(diff: float, spread: float, alpha: float, *, paired: bool,
-                 power: float = POWER) -> int | None:
+def seeds_needed(
+    diff: float, spread: float, alpha: float, *, paired: bool, power: float = POWER
+) -> int | None:
     """The seeds per arm a two-sided t-test at ``alpha`` needs to detect ``diff`` with
     ``power``, at the measured ``spread`` (paired: sd of the differences; unpaired: the arms'
     sd): the noncentral t distribution (``scipy.stats.nct``). None above ``MAX_SEEDS``."""

@@ -83,10 +83,15 @@ def mask_url(url: str) -> str:
         parsed = parsed.set(host=parsed.host.rpartition("@")[2])
     shown = parsed.set(query={}).render_as_string(hide_password=True)
     if parsed.query:
-        pairs = [(k, v) for k, vs in parsed.query.items()
-                 for v in (vs if isinstance(vs, tuple) else (vs,))]
-        shown += "?" + "&".join(f"{quote_plus(k)}=" + ("***" if k.lower() == "password"
-                                                       else quote_plus(v)) for k, v in pairs)
+        pairs = [
+            (k, v)
+            for k, vs in parsed.query.items()
+            for v in (vs if isinstance(vs, tuple) else (vs,))
+        ]
+        shown += "?" + "&".join(
+            f"{quote_plus(k)}=" + ("***" if k.lower() == "password" else quote_plus(v))
+            for k, v in pairs
+        )
     return shown
 
 
@@ -104,8 +109,10 @@ def _mask_unparsed(url: str) -> str:
         rest = f"***@{host}"
     path, q, query = rest.partition("?")
     if q:
-        query = "&".join((p.split("=", 1)[0] + "=***") if p.lower().startswith("password=")
-                         else p for p in query.split("&"))
+        query = "&".join(
+            (p.split("=", 1)[0] + "=***") if p.lower().startswith("password=") else p
+            for p in query.split("&")
+        )
     return f"{scheme}{sep}{path}{q}{query}"
 
 
@@ -114,16 +121,23 @@ def normalize_url(url: str) -> str:
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
-        raise SweepsError(f"storage URL {mask_url(url)!r} is not a database URL; use e.g. "
-                          f"{DEFAULT_URL} or postgresql://user@host/dbname") from None
+        raise SweepsError(
+            f"storage URL {mask_url(url)!r} is not a database URL; use e.g. "
+            f"{DEFAULT_URL} or postgresql://user@host/dbname"
+        ) from None
     database = parsed.database or ""
     if parsed.get_backend_name() == "sqlite" and (
-            database in ("", ":memory:") or database.startswith("file::memory:")
-            or "mode=memory" in database or parsed.query.get("mode") == "memory"):
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "mode=memory" in database
+        or parsed.query.get("mode") == "memory"
+    ):
         # Each connection would get its own empty database: workers and trial processes could
         # never see the study.
-        raise SweepsError(f"storage {mask_url(url)} is an in-memory SQLite database, which "
-                          "every process sees empty; use a file, e.g. sqlite:///sweeps.db")
+        raise SweepsError(
+            f"storage {mask_url(url)} is an in-memory SQLite database, which "
+            "every process sees empty; use a file, e.g. sqlite:///sweeps.db"
+        )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
         return parsed.render_as_string(hide_password=False)
@@ -172,15 +186,20 @@ def _new_sqlite_file(url: str) -> Path | None:
     """The SQLite file ``url`` names when it does not exist yet (this open would create it)."""
     parsed = sa.engine.make_url(url)
     database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" \
-            or database.startswith("file:"):
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or not database
+        or database == ":memory:"
+        or database.startswith("file:")
+    ):
         return None
     path = Path(database).expanduser()
     return None if path.exists() else path
 
 
-def _open_rdb(url: str, shown: str, engine_kwargs: dict[str, Any],
-              heartbeat: dict[str, Any]) -> RDBStorage:
+def _open_rdb(
+    url: str, shown: str, engine_kwargs: dict[str, Any], heartbeat: dict[str, Any]
+) -> RDBStorage:
     # Several workers starting at once on a new database race to create the same tables (and
     # Optuna's version row): the loser sees "already exists" and simply tries again.
     for attempt in range(4):
@@ -228,9 +247,11 @@ def _engine_kwargs(url: str, shown: str) -> dict[str, Any]:
         with probe.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
     except ImportError as exc:
-        raise SweepsError(f"storage {mask_url(shown)}: the database driver is not installed "
-                          f"({exc.name or exc}); for PostgreSQL install psycopg[binary] and use "
-                          "postgresql://") from None
+        raise SweepsError(
+            f"storage {mask_url(shown)}: the database driver is not installed "
+            f"({exc.name or exc}); for PostgreSQL install psycopg[binary] and use "
+            "postgresql://"
+        ) from None
     except (sa.exc.SQLAlchemyError, OSError) as exc:
         raise _storage_error(shown, exc) from None
     finally:
@@ -247,8 +268,10 @@ def _sqlite_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
     if path.is_dir():
         raise _is_a_directory(url, path)
     if not path.parent.is_dir():
-        raise SweepsError(f"storage {mask_url(url)}: directory {path.parent} does not exist; "
-                          "create it first or point the URL at an existing directory")
+        raise SweepsError(
+            f"storage {mask_url(url)}: directory {path.parent} does not exist; "
+            "create it first or point the URL at an existing directory"
+        )
 
     def connect() -> sqlite3.Connection:
         # check_same_thread=False: Optuna's heartbeat thread and the pool share connections.
@@ -359,29 +382,37 @@ def check_schema(conn: sa.Connection, shown: str) -> None:
         return
     masked = mask_url(shown)
     if current in {r.revision for r in script.walk_revisions()}:
-        raise SweepsError(f"storage {masked} has an older Optuna schema ({current}, this Optuna "
-                          f"reads {head}); upgrade it with `optuna storage upgrade --storage "
-                          f"{masked}`")
-    raise SweepsError(f"storage {masked} was written by a newer Optuna (schema {current}, this "
-                      f"one reads {head}); upgrade Optuna (`pip install -U optuna`)")
+        raise SweepsError(
+            f"storage {masked} has an older Optuna schema ({current}, this Optuna "
+            f"reads {head}); upgrade it with `optuna storage upgrade --storage "
+            f"{masked}`"
+        )
+    raise SweepsError(
+        f"storage {masked} was written by a newer Optuna (schema {current}, this "
+        f"one reads {head}); upgrade Optuna (`pip install -U optuna`)"
+    )
 
 
 def require_sweeps_database(conn: sa.Connection, shown: str) -> None:
     """``SweepsError`` unless the database holds Optuna's tables (those of sweeps' studies)."""
     names = set(sa.inspect(conn).get_table_names())
     if not {"studies", "version_info"} <= names:
-        raise SweepsError(f"storage {mask_url(shown)} is not a sweeps database: it holds no "
-                          "Optuna study (no `studies` table); check --storage, or run a study "
-                          "first with `sweeps run SPEC`")
-
+        raise SweepsError(
+            f"storage {mask_url(shown)} is not a sweeps database: it holds no "
+            "Optuna study (no `studies` table); check --storage, or run a study "
+            "first with `sweeps run SPEC`"
+        )
 
 
 def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
     """(checked engine, normalized URL, engine settings, URL as written) for the readers."""
     shown, url = url, normalize_url(url)
     parsed = sa.engine.make_url(url)
-    kwargs = (_sqlite_read_only_kwargs(shown, parsed) if parsed.get_backend_name() == "sqlite"
-              else _engine_kwargs(url, shown))  # PostgreSQL: readers issue no DDL at all
+    kwargs = (
+        _sqlite_read_only_kwargs(shown, parsed)
+        if parsed.get_backend_name() == "sqlite"
+        else _engine_kwargs(url, shown)
+    )  # PostgreSQL: readers issue no DDL at all
     engine = sa.create_engine(url, **kwargs)
     try:
         with engine.connect() as conn:
@@ -397,8 +428,10 @@ def _read_only(url: str) -> tuple[sa.Engine, str, dict[str, Any], str]:
 
 
 def _is_a_directory(url: str, path: Path) -> SweepsError:
-    return SweepsError(f"storage {mask_url(url)}: {path} is a directory; give a file path, "
-                       "e.g. sqlite:///sweeps.db")
+    return SweepsError(
+        f"storage {mask_url(url)}: {path} is a directory; give a file path, "
+        "e.g. sqlite:///sweeps.db"
+    )
 
 
 def _sqlite_read_only_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
@@ -409,8 +442,10 @@ def _sqlite_read_only_kwargs(url: str, parsed: sa.URL) -> dict[str, Any]:
     if path.is_dir():  # not "does not exist": it does, as a directory
         raise _is_a_directory(url, path)
     if not path.is_file():
-        raise SweepsError(f"no database at {mask_url(url)} ({path} does not exist); run a study "
-                          "first with `sweeps run SPEC`, or pass --storage")
+        raise SweepsError(
+            f"no database at {mask_url(url)} ({path} does not exist); run a study "
+            "first with `sweeps run SPEC`, or pass --storage"
+        )
     target = path.resolve().as_uri()
 
     def connect() -> sqlite3.Connection:
@@ -434,7 +469,6 @@ def _wal_mode(path: Path) -> bool:
     except OSError:
         return False
     return header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
-
 
 
 def describe_error(exc: BaseException) -> str:
@@ -465,27 +499,33 @@ def _storage_error(url: str, exc: BaseException) -> SweepsError:
     elif url.startswith("sqlite"):
         hint = _sqlite_hint(first)
     else:
-        hint = ("check host, port, user and database name (create the database first, e.g. "
-                "`createdb sweeps`), or use sqlite:///sweeps.db")
+        hint = (
+            "check host, port, user and database name (create the database first, e.g. "
+            "`createdb sweeps`), or use sqlite:///sweeps.db"
+        )
     return SweepsError(" ".join(f"cannot open storage {masked}: {first}; {hint}".split()))
 
 
 #: SQLite's words for a failure, and what to do about it: a read-only file or a full disk is
 #: not a damaged database, and "check the file is a SQLite database" sent people the wrong way.
 _SQLITE_HINTS = (
-    ("readonly", "the file or its directory is read-only: make both writable (SQLite writes a "
-                 "journal beside the file) or copy the database somewhere writable"),
+    (
+        "readonly",
+        "the file or its directory is read-only: make both writable (SQLite writes a "
+        "journal beside the file) or copy the database somewhere writable",
+    ),
     ("disk is full", "the disk is full: free some space"),
     ("disk i/o error", "the disk failed or is full: check it and free some space"),
-    ("unable to open", "check that the file and its directory exist and are readable and "
-                       "writable"),
+    ("unable to open", "check that the file and its directory exist and are readable and writable"),
 )
 
 
 def _sqlite_hint(first: str) -> str:
     lowered = first.lower()
-    return next((hint for words, hint in _SQLITE_HINTS if words in lowered),
-                "check the file is a SQLite database written by sweeps/Optuna")
+    return next(
+        (hint for words, hint in _SQLITE_HINTS if words in lowered),
+        "check the file is a SQLite database written by sweeps/Optuna",
+    )
 
 
 def _parsed(url: str) -> sa.URL | None:
@@ -505,8 +545,9 @@ def _scrub(text: str, url: str) -> str:
     if "@" in host:
         leaked, _, clean = host.rpartition("@")
         text = text.replace(host, f"***@{clean}").replace(leaked, "***")
-    secrets = [parsed.password or ""] + [str(v) for k, v in parsed.query.items()
-                                          if k.lower() == "password"]
+    secrets = [parsed.password or ""] + [
+        str(v) for k, v in parsed.query.items() if k.lower() == "password"
+    ]
     for secret in filter(None, secrets):
         text = text.replace(secret, "***")
     return text

@@ -26,8 +26,10 @@ if TYPE_CHECKING:
     from lm.corpus import Progress
     from sweeps.spec import StudySpec
 
-def check_run_options(workers: int | None, n_trials: int | None, heartbeat: int, grace: int,
-                      launcher: str) -> None:
+
+def check_run_options(
+    workers: int | None, n_trials: int | None, heartbeat: int, grace: int, launcher: str
+) -> None:
     """The options of ``sweeps run`` and ``sweeps worker``, before anything is opened
     (``workers``: the cap on concurrent trials, None for none)."""
     if workers is not None and workers < 1:
@@ -35,8 +37,9 @@ def check_run_options(workers: int | None, n_trials: int | None, heartbeat: int,
     if n_trials is not None and n_trials < 1:
         raise SweepsError(f"--n-trials must be >= 1, got {n_trials}")
     if heartbeat < 1 or grace <= heartbeat:
-        raise SweepsError(f"--grace ({grace}) must be longer than --heartbeat ({heartbeat}), "
-                          "and --heartbeat >= 1")
+        raise SweepsError(
+            f"--grace ({grace}) must be longer than --heartbeat ({heartbeat}), and --heartbeat >= 1"
+        )
     if launcher not in LAUNCHER_KINDS:
         raise SweepsError(f"--launcher must be auto, fork or subprocess, got {launcher!r}")
 
@@ -47,15 +50,19 @@ def check_n_trials(spec: StudySpec, n_trials: int | None) -> None:
 
     problem = None if n_trials is None else too_many_cells(spec, n_trials)
     if problem is not None:
-        raise SweepsError(f"--n-trials is {n_trials}, but {problem}; use at most the grid's "
-                          "cells or leave --n-trials out")
+        raise SweepsError(
+            f"--n-trials is {n_trials}, but {problem}; use at most the grid's "
+            "cells or leave --n-trials out"
+        )
 
 
 def concurrency_cap(workers: int | None, max_concurrent: int | None) -> int | None:
     """``--max-concurrent`` or its older name ``--workers``: one cap, or None (the host's)."""
     if workers is not None and max_concurrent is not None and workers != max_concurrent:
-        raise SweepsError(f"--workers {workers} and --max-concurrent {max_concurrent} disagree; "
-                          "give one of them (they mean the same)")
+        raise SweepsError(
+            f"--workers {workers} and --max-concurrent {max_concurrent} disagree; "
+            "give one of them (they mean the same)"
+        )
     return max_concurrent if max_concurrent is not None else workers
 
 
@@ -86,16 +93,20 @@ def check_runs_dir(runs_dir: Path) -> None:
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise SweepsError(f"--runs-dir {runs_dir}: {existing} is not a directory; give a "
-                          "directory where trials can write")
+        raise SweepsError(
+            f"--runs-dir {runs_dir}: {existing} is not a directory; give a "
+            "directory where trials can write"
+        )
     try:
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".sweeps-probe-") as probe:
             probe.write(b"x" * 4096)
             probe.flush()
             os.fsync(probe.fileno())
     except OSError as exc:
-        raise SweepsError(f"--runs-dir {runs_dir} is not writable ({exc.strerror or exc}); "
-                          "free space or give a writable --runs-dir") from None
+        raise SweepsError(
+            f"--runs-dir {runs_dir} is not writable ({exc.strerror or exc}); "
+            "free space or give a writable --runs-dir"
+        ) from None
 
 
 # --- the corpus ----------------------------------------------------------------------------------
@@ -112,9 +123,15 @@ def prepare_corpus(spec: StudySpec, progress: Progress | None = None) -> dict[st
     from lm import corpus
 
     c = spec.corpus
-    return corpus.prepare(c.dir, sources=c.source, format=c.format,
-                          synthetic_size=c.synthetic_size, seed=c.synthetic_seed,
-                          val_fraction=c.val_fraction, progress=progress)
+    return corpus.prepare(
+        c.dir,
+        sources=c.source,
+        format=c.format,
+        synthetic_size=c.synthetic_size,
+        seed=c.synthetic_seed,
+        val_fraction=c.val_fraction,
+        progress=progress,
+    )
 
 
 def check_corpus(spec: StudySpec) -> None:
@@ -171,7 +188,8 @@ def check_corpus_fits(spec: StudySpec) -> None:
                     f"seq_len={seq_len} from {where} cannot run on corpus {spec.corpus.dir}: "
                     f"its {split} split holds at most {n:,} tokens with tokenizer {kind!r} "
                     f"(vocab_size {vocab}), fewer than seq_len + 1 = {int(seq_len) + 1:,}; "
-                    f"use seq_len {max(n - 1, 1):,} or less, or a bigger corpus")
+                    f"use seq_len {max(n - 1, 1):,} or less, or a bigger corpus"
+                )
 
 
 # --- studies -------------------------------------------------------------------------------------
@@ -185,8 +203,15 @@ def open_existing(url: str) -> Any:
     return st_mod.read_only_storage(url)
 
 
-def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: int,
-               grace: int, from_study: str | None = None) -> tuple[Any, optuna.Study, bool]:
+def open_study(
+    spec: StudySpec,
+    url: str,
+    *,
+    n_trials: int | None,
+    heartbeat: int,
+    grace: int,
+    from_study: str | None = None,
+) -> tuple[Any, optuna.Study, bool]:
     """Create the spec's study (with its enqueued trials, and with ``from_study``'s finished
     trials carried over: ``sweeps.warm_start``) or resume it: (storage, the study as workers use it,
     whether it was created)."""
@@ -194,8 +219,9 @@ def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: in
     from sweeps import warm_start
     from sweeps import workers as wk
 
-    st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
-                             max_retries=spec.limits.max_retries)
+    st = st_mod.open_storage(
+        url, heartbeat_interval=heartbeat, grace_period=grace, max_retries=spec.limits.max_retries
+    )
     from sweeps import optuna_compat
 
     optuna_compat.quiet_optuna()
@@ -204,8 +230,9 @@ def open_study(spec: StudySpec, url: str, *, n_trials: int | None, heartbeat: in
     return st, load_study(st, spec.name, url, spec), created
 
 
-def join_study(name: str, url: str, *, heartbeat: int,
-               grace: int) -> tuple[StudySpec, Any, optuna.Study]:
+def join_study(
+    name: str, url: str, *, heartbeat: int, grace: int
+) -> tuple[StudySpec, Any, optuna.Study]:
     """A study started by ``sweeps run``, its spec read from the database: (spec, storage,
     the study as workers use it). Its corpus is the caller's to prepare or check."""
     import os
@@ -216,8 +243,9 @@ def join_study(name: str, url: str, *, heartbeat: int,
     plain = open_existing(url)
     spec = wk.spec_from_study(load_study(plain, name, url))
     plain.engine.dispose()
-    st = st_mod.open_storage(url, heartbeat_interval=heartbeat, grace_period=grace,
-                             max_retries=spec.limits.max_retries)
+    st = st_mod.open_storage(
+        url, heartbeat_interval=heartbeat, grace_period=grace, max_retries=spec.limits.max_retries
+    )
     # A joining process draws its own random numbers, not the first worker's. Not its pid: the
     # seed is the spec's + trials run + this, and two tasks of a Slurm array start together,
     # with pids a few apart and counts of trials run a few apart: pid + count collided, and
@@ -226,8 +254,9 @@ def join_study(name: str, url: str, *, heartbeat: int,
     return spec, st, load_study(st, name, url, spec, extra_seed_offset=extra)
 
 
-def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
-               extra_seed_offset: int = 0) -> optuna.Study:
+def load_study(
+    st: Any, name: str, url: str, spec: StudySpec | None = None, extra_seed_offset: int = 0
+) -> optuna.Study:
     """The study ``name``; with ``spec``, with the spec's sampler and pruner, seeded past the
     trials already run (a resumed run must not replay the first run's random draws)."""
     import optuna
@@ -243,18 +272,21 @@ def load_study(st: Any, name: str, url: str, spec: StudySpec | None = None,
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)]
         hint = closest(name, names)
-        raise SweepsError(f"no study {name!r} in {st_mod.mask_url(url)}"
-                          + (f" (did you mean {hint!r}?)" if hint else "")
-                          + "; start it with `sweeps run SPEC`, or list studies with "
-                          "`sweeps status`") from None
+        raise SweepsError(
+            f"no study {name!r} in {st_mod.mask_url(url)}"
+            + (f" (did you mean {hint!r}?)" if hint else "")
+            + "; start it with `sweeps run SPEC`, or list studies with "
+            "`sweeps status`"
+        ) from None
     if spec is None:
         return plain
     ran = sum(t.state != TrialState.WAITING for t in plain.get_trials(deepcopy=False))
     return wk.load_for_workers(spec, st, seed_offset=ran + extra_seed_offset)
 
 
-def budget_warnings(spec: StudySpec, overrides: dict[str, Any] | None = None,
-                    samples: int = 200) -> list[str]:
+def budget_warnings(
+    spec: StudySpec, overrides: dict[str, Any] | None = None, samples: int = 200
+) -> list[str]:
     """``TrainConfig.budget_warnings`` over the spec's space (its grid, or a seeded sample;
     ``overrides`` as ``sweeps estimate SPEC --<field>`` applies them), one line per kind, with
     how many of the points it holds for."""
@@ -274,9 +306,12 @@ def budget_warnings(spec: StudySpec, overrides: dict[str, Any] | None = None,
         valid += 1
         for warning in cfg.budget_warnings():
             found.setdefault(warning.split(" ", 1)[0], []).append(warning)
-    return [messages[0] if len(messages) == valid == 1 else
-            f"{len(messages)} of {valid} points of the {how}, e.g. {messages[0]}"
-            for messages in found.values()]
+    return [
+        messages[0]
+        if len(messages) == valid == 1
+        else f"{len(messages)} of {valid} points of the {how}, e.g. {messages[0]}"
+        for messages in found.values()
+    ]
 
 
 # --- rows for status and trials ------------------------------------------------------------------
@@ -331,8 +366,9 @@ def _baseline(spec: Any, best: Any) -> float | None:
 def best_text(study: optuna.Study, trials: list[Any] | None = None) -> str:
     """The best value with its unigram baseline (one objective) or the Pareto front's size."""
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
-    return _best_text(study.directions, study.user_attrs.get("spec"), trials,
-                      best_trial(study, trials))
+    return _best_text(
+        study.directions, study.user_attrs.get("spec"), trials, best_trial(study, trials)
+    )
 
 
 def _best_text(directions: list[Any], spec: Any, trials: list[Any], best: Any) -> str:
@@ -356,8 +392,11 @@ def outcome_counts(trials: list[Any], *, finished_only: bool = False) -> Counter
     from sweeps import workers as wk
 
     gone = wk.superseded_numbers(trials)
-    return Counter(wk.trial_outcome(t) for t in trials if t.number not in gone
-                   and (t.state.is_finished() or not finished_only))
+    return Counter(
+        wk.trial_outcome(t)
+        for t in trials
+        if t.number not in gone and (t.state.is_finished() or not finished_only)
+    )
 
 
 def ordered_counts(counts: Counter[str]) -> dict[str, int]:
@@ -378,17 +417,30 @@ def study_rows(st: Any) -> list[dict[str, Any]]:
     out = []
     with st_mod.read_transaction(st.engine) as conn:
         # Each study read on its own: one damaged value must not fail every study's row.
-        studies = conn.execute(sa.select(STUDIES_TABLE.c.study_id, STUDIES_TABLE.c.study_name)
-                               .order_by(STUDIES_TABLE.c.study_id)).all()
+        studies = conn.execute(
+            sa.select(STUDIES_TABLE.c.study_id, STUDIES_TABLE.c.study_name).order_by(
+                STUDIES_TABLE.c.study_id
+            )
+        ).all()
         for study_id, name in studies:
             try:
                 out.append(_study_row(st, conn, study_id, name))
             except ValueError as exc:  # a stored JSON value that is not JSON
-                out.append({"study": name, "n_trials": 0, "finished": 0, "retried": 0,
-                            "outcomes": {}, "best": f"unreadable: a stored value is damaged "
-                            f"({str(exc)[:80]}); `sweeps delete {name}` removes it",
-                            "best_value": None, "best_unigram_baseline": None,
-                            "calibration_factor": 1.0, "memory_budget_bytes": None})
+                out.append(
+                    {
+                        "study": name,
+                        "n_trials": 0,
+                        "finished": 0,
+                        "retried": 0,
+                        "outcomes": {},
+                        "best": f"unreadable: a stored value is damaged "
+                        f"({str(exc)[:80]}); `sweeps delete {name}` removes it",
+                        "best_value": None,
+                        "best_unigram_baseline": None,
+                        "calibration_factor": 1.0,
+                        "memory_budget_bytes": None,
+                    }
+                )
     return out
 
 
@@ -402,8 +454,9 @@ def _study_row(st: Any, conn: Any, study_id: int, name: str) -> dict[str, Any]:
     directions = optuna_compat.study_directions(conn, study_id)
     # What a summary counts of each trial besides its state and values: its outcome, its
     # retries (a superseded trial is not counted) and whether it was carried (``run --from``).
-    trials = optuna_compat.summary_trials(conn, study_id, user_keys=("outcome", CARRIED_FROM),
-                                          system_keys=("retry_history",))
+    trials = optuna_compat.summary_trials(
+        conn, study_id, user_keys=("outcome", CARRIED_FROM), system_keys=("retry_history",)
+    )
     spec = attrs.get("spec")
     spec_n = (spec or {}).get("study", {}).get("n_trials")
     n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
@@ -434,21 +487,25 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
     for t in trials:
         a = t.user_attrs
-        rows.append({
-            "number": t.number,
-            "state": t.state.name,
-            # A queued trial has no parameters yet, only those it will be asked with.
-            "params": dict(t.params) or dict(t.system_attrs.get("fixed_params") or {}),
-            "outcome": wk.trial_outcome(t),
-            "retried": t.number in gone,
-            "reason": a.get("reason") or ("failed by a heartbeat: its worker stopped"
-                                          if t.state.name == "FAIL" else None),
-            "val_bpb": a.get("val_bpb"),
-            "unigram_bpb": a.get("unigram_bpb"),
-            "peak_mem_bytes": a.get("peak_mem_bytes"),
-            "wall_s": a.get("wall_s"),
-            "flops": a.get("flops"),
-            "slurm_job": a.get("slurm_job"),
-            "values": t.values,
-        })
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                # A queued trial has no parameters yet, only those it will be asked with.
+                "params": dict(t.params) or dict(t.system_attrs.get("fixed_params") or {}),
+                "outcome": wk.trial_outcome(t),
+                "retried": t.number in gone,
+                "reason": a.get("reason")
+                or (
+                    "failed by a heartbeat: its worker stopped" if t.state.name == "FAIL" else None
+                ),
+                "val_bpb": a.get("val_bpb"),
+                "unigram_bpb": a.get("unigram_bpb"),
+                "peak_mem_bytes": a.get("peak_mem_bytes"),
+                "wall_s": a.get("wall_s"),
+                "flops": a.get("flops"),
+                "slurm_job": a.get("slurm_job"),
+                "values": t.values,
+            }
+        )
     return rows

@@ -36,7 +36,8 @@ _CONTROLS = (*range(0x20), 0x7F, *range(0x80, 0xA0))  # Unicode category Cc
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
 _ESCAPE_ALL = {c: _NAMED.get(c, f"\\x{c:02x}") for c in _CONTROLS} | {
-    c: f"\\u{c:04x}" for c in _BIDI}
+    c: f"\\u{c:04x}" for c in _BIDI
+}
 _ESCAPE_BUT_LAYOUT = {c: e for c, e in _ESCAPE_ALL.items() if c not in (0x09, 0x0A)}
 
 
@@ -75,5 +76,6 @@ def elide(text: str, limit: int = MAX_LINE_CHARS) -> str:
     if len(text) <= limit:
         return text
     head = limit - _TAIL_CHARS - 40
-    return f"{text[:head]} ...[{len(text) - head - _TAIL_CHARS:,} characters]... " \
-        f"{text[-_TAIL_CHARS:]}"
+    return (
+        f"{text[:head]} ...[{len(text) - head - _TAIL_CHARS:,} characters]... {text[-_TAIL_CHARS:]}"
+    )

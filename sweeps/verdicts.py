@@ -57,8 +57,7 @@ class Verdict:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | None:
@@ -70,19 +69,25 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
     n = len(history)
     # A row without the key had a value of the wrong type (dropped by the runner): not judged.
     if "val_loss" in last and not _finite(last["val_loss"]):
-        return Verdict(outcomes.DIVERGED, f"val_loss is not finite ({last.get('val_loss')}) at "
-                       f"evaluation {n} ({_tokens(last)} tokens)")
+        return Verdict(
+            outcomes.DIVERGED,
+            f"val_loss is not finite ({last.get('val_loss')}) at "
+            f"evaluation {n} ({_tokens(last)} tokens)",
+        )
     if n <= limits.patience:
         return None
     earlier = [r["val_loss"] for r in history[: n - limits.patience] if _finite(r.get("val_loss"))]
     if not earlier:
         return None
     best = min(earlier)
-    recent = [r.get("val_loss") for r in history[n - limits.patience:]]
+    recent = [r.get("val_loss") for r in history[n - limits.patience :]]
     if best > 0 and all(_finite(v) and v > limits.ratio * best for v in recent):
-        return Verdict(outcomes.DIVERGED, f"val_loss {recent[-1]:.4g} above {limits.ratio:g} x the "
-                       f"best {best:.4g} for {limits.patience} evaluation(s), at "
-                       f"{_tokens(last)} tokens")
+        return Verdict(
+            outcomes.DIVERGED,
+            f"val_loss {recent[-1]:.4g} above {limits.ratio:g} x the "
+            f"best {best:.4g} for {limits.patience} evaluation(s), at "
+            f"{_tokens(last)} tokens",
+        )
     return None
 
 
@@ -113,13 +118,17 @@ def under_trained_note(cfg: TrainConfig, limits: CollapseLimits) -> str | None:
     limit, reached = short
     steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     if limit == "min_steps":
-        return (f"{steps} optimizer steps, fewer than the {limits.min_steps} needed to judge "
-                "its predictions (limits.collapse.min_steps); it runs to the end unjudged")
-    return (f"its learning rate summed over its {steps:,} optimizer steps is {reached:.3g}, "
-            f"below the {limits.min_lr_sum:g} needed to judge its predictions "
-            "(limits.collapse.min_lr_sum: AdamW moves a weight by about lr at most per "
-            "step, so its weights cannot move far from where they started); it runs to the "
-            "end unjudged")
+        return (
+            f"{steps} optimizer steps, fewer than the {limits.min_steps} needed to judge "
+            "its predictions (limits.collapse.min_steps); it runs to the end unjudged"
+        )
+    return (
+        f"its learning rate summed over its {steps:,} optimizer steps is {reached:.3g}, "
+        f"below the {limits.min_lr_sum:g} needed to judge its predictions "
+        "(limits.collapse.min_lr_sum: AdamW moves a weight by about lr at most per "
+        "step, so its weights cannot move far from where they started); it runs to the "
+        "end unjudged"
+    )
 
 
 def trained_enough(row: Row, limits: CollapseLimits) -> bool:
@@ -145,8 +154,12 @@ def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
     if not trained_enough(row, limits):
         return None
     argmax, samples = row.get("unk_argmax_rate"), row.get("unk_rate_samples")
-    if _finite(argmax) and _finite(samples) and argmax > limits.max_unk_argmax \
-            and samples > limits.max_unk_samples:
+    if (
+        _finite(argmax)
+        and _finite(samples)
+        and argmax > limits.max_unk_argmax
+        and samples > limits.max_unk_samples
+    ):
         return outcomes.UNK_DOMINATED
     stats = _stats(row)
     if stats is None:
@@ -172,8 +185,9 @@ def still_learning(history: Sequence[Row], limits: CollapseLimits) -> float | No
     return drop if drop >= limits.min_loss_drop else None
 
 
-def collapse(history: Sequence[Row], limits: CollapseLimits, *,
-             final: bool = False) -> Verdict | None:
+def collapse(
+    history: Sequence[Row], limits: CollapseLimits, *, final: bool = False
+) -> Verdict | None:
     """A verdict when the last ``patience`` evaluations all support the same one. With
     ``min_loss_drop`` set, a model that learns nothing (``unigram_collapse``, ``stalled``) whose
     loss still falls is not stopped (``still_learning``): a slow learning rate reaches the
@@ -181,7 +195,7 @@ def collapse(history: Sequence[Row], limits: CollapseLimits, *,
     reason says the loss was still falling."""
     if not limits.enabled or len(history) < limits.patience:
         return None
-    found = {prediction_verdict(r, limits) for r in history[len(history) - limits.patience:]}
+    found = {prediction_verdict(r, limits) for r in history[len(history) - limits.patience :]}
     if len(found) != 1 or None in found:
         return None
     outcome = found.pop()
@@ -190,9 +204,11 @@ def collapse(history: Sequence[Row], limits: CollapseLimits, *,
     if drop is not None:
         if not final:
             return None
-        reason += (f"; at the end of its budget, and its val_loss was still falling ({drop:.3f} "
-                   f"nats since evaluation {len(history) - limits.patience}): a longer budget "
-                   "or a higher learning rate might take it off the plateau")
+        reason += (
+            f"; at the end of its budget, and its val_loss was still falling ({drop:.3f} "
+            f"nats since evaluation {len(history) - limits.patience}): a longer budget "
+            "or a higher learning rate might take it off the plateau"
+        )
     return Verdict(outcome, reason)
 
 
@@ -203,22 +219,30 @@ def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
     if outcome == outcomes.UNK_DOMINATED:
         targets = last.get("unk_rate_targets")
         share = f" (<unk> is {targets:.0%} of the targets)" if _finite(targets) else ""
-        return (f"{where}: <unk> is the likeliest prediction at {last['unk_argmax_rate']:.0%} "
-                f"of positions{share} and {last['unk_rate_samples']:.0%} of sampled tokens "
-                f"(limits {limits.max_unk_argmax:g} and {limits.max_unk_samples:g}): the capped "
-                "vocabulary's <unk> dominates what it predicts")
+        return (
+            f"{where}: <unk> is the likeliest prediction at {last['unk_argmax_rate']:.0%} "
+            f"of positions{share} and {last['unk_rate_samples']:.0%} of sampled tokens "
+            f"(limits {limits.max_unk_argmax:g} and {limits.max_unk_samples:g}): the capped "
+            "vocabulary's <unk> dominates what it predicts"
+        )
     context_kl, unigram_kl, gap = _stats(last)  # type: ignore[misc]
     beaten = "worse than" if limits.min_unigram_gap == 0 else "not enough better than"
-    common = (f"mean_kl_to_mean {context_kl:.4f} < {limits.max_context_kl:g} (its predictions "
-              f"ignore the context), unigram_gap {gap:.4f} < {limits.min_unigram_gap:g} "
-              f"({beaten} the unigram)")
+    common = (
+        f"mean_kl_to_mean {context_kl:.4f} < {limits.max_context_kl:g} (its predictions "
+        f"ignore the context), unigram_gap {gap:.4f} < {limits.min_unigram_gap:g} "
+        f"({beaten} the unigram)"
+    )
     if outcome == outcomes.UNIGRAM_COLLAPSE:
-        return (f"{where}: {common}, kl_mean_to_unigram {unigram_kl:.4f} < "
-                f"{limits.max_unigram_kl:g}: it predicts the corpus frequencies, whatever the "
-                "context")
-    return (f"{where}: {common}, but kl_mean_to_unigram {unigram_kl:.4f} >= "
-            f"{limits.max_unigram_kl:g}: its mean prediction is far from the corpus unigram "
-            "(near uniform, or stuck elsewhere): not learning")
+        return (
+            f"{where}: {common}, kl_mean_to_unigram {unigram_kl:.4f} < "
+            f"{limits.max_unigram_kl:g}: it predicts the corpus frequencies, whatever the "
+            "context"
+        )
+    return (
+        f"{where}: {common}, but kl_mean_to_unigram {unigram_kl:.4f} >= "
+        f"{limits.max_unigram_kl:g}: its mean prediction is far from the corpus unigram "
+        "(near uniform, or stuck elsewhere): not learning"
+    )
 
 
 #: An ``<unk>`` share of the validation text's bytes worth a note on a trial that is not
@@ -235,11 +259,15 @@ def unk_text(row: Row, limits: CollapseLimits) -> Verdict | None:
         return None
     in_bytes = row.get("unk_byte_rate")
     of_bytes = f" ({in_bytes:.0%} of the validation text's bytes)" if _finite(in_bytes) else ""
-    return Verdict(outcomes.UNK_DOMINATED, (
-        f"<unk> is {share:.0%} of the validation targets{of_bytes}, above "
-        f"limits.collapse.max_unk_targets = {limits.max_unk_targets:g}: the vocabulary drops "
-        f"most of the text it is to model, however long it trains (evaluation at "
-        f"{_tokens(row)} tokens)"))
+    return Verdict(
+        outcomes.UNK_DOMINATED,
+        (
+            f"<unk> is {share:.0%} of the validation targets{of_bytes}, above "
+            f"limits.collapse.max_unk_targets = {limits.max_unk_targets:g}: the vocabulary drops "
+            f"most of the text it is to model, however long it trains (evaluation at "
+            f"{_tokens(row)} tokens)"
+        ),
+    )
 
 
 def unk_note(unk_tokens: float | None, unk_bytes: float | None) -> str | None:
@@ -248,26 +276,30 @@ def unk_note(unk_tokens: float | None, unk_bytes: float | None) -> str | None:
     if not _finite(unk_bytes) or unk_bytes < UNK_NOTE_SHARE:
         return None
     of_tokens = f"{unk_tokens:.1%} of the validation tokens, " if _finite(unk_tokens) else ""
-    return (f"<unk> stands for {of_tokens}{unk_bytes:.1%} of their bytes: the vocabulary drops "
-            "that share of the text (charged 8 bits a byte in val_bpb)")
+    return (
+        f"<unk> stands for {of_tokens}{unk_bytes:.1%} of their bytes: the vocabulary drops "
+        "that share of the text (charged 8 bits a byte in val_bpb)"
+    )
 
 
-def project_rules(history: Sequence[Row], limits: Limits, *,
-                  final: bool = False) -> Verdict | None:
+def project_rules(history: Sequence[Row], limits: Limits, *, final: bool = False) -> Verdict | None:
     """The project's rules on a trial's history so far (``final``: its last evaluation, at its
     token budget): divergence first, then what the data alone shows (``unk_text``), then the
     verdicts on its predictions."""
-    return divergence(history, limits.divergence) or (
-        unk_text(history[-1], limits.collapse) if history else None) or collapse(
-        history, limits.collapse, final=final)
+    return (
+        divergence(history, limits.divergence)
+        or (unk_text(history[-1], limits.collapse) if history else None)
+        or collapse(history, limits.collapse, final=final)
+    )
 
 
-def optuna_prune_reason(pruner: str, metric: str, value: float | None, index: int,
-                        row: Row) -> str:
+def optuna_prune_reason(pruner: str, metric: str, value: float | None, index: int, row: Row) -> str:
     """The reason recorded when Optuna's pruner stops a trial."""
     shown = "n/a" if value is None else f"{value:.4f}"
-    return (f"{pruner} pruner: {metric} {shown} at evaluation {index + 1} "
-            f"({_tokens(row)} tokens) is worse than the other trials at that point")
+    return (
+        f"{pruner} pruner: {metric} {shown} at evaluation {index + 1} "
+        f"({_tokens(row)} tokens) is worse than the other trials at that point"
+    )
 
 
 def _tokens(row: Row) -> str:

@@ -72,26 +72,39 @@ class CarryPlan:
     def rows(self) -> list[tuple[str, object]]:
         """The dry-run plan's lines."""
         rows: list[tuple[str, object]] = [
-            (f"carried from {self.source}", f"{len(self.templates)} of {self.total} trials "
-                                            "(finished; not counted in n_trials, never re-run)")]
+            (
+                f"carried from {self.source}",
+                f"{len(self.templates)} of {self.total} trials "
+                "(finished; not counted in n_trials, never re-run)",
+            )
+        ]
         if self.skipped:
-            rows.append(("not carried", "; ".join(f"{why}: {n}" for why, n in
-                                                  self.skipped.most_common())))
+            rows.append(
+                ("not carried", "; ".join(f"{why}: {n}" for why, n in self.skipped.most_common()))
+            )
         return rows
 
 
-def plan(spec: StudySpec, source: str, trials: Sequence[FrozenTrial],
-         directions: Sequence[str], attrs: dict[str, Any]) -> CarryPlan:
+def plan(
+    spec: StudySpec,
+    source: str,
+    trials: Sequence[FrozenTrial],
+    directions: Sequence[str],
+    attrs: dict[str, Any],
+) -> CarryPlan:
     """Which of ``trials`` (the study ``source``: its directions and user attributes) carry
     into ``spec``'s study, as templates for ``add_trials_once``."""
     from sweeps.space import distributions as space_distributions
 
     if spec.ablation is not None:
-        raise SweepsError("--from carries trials into a searched space; an ablation enqueues "
-                          "its own trials: leave out --from")
+        raise SweepsError(
+            "--from carries trials into a searched space; an ablation enqueues "
+            "its own trials: leave out --from"
+        )
     if source == spec.name:
-        raise SweepsError(f"--from {source}: that is the spec's own study; give the study to "
-                          "start from")
+        raise SweepsError(
+            f"--from {source}: that is the spec's own study; give the study to start from"
+        )
     _check_objectives(spec, source, directions, attrs.get("spec"))
     dists = space_distributions(spec)
     old_base = _old_base(attrs.get("spec"))
@@ -106,20 +119,20 @@ def plan(spec: StudySpec, source: str, trials: Sequence[FrozenTrial],
     return out
 
 
-def _check_objectives(spec: StudySpec, source: str, directions: Sequence[str],
-                      stored: Any) -> None:
+def _check_objectives(spec: StudySpec, source: str, directions: Sequence[str], stored: Any) -> None:
     """The old trials' values mean the same in the new study: same objectives, same order."""
     mine = [f"{o.metric} ({o.direction})" for o in spec.study.objectives]
     try:
-        metrics = [o if isinstance(o, str) else o["metric"]
-                   for o in stored["study"]["objectives"]]
+        metrics = [o if isinstance(o, str) else o["metric"] for o in stored["study"]["objectives"]]
     except (TypeError, KeyError):
         metrics = [o.metric for o in spec.study.objectives]  # no spec stored: directions only
     theirs = [f"{m} ({d})" for m, d in zip(metrics, directions, strict=False)]
     if len(metrics) != len(directions) or theirs != mine:
-        raise SweepsError(f"--from {source}: its objectives are {', '.join(theirs) or 'unknown'}"
-                          f", the spec's {', '.join(mine)}; a warm start needs the same "
-                          "objectives")
+        raise SweepsError(
+            f"--from {source}: its objectives are {', '.join(theirs) or 'unknown'}"
+            f", the spec's {', '.join(mine)}; a warm start needs the same "
+            "objectives"
+        )
 
 
 def _old_base(stored: Any) -> dict[str, Any] | None:
@@ -136,9 +149,12 @@ class _NotCarried(Exception):
     """Why an old trial does not carry: ends the walk over the new space."""
 
 
-def carried_params(spec: StudySpec, dists: dict[str, BaseDistribution],
-                   old_base: dict[str, Any] | None,
-                   t: FrozenTrial) -> tuple[dict[str, Any] | None, str]:
+def carried_params(
+    spec: StudySpec,
+    dists: dict[str, BaseDistribution],
+    old_base: dict[str, Any] | None,
+    t: FrozenTrial,
+) -> tuple[dict[str, Any] | None, str]:
     """(the trial's parameters in the new space, "") or (None, why it does not carry)."""
     if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
         return None, f"not finished ({t.state.name})"
@@ -152,8 +168,9 @@ def carried_params(spec: StudySpec, dists: dict[str, BaseDistribution],
         elif p.name in config:
             found = config[p.name]
             if old_base is not None and old_base.get(p.name) != found:
-                raise _NotCarried(f"{p.name} was not searched and trained other than its fixed "
-                                  "value")
+                raise _NotCarried(
+                    f"{p.name} was not searched and trained other than its fixed value"
+                )
         else:
             raise _NotCarried(f"{p.name} unknown for the old trial")
         why = outside(p.name, found, dists[p.name])
@@ -185,8 +202,9 @@ def outside(name: str, value: Any, dist: BaseDistribution) -> str:
     return ""
 
 
-def _config_difference(spec: StudySpec, params: dict[str, Any], config: dict[str, Any], *,
-                       fitted: bool) -> str:
+def _config_difference(
+    spec: StudySpec, params: dict[str, Any], config: dict[str, Any], *, fitted: bool
+) -> str:
     """The first field the new spec would train differently from the old trial ("" if none)."""
     from sweeps.space import trial_config
 
@@ -211,15 +229,21 @@ def _canon(value: Any) -> Any:
     return float(value)
 
 
-def template(t: FrozenTrial, params: dict[str, Any], dists: dict[str, BaseDistribution],
-             source: str) -> FrozenTrial:
+def template(
+    t: FrozenTrial, params: dict[str, Any], dists: dict[str, BaseDistribution], source: str
+) -> FrozenTrial:
     """The finished trial to add: the old one's results under the new space's distributions."""
     attrs = {k: v for k, v in t.user_attrs.items() if k not in DROPPED_ATTRS}
     attrs[CARRIED_FROM] = f"{source}#{t.number}"
-    new = create_trial(state=t.state, values=t.values if t.state == TrialState.COMPLETE else None,
-                       params=params, distributions={k: dists[k] for k in params},
-                       user_attrs=attrs, system_attrs=optuna_compat.constraint_attrs(
-                           t.system_attrs), intermediate_values=dict(t.intermediate_values))
+    new = create_trial(
+        state=t.state,
+        values=t.values if t.state == TrialState.COMPLETE else None,
+        params=params,
+        distributions={k: dists[k] for k in params},
+        user_attrs=attrs,
+        system_attrs=optuna_compat.constraint_attrs(t.system_attrs),
+        intermediate_values=dict(t.intermediate_values),
+    )
     new.datetime_start, new.datetime_complete = t.datetime_start, t.datetime_complete
     return new
 
@@ -236,10 +260,16 @@ def read(storage: Any, spec: StudySpec, source: str, url: str) -> CarryPlan:
     try:
         old = optuna.load_study(study_name=source, storage=storage)
     except KeyError:
-        raise SweepsError(f"--from {source}: no such study in {mask_url(url)}; list studies "
-                          "with `sweeps status`") from None
-    return plan(spec, source, old.get_trials(deepcopy=False),
-                [d.name.lower() for d in old.directions], old.user_attrs)
+        raise SweepsError(
+            f"--from {source}: no such study in {mask_url(url)}; list studies with `sweeps status`"
+        ) from None
+    return plan(
+        spec,
+        source,
+        old.get_trials(deepcopy=False),
+        [d.name.lower() for d in old.directions],
+        old.user_attrs,
+    )
 
 
 def add_once(storage: Any, study: Any, carry: CarryPlan, *, created: bool) -> bool:
@@ -250,18 +280,30 @@ def add_once(storage: Any, study: Any, carry: CarryPlan, *, created: bool) -> bo
 
     marker = study.user_attrs.get(CARRIED_ATTR)
     if not created and marker is None and study.get_trials(deepcopy=False):
-        raise SweepsError(f"study {study.study_name!r} exists and was not started with --from; "
-                          f"drop --from to resume it, or name the new study differently")
+        raise SweepsError(
+            f"study {study.study_name!r} exists and was not started with --from; "
+            f"drop --from to resume it, or name the new study differently"
+        )
     if marker is not None and marker.get("study") != carry.source:
-        raise SweepsError(f"study {study.study_name!r} was started from {marker.get('study')!r}"
-                          f", not {carry.source!r}; drop --from to resume it")
+        raise SweepsError(
+            f"study {study.study_name!r} was started from {marker.get('study')!r}"
+            f", not {carry.source!r}; drop --from to resume it"
+        )
     study_id = storage.get_study_id_from_name(study.study_name)
-    if not optuna_compat.add_trials_once(storage, study_id, CARRIED_ATTR, carry.templates,
-                                         {"study": carry.source, "trials": len(carry.templates)}):
+    if not optuna_compat.add_trials_once(
+        storage,
+        study_id,
+        CARRIED_ATTR,
+        carry.templates,
+        {"study": carry.source, "trials": len(carry.templates)},
+    ):
         return False
-    mine = {t.user_attrs[CARRIED_FROM]: t for t in study.get_trials(deepcopy=False)
-            if is_carried(t)}
-    ids = {n: (mine[f"{carry.source}#{n}"].number,
-               optuna_compat.trial_id(mine[f"{carry.source}#{n}"])) for n in carry.numbers}
+    mine = {
+        t.user_attrs[CARRIED_FROM]: t for t in study.get_trials(deepcopy=False) if is_carried(t)
+    }
+    ids = {
+        n: (mine[f"{carry.source}#{n}"].number, optuna_compat.trial_id(mine[f"{carry.source}#{n}"]))
+        for n in carry.numbers
+    }
     records.copy_study_records(storage, carry.source, storage, study.study_name, ids)
     return True

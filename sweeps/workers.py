@@ -104,14 +104,18 @@ class BudgetState:
         """Every trial of the budget finished, and no trial beyond it still RUNNING (one asked
         by a worker that died before handing it back: it is failed once its heartbeat is
         stale, so the study is never left with a RUNNING trial)."""
-        beyond = self.counted[self.n_trials:]
-        return len(self.in_budget) >= self.n_trials and self.finished == len(self.in_budget) \
+        beyond = self.counted[self.n_trials :]
+        return (
+            len(self.in_budget) >= self.n_trials
+            and self.finished == len(self.in_budget)
             and not any(t.state == TrialState.RUNNING for t in beyond)
+        )
 
     @property
     def can_ask(self) -> bool:
         return len(self.counted) < self.n_trials or any(
-            t.state == TrialState.WAITING for t in self.in_budget)
+            t.state == TrialState.WAITING for t in self.in_budget
+        )
 
     def holds(self, number: int) -> bool:
         return any(t.number == number for t in self.in_budget)
@@ -120,8 +124,12 @@ class BudgetState:
 def budget_state(trials: Sequence[FrozenTrial], n_trials: int) -> BudgetState:
     gone = superseded_numbers(trials)
     # Trials carried from another study (``sweeps run --from``) inform the sampler only.
-    counted = tuple(sorted((t for t in trials if t.number not in gone and not is_carried(t)),
-                           key=lambda t: t.number))
+    counted = tuple(
+        sorted(
+            (t for t in trials if t.number not in gone and not is_carried(t)),
+            key=lambda t: t.number,
+        )
+    )
     return BudgetState(n_trials, counted, counted[:n_trials])
 
 
@@ -141,8 +149,13 @@ ENQUEUED_ATTR = "sweeps_enqueued"
 _IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
 
 
-def create_or_resume(spec: StudySpec, storage: RDBStorage, *, n_trials: int | None = None,
-                     carry: CarryPlan | None = None) -> tuple[optuna.Study, bool]:
+def create_or_resume(
+    spec: StudySpec,
+    storage: RDBStorage,
+    *,
+    n_trials: int | None = None,
+    carry: CarryPlan | None = None,
+) -> tuple[optuna.Study, bool]:
     """The study named by the spec: created (spec stored, its objectives named, ``carry``'s
     trials of an older study added and ``[[enqueue]]``/ablation trials queued, each once), or
     resumed after checking the stored spec agrees. Returns (study, created)."""
@@ -150,36 +163,43 @@ def create_or_resume(spec: StudySpec, storage: RDBStorage, *, n_trials: int | No
     # The creator is the process whose create_study succeeded: of several started at once, the
     # others see DuplicatedStudyError and resume.
     try:
-        study = optuna.create_study(study_name=name, storage=storage,
-                                    directions=spec.study.directions)
+        study = optuna.create_study(
+            study_name=name, storage=storage, directions=spec.study.directions
+        )
         created = True
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage)
         created = False
     directions = [d.name.lower() for d in study.directions]
     if directions != spec.study.directions:
-        raise SweepsError(f"study {name!r} already exists with directions {directions}, but the "
-                          f"spec says {spec.study.directions}; rename the study or restore its "
-                          "objectives")
+        raise SweepsError(
+            f"study {name!r} already exists with directions {directions}, but the "
+            f"spec says {spec.study.directions}; rename the study or restore its "
+            "objectives"
+        )
     stored = study.user_attrs.get(SPEC_ATTR)
     current = spec.to_dict()
     if stored is not None:
         for key in _IDENTITY_KEYS:
             if _canon(stored.get(key)) != _canon(current.get(key)):
-                raise SweepsError(f"study {name!r} was started with a different [{key}] than "
-                                  f"{spec.source or 'this spec'}; restore it, or give the study "
-                                  "a new name")
+                raise SweepsError(
+                    f"study {name!r} was started with a different [{key}] than "
+                    f"{spec.source or 'this spec'}; restore it, or give the study "
+                    "a new name"
+                )
     study.set_user_attr(SPEC_ATTR, current)
     optuna_compat.set_metric_names(study, spec.study.metrics)  # "val_bpb", not "Objective 0"
     # The latest run's target, so workers joining later stop at the same count.
-    study.set_user_attr(N_TRIALS_ATTR, int(n_trials if n_trials is not None
-                                           else spec.study.n_trials))
+    study.set_user_attr(
+        N_TRIALS_ATTR, int(n_trials if n_trials is not None else spec.study.n_trials)
+    )
     if carry is not None:
         add_once(storage, study, carry, created=created)
     if ENQUEUED_ATTR not in study.user_attrs:
         # Exactly once, whoever gets there first (a marker written with the trials).
-        optuna_compat.enqueue_once(storage, storage.get_study_id_from_name(name), ENQUEUED_ATTR,
-                                   spec.initial_trials())
+        optuna_compat.enqueue_once(
+            storage, storage.get_study_id_from_name(name), ENQUEUED_ATTR, spec.initial_trials()
+        )
     return study, created
 
 
@@ -196,14 +216,19 @@ def spec_from_study(study: optuna.Study) -> StudySpec:
     """The spec stored by ``sweeps run`` (for ``sweeps worker``)."""
     data = study.user_attrs.get(SPEC_ATTR)
     if not isinstance(data, dict):
-        raise SweepsError(f"study {study.study_name!r} has no stored spec (it was not created by "
-                          "`sweeps run`); start it with `sweeps run SPEC` first")
+        raise SweepsError(
+            f"study {study.study_name!r} has no stored spec (it was not created by "
+            "`sweeps run`); start it with `sweeps run SPEC` first"
+        )
     from sweeps.lifecycle import renamed_spec
 
     # The database's name is the study's: a spec naming another (a study renamed outside
     # sweeps) made every later lookup by the spec's name a KeyError 'Record does not exist.'
-    return read_spec(renamed_spec(data, study.study_name),
-                     source=f"study {study.study_name!r}", check_paths=False)
+    return read_spec(
+        renamed_spec(data, study.study_name),
+        source=f"study {study.study_name!r}",
+        check_paths=False,
+    )
 
 
 def target_trials(spec: StudySpec, study: optuna.Study, override: int | None) -> int:
@@ -219,8 +244,7 @@ def offset_seed(seed: int, offset: int) -> int:
     return (seed + offset) % (MAX_SAMPLER_SEED + 1)
 
 
-def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
-                     seed_offset: int = 0) -> optuna.Study:
+def load_for_workers(spec: StudySpec, storage: RDBStorage, *, seed_offset: int = 0) -> optuna.Study:
     """The study with the spec's sampler and pruner, its objectives named as the spec names them
     (Optuna's metric names); ``seed_offset`` keeps a resumed or joining process from replaying
     the random draws of the first one."""
@@ -230,8 +254,12 @@ def load_for_workers(spec: StudySpec, storage: RDBStorage, *,
     from optuna.trial import Trial
 
     constraints = None if hasattr(Trial, "set_constraint") else constraints_from_attrs
-    study = optuna.load_study(study_name=spec.name, storage=storage,
-                              sampler=make_sampler(spec, constraints), pruner=make_pruner(spec))
+    study = optuna.load_study(
+        study_name=spec.name,
+        storage=storage,
+        sampler=make_sampler(spec, constraints),
+        pruner=make_pruner(spec),
+    )
     # A study created before the tool named its metrics gets them from any process that runs it.
     optuna_compat.set_metric_names(study, spec.study.metrics)
     return study
@@ -241,9 +269,13 @@ def recover_local(storage: RDBStorage, study: optuna.Study, max_retries: int) ->
     """Fail and re-queue RUNNING trials whose process on this host is gone; their numbers."""
     numbers = []
     for t in liveness.stale_local_trials(storage, study):
-        if liveness.fail_and_requeue(storage, study, t, max_retries=max_retries,
-                                     reason="its worker process ended without finishing it "
-                                            "(found on restart)"):
+        if liveness.fail_and_requeue(
+            storage,
+            study,
+            t,
+            max_retries=max_retries,
+            reason="its worker process ended without finishing it (found on restart)",
+        ):
             numbers.append(t.number)
     return numbers
 
@@ -255,8 +287,9 @@ def requeue_interrupted(study: optuna.Study, number: int, max_retries: int | Non
     return liveness.requeue(study, trial, max_retries=max_retries)
 
 
-def claim_trial(study: optuna.Study, storage: RDBStorage,
-                n_trials: int) -> tuple[bool, optuna.Trial | None]:
+def claim_trial(
+    study: optuna.Study, storage: RDBStorage, n_trials: int
+) -> tuple[bool, optuna.Trial | None]:
     """(done, trial): the next trial of the budget for this worker, if there is room.
 
     ``done`` when every trial of the budget is finished. Otherwise ``ask`` (a WAITING trial
@@ -270,8 +303,9 @@ def claim_trial(study: optuna.Study, storage: RDBStorage,
         return _claim(study, storage, n_trials)
 
 
-def _claim(study: optuna.Study, storage: RDBStorage,
-           n_trials: int) -> tuple[bool, optuna.Trial | None]:
+def _claim(
+    study: optuna.Study, storage: RDBStorage, n_trials: int
+) -> tuple[bool, optuna.Trial | None]:
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.done:
         return True, None
@@ -314,10 +348,14 @@ class WorkerResult:
     exception: BaseException | None = None
 
 
-def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions,
-                ask_lock: threading.Lock | None = None,
-                run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport]
-                | None = None, out: WorkerResult | None = None) -> WorkerResult:
+def worker_loop(
+    ctx: RunnerContext,
+    device: WorkerDevice,
+    options: WorkerOptions,
+    ask_lock: threading.Lock | None = None,
+    run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport] | None = None,
+    out: WorkerResult | None = None,
+) -> WorkerResult:
     """Ask, run and tell trials until the budget is done, time is up, or a stop is requested;
     ``run`` runs one trial (default ``runner.run_trial``; the Ray engine's runs it on a node).
     ``out`` collects the reports, and the error line even when the loop raises."""
@@ -342,8 +380,13 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
             line = st.describe_error(exc)
             out.error, out.exception = f"trial {trial.number}: {line}", exc
             with contextlib.suppress(Exception):
-                finish(ctx, trial, outcomes.CRASHED, f"orchestrator error: {line}",
-                       {"traceback": traceback.format_exc()[-4000:]})
+                finish(
+                    ctx,
+                    trial,
+                    outcomes.CRASHED,
+                    f"orchestrator error: {line}",
+                    {"traceback": traceback.format_exc()[-4000:]},
+                )
             raise
         out.reports.append(report)
         if report.outcome == outcomes.INTERRUPTED and report.told:
@@ -354,9 +397,11 @@ def worker_loop(ctx: RunnerContext, device: WorkerDevice, options: WorkerOptions
             # stops after a few in a row, so this cannot loop).
             requeue_interrupted(study, trial.number, None)
         if in_a_row >= ENVIRONMENT_FAILURES_TO_STOP:
-            out.error = (f"{in_a_row} trials in a row failed for the environment, not their "
-                         f"configuration (last: {report.reason}); they were re-queued: fix "
-                         "the cause and run again to resume")
+            out.error = (
+                f"{in_a_row} trials in a row failed for the environment, not their "
+                f"configuration (last: {report.reason}); they were re-queued: fix "
+                "the cause and run again to resume"
+            )
             ctx.stop.stop.set()  # the environment is every worker's
             break
     return out
@@ -401,11 +446,18 @@ def worker_threads(pool: Any, cap: int | None, trials_left: int) -> int:
     return max(1, min(local.concurrency(pool, cap), trials_left, host_threads(pool)))
 
 
-def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study_dir: Path,
-                options: RunOptions, flags: StopFlags | None = None, *,
-                launcher: Launcher | None = None,
-                pool: Any = None,
-                tick: Callable[[], None] | None = None) -> list[WorkerResult]:
+def run_workers(
+    spec: StudySpec,
+    storage: RDBStorage,
+    study: optuna.Study,
+    study_dir: Path,
+    options: RunOptions,
+    flags: StopFlags | None = None,
+    *,
+    launcher: Launcher | None = None,
+    pool: Any = None,
+    tick: Callable[[], None] | None = None,
+) -> list[WorkerResult]:
     """Run worker threads on ``study`` until it is done, its time is up or ``flags.stop`` is
     set; ``tick`` is called every half second from this thread (progress).
 
@@ -430,29 +482,48 @@ def run_workers(spec: StudySpec, storage: RDBStorage, study: optuna.Study, study
         return [WorkerResult() for _ in range(n_threads)]  # nothing to run: no launcher to start
     host_cap = host_threads(pool)
     if options.on_event is not None and n_threads > host_cap < n_trials - state.finished:
-        options.on_event("note", {"text": f"--max-concurrent {n_threads} is more than this "
-                                          f"host can run; {host_cap} workers"})
+        options.on_event(
+            "note",
+            {
+                "text": f"--max-concurrent {n_threads} is more than this "
+                f"host can run; {host_cap} workers"
+            },
+        )
     n_threads = worker_threads(pool, options.n_workers, n_trials - state.finished)
     own_launcher = launcher is None
     launcher = launcher or make_launcher(options.launcher)
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=study_dir,
-                        launcher=launcher, budget_bytes=budget, stop=flags,
-                        poll_s=options.poll_s, term_grace_s=options.term_grace_s,
-                        preflight=preflight, on_event=options.on_event,
-                        admission=local.Admission(pool))
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=study_dir,
+        launcher=launcher,
+        budget_bytes=budget,
+        stop=flags,
+        poll_s=options.poll_s,
+        term_grace_s=options.term_grace_s,
+        preflight=preflight,
+        on_event=options.on_event,
+        admission=local.Admission(pool),
+    )
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
     worker_options = WorkerOptions(n_trials=n_trials, deadline=deadline)
     # Each thread plans for its kind of device; admission says which device of that kind.
     kind = WorkerDevice(pool.devices[0].kind, {}, None, pool.devices[0].kind)
-    return run_threads(ctx, kind, worker_options, n_threads, flags, tick, launcher,
-                        own_launcher)
+    return run_threads(ctx, kind, worker_options, n_threads, flags, tick, launcher, own_launcher)
 
 
-def run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: WorkerOptions,
-                 n_threads: int, flags: StopFlags, tick: Callable[[], None] | None,
-                 launcher: Launcher | None, own_launcher: bool,
-                 run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport]
-                 | None = None) -> list[WorkerResult]:
+def run_threads(
+    ctx: RunnerContext,
+    device: WorkerDevice,
+    worker_options: WorkerOptions,
+    n_threads: int,
+    flags: StopFlags,
+    tick: Callable[[], None] | None,
+    launcher: Launcher | None,
+    own_launcher: bool,
+    run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport] | None = None,
+) -> list[WorkerResult]:
     """``n_threads`` worker loops on ``ctx`` until they end; the launcher closed if owned."""
     results = [WorkerResult() for _ in range(n_threads)]
     lock = threading.Lock()
@@ -466,8 +537,10 @@ def run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: Worker
             results[i].exception = results[i].exception or exc
             flags.stop.set()  # one broken worker stops the others cleanly
 
-    threads = [threading.Thread(target=target, args=(i,), name=f"sweeps-worker-{i}")
-               for i in range(n_threads)]
+    threads = [
+        threading.Thread(target=target, args=(i,), name=f"sweeps-worker-{i}")
+        for i in range(n_threads)
+    ]
     try:
         for t in threads:
             t.start()
@@ -488,8 +561,9 @@ def run_threads(ctx: RunnerContext, device: WorkerDevice, worker_options: Worker
 
 
 @contextlib.contextmanager
-def stop_on_signals(flags: StopFlags,
-                    say: Callable[[str], None] | None = None) -> Iterator[StopFlags]:
+def stop_on_signals(
+    flags: StopFlags, say: Callable[[str], None] | None = None
+) -> Iterator[StopFlags]:
     """First Ctrl-C or SIGTERM: ``flags.stop``; a second one: ``flags.kill``. Main thread only
     (elsewhere a no-op); the previous handlers are restored on exit."""
     if threading.current_thread() is not threading.main_thread():
@@ -504,8 +578,10 @@ def stop_on_signals(flags: StopFlags,
         else:
             flags.stop.set()
             if say:
-                say("stopping: no new trials; running trials are being stopped and marked "
-                    "interrupted (press Ctrl-C again to kill them at once)")
+                say(
+                    "stopping: no new trials; running trials are being stopped and marked "
+                    "interrupted (press Ctrl-C again to kill them at once)"
+                )
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

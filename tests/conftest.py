@@ -45,8 +45,9 @@ KIND_OF_FIXTURE = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        kinds = {KIND_OF_FIXTURE[f] for f in getattr(item, "fixturenames", ())
-                 if f in KIND_OF_FIXTURE}
+        kinds = {
+            KIND_OF_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in KIND_OF_FIXTURE
+        }
         kinds |= {k for k in KINDS if item.get_closest_marker(k)}
         for kind in sorted(kinds):
             item.add_marker(kind)

@@ -39,9 +39,11 @@ def shared_corpus(factory: pytest.TempPathFactory) -> Path:
     """The 300 KB synthetic corpus (seed 0), prepared once per test run and shared by every
     module and worker (its token caches too: ``lm.tokens`` builds them under its own lock).
     Tests that change a corpus copy it first."""
-    return built_once(run_dir(factory) / "sweeps-corpus-300KB",
-                      lambda out: prepare_synthetic(out, size_bytes=300_000, seed=0),
-                      "manifest.json")
+    return built_once(
+        run_dir(factory) / "sweeps-corpus-300KB",
+        lambda out: prepare_synthetic(out, size_bytes=300_000, seed=0),
+        "manifest.json",
+    )
 
 
 @contextmanager
@@ -50,8 +52,11 @@ def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
     root only: the test is skipped where mount is not allowed. Unmounted lazily at the end, so
     a process still holding a file there does not fail the test's teardown."""
     where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()[:200]}")
     try:

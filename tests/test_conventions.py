@@ -21,44 +21,75 @@ def sources(*dirs: str) -> list[Path]:
 def where(pattern: str, *dirs: str, flags: int = 0) -> list[str]:
     """``path:line`` of every line of the sources under ``dirs`` that matches ``pattern``."""
     rx = re.compile(pattern, flags)
-    return [f"{p.relative_to(REPO)}:{i}" for p in sources(*dirs)
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-            if rx.search(line)]
+    return [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in sources(*dirs)
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if rx.search(line)
+    ]
 
 
-@pytest.mark.parametrize(("fact", "pattern", "home"), [
-    # the trial's file names: lm/run_files.py
-    ("trial file names", r'"(config\.json|metrics\.jsonl|result\.json|best\.pt|train\.log|'
-     r'resume\.pt|resume\.json|progress\.json)"',
-     "lm/run_files.py"),
-    # the outcome names, as string literals, outside the vocabulary
-    ("outcome names", r'"(predicted_oom|unigram_collapse|interrupted|crashed|diverged)"',
-     "lm/outcomes.py"),
-    # reading SWEEPS_NUM_THREADS
-    ("SWEEPS_NUM_THREADS parsing", r'environ\.get\(\s*"SWEEPS_NUM_THREADS"|'
-     r'environ\[\s*"SWEEPS_NUM_THREADS"', "lm/host.py"),
-    # how "auto" picks a device
-    ("the auto device rule", r'(device|name)\s*==\s*"auto"|nvidia-smi -L|\["nvidia-smi"|'
-     r"/proc/driver/nvidia|cuda\.is_available\(\)", "lm/host.py"),
-    # GPU facts of this host: device order, the MPS daemon's pipe, nvidia-smi's memory query
-    ("the GPU environment", r'"CUDA_DEVICE_ORDER"|"PCI_BUS_ID"|"CUDA_MPS_PIPE_DIRECTORY"|'
-     r'memory\.free', "lm/host.py"),
-    # what a measured peak is
-    ("peak kinds", r'"(cpu_peak_anon|cuda_max_allocated|host_rss)"', "lm/memory.py"),
-    # the walk over a conditional space: the one place that evaluates a parameter's condition
-    ("the walk over conditions", r"\.when\.holds\(", "sweeps/spec/walk.py"),
-    # TrainConfig's vocab_size default, as a number next to "vocab" or "default"
-    ("the vocab_size default", r"(vocab|default).*\b4096\b", "lm/config.py"),
-    # a process's memory as the kernel reports it (the parent samples its child through it too)
-    ("process memory from /proc", r"/proc/[^/\s\"']+/(status|statm|smaps)", "lm/rss.py"),
-    # the default heartbeat: the CLI's options, the workers and the engines share two numbers
-    ("the default heartbeat", r"(HEARTBEAT_INTERVAL_S|GRACE_PERIOD_S)\s*=", "sweeps/heartbeats.py"),
-    # Optuna's internals: its private modules (the RDB table models, alembic, sessions), a
-    # trial's storage id, and underscore attributes of its storages, studies and trials
-    ("Optuna internals", r"optuna(\.\w+)*\._\w|\b_rdb\b|\bmodels\.\w+Model\b|"
-     r"\b(rdb|storage|study|trial|frozen|t|st)\._[a-z]\w*|\._(trial_id|study_id|max_retry)\b",
-     "sweeps/optuna_compat.py"),
-])
+@pytest.mark.parametrize(
+    ("fact", "pattern", "home"),
+    [
+        # the trial's file names: lm/run_files.py
+        (
+            "trial file names",
+            r'"(config\.json|metrics\.jsonl|result\.json|best\.pt|train\.log|'
+            r'resume\.pt|resume\.json|progress\.json)"',
+            "lm/run_files.py",
+        ),
+        # the outcome names, as string literals, outside the vocabulary
+        (
+            "outcome names",
+            r'"(predicted_oom|unigram_collapse|interrupted|crashed|diverged)"',
+            "lm/outcomes.py",
+        ),
+        # reading SWEEPS_NUM_THREADS
+        (
+            "SWEEPS_NUM_THREADS parsing",
+            r'environ\.get\(\s*"SWEEPS_NUM_THREADS"|'
+            r'environ\[\s*"SWEEPS_NUM_THREADS"',
+            "lm/host.py",
+        ),
+        # how "auto" picks a device
+        (
+            "the auto device rule",
+            r'(device|name)\s*==\s*"auto"|nvidia-smi -L|\["nvidia-smi"|'
+            r"/proc/driver/nvidia|cuda\.is_available\(\)",
+            "lm/host.py",
+        ),
+        # GPU facts of this host: device order, the MPS daemon's pipe, nvidia-smi's memory query
+        (
+            "the GPU environment",
+            r'"CUDA_DEVICE_ORDER"|"PCI_BUS_ID"|"CUDA_MPS_PIPE_DIRECTORY"|'
+            r"memory\.free",
+            "lm/host.py",
+        ),
+        # what a measured peak is
+        ("peak kinds", r'"(cpu_peak_anon|cuda_max_allocated|host_rss)"', "lm/memory.py"),
+        # the walk over a conditional space: the one place that evaluates a parameter's condition
+        ("the walk over conditions", r"\.when\.holds\(", "sweeps/spec/walk.py"),
+        # TrainConfig's vocab_size default, as a number next to "vocab" or "default"
+        ("the vocab_size default", r"(vocab|default).*\b4096\b", "lm/config.py"),
+        # a process's memory as the kernel reports it (the parent samples its child through it too)
+        ("process memory from /proc", r"/proc/[^/\s\"']+/(status|statm|smaps)", "lm/rss.py"),
+        # the default heartbeat: the CLI's options, the workers and the engines share two numbers
+        (
+            "the default heartbeat",
+            r"(HEARTBEAT_INTERVAL_S|GRACE_PERIOD_S)\s*=",
+            "sweeps/heartbeats.py",
+        ),
+        # Optuna's internals: its private modules (the RDB table models, alembic, sessions), a
+        # trial's storage id, and underscore attributes of its storages, studies and trials
+        (
+            "Optuna internals",
+            r"optuna(\.\w+)*\._\w|\b_rdb\b|\bmodels\.\w+Model\b|"
+            r"\b(rdb|storage|study|trial|frozen|t|st)\._[a-z]\w*|\._(trial_id|study_id|max_retry)\b",
+            "sweeps/optuna_compat.py",
+        ),
+    ],
+)
 def test_each_fact_has_one_definition(fact: str, pattern: str, home: str) -> None:
     found = [w for w in where(pattern, *PACKAGES) if not w.startswith(home + ":")]
     allowed = ALLOWED.get(fact, ())
@@ -79,15 +110,23 @@ def test_the_spec_imports_no_higher_module() -> None:
     found = []
     for path in sources("sweeps/spec"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        functions = [n for n in ast.walk(tree)
-                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        inner = {id(i) for f in functions for i in ast.walk(f)
-                 if isinstance(i, (ast.Import, ast.ImportFrom))}
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        inner = {
+            id(i)
+            for f in functions
+            for i in ast.walk(f)
+            if isinstance(i, (ast.Import, ast.ImportFrom))
+        }
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                [a.name for a in node.names]
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+            )
             for name in names:
                 upward = id(node) in inner and (name == "sweeps" or name.startswith("sweeps."))
                 if upward or name == "sweeps.fidelity":
@@ -107,8 +146,12 @@ def test_no_function_longer_than_100_lines() -> None:
 
 
 def test_every_package_opens_with_a_docstring() -> None:
-    missing = [str(p.relative_to(REPO)) for p in sources(*PACKAGES) if p.name == "__init__.py"
-               and ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None]
+    missing = [
+        str(p.relative_to(REPO))
+        for p in sources(*PACKAGES)
+        if p.name == "__init__.py"
+        and ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) is None
+    ]
     assert missing == []
 
 
@@ -120,8 +163,9 @@ def test_no_test_installs_system_packages() -> None:
     """System packages come from the set-up step (`make system-packages`): a test that runs
     apt-get fails on someone else's package lock."""
     here = str(Path(__file__).relative_to(REPO))
-    assert [w for w in where(r"apt-get|\bapt\b.*install|dpkg", "tests")
-            if not w.startswith(here)] == []
+    assert [
+        w for w in where(r"apt-get|\bapt\b.*install|dpkg", "tests") if not w.startswith(here)
+    ] == []
 
 
 def test_the_verdicts_module_is_sweeps_verdicts() -> None:
@@ -132,16 +176,20 @@ def test_the_verdicts_module_is_sweeps_verdicts() -> None:
     pattern = r"\bsweeps[./]pruning\b|from sweeps import [\w, ]*\bpruning\b|\bpruning\.py\b"
     assert where(pattern, *PACKAGES, "tests") == []
     docs = [REPO / "README.md", *sorted((REPO / "studies").rglob("*.md"))]
-    assert [str(d.relative_to(REPO)) for d in docs
-            if re.search(pattern, d.read_text(encoding="utf-8"))] == []
+    assert [
+        str(d.relative_to(REPO)) for d in docs if re.search(pattern, d.read_text(encoding="utf-8"))
+    ] == []
 
 
 MAX_MODULE_LINES = 800
 
 
 def test_no_module_longer_than_800_lines() -> None:
-    long = [f"{p.relative_to(REPO)} ({n} lines)" for p in sources(*PACKAGES)
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    long = [
+        f"{p.relative_to(REPO)} ({n} lines)"
+        for p in sources(*PACKAGES)
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
     assert long == []
 
 
@@ -158,8 +206,12 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     a cycle dodged by importing inside a function is still a cycle), less imports under ``if
     TYPE_CHECKING:`` (never run) and a module's imports of its own package."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-               and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -167,8 +219,11 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            subs = [f"{node.module}.{a.name}" for a in node.names
-                    if f"{node.module}.{a.name}" in modules]
+            subs = [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if f"{node.module}.{a.name}" in modules
+            ]
             targets = subs if len(subs) == len(node.names) else [node.module, *subs]
         else:
             continue
@@ -213,14 +268,21 @@ DEADLINE_MARK = "# deadline, not speed:"
 
 def _reads_clock(node: ast.AST, timed: set[str]) -> bool:
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
-                and sub.func.attr in _CLOCKS and isinstance(sub.func.value, ast.Name) \
-                and sub.func.value.id == "time":
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in _CLOCKS
+            and isinstance(sub.func.value, ast.Name)
+            and sub.func.value.id == "time"
+        ):
             return True
         if isinstance(sub, ast.Name) and (sub.id in timed or _DURATION_NAMES.match(sub.id)):
             return True
-        if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) \
-                and sub.slice.value in _DURATION_KEYS:
+        if (
+            isinstance(sub, ast.Subscript)
+            and isinstance(sub.slice, ast.Constant)
+            and sub.slice.value in _DURATION_KEYS
+        ):
             return True
     return False
 
@@ -231,8 +293,13 @@ def _timed_asserts(path: Path) -> list[str]:
     text = path.read_text()
     lines = text.splitlines()
     tree = ast.parse(text)
-    timed = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
-             and _reads_clock(node.value, set()) for t in node.targets if isinstance(t, ast.Name)}
+    timed = {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and _reads_clock(node.value, set())
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assert) or DEADLINE_MARK in lines[node.lineno - 1]:
@@ -245,26 +312,31 @@ def _timed_asserts(path: Path) -> list[str]:
                 elif not isinstance(op, ast.Lt | ast.LtE):
                     continue
                 if _reads_clock(small, timed) and not _reads_clock(big, timed):
-                    found.append(f"{path.name}:{node.lineno}: "
-                                 f"{lines[node.lineno - 1].strip()}")
+                    found.append(f"{path.name}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     return found
 
 
 def test_no_test_caps_a_duration() -> None:
     """Speed is tests/bench/'s to print (side by side, in one run), not a test's to cap: a cap a
     loaded CI machine breaks fails what it only slowed (#34: a 20 s report cap took 22.2 s)."""
-    tests = [p for p in sorted((REPO / "tests").rglob("*.py"))
-             if "bench" not in p.relative_to(REPO / "tests").parts]
-    found = [f"{path.parent.relative_to(REPO)}/{hit}" for path in tests
-             for hit in _timed_asserts(path)]
+    tests = [
+        p
+        for p in sorted((REPO / "tests").rglob("*.py"))
+        if "bench" not in p.relative_to(REPO / "tests").parts
+    ]
+    found = [
+        f"{path.parent.relative_to(REPO)}/{hit}" for path in tests for hit in _timed_asserts(path)
+    ]
     assert not found, "\n".join(found)
 
 
 def test_the_duration_check_finds_a_cap(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("import time\nstarted = time.monotonic()\ntook = time.monotonic() - "
-                     "started\nassert took < 30\nassert 0 < 1\n"
-                     "assert time.perf_counter() - started <= 5\n"
-                     "assert a['train_s'] < a['wall_s']\nassert b['wall_s'] < 10 * c\n"
-                     f"assert took < 30  {DEADLINE_MARK} the kit's\nassert 30 > took\n")
+    probe.write_text(
+        "import time\nstarted = time.monotonic()\ntook = time.monotonic() - "
+        "started\nassert took < 30\nassert 0 < 1\n"
+        "assert time.perf_counter() - started <= 5\n"
+        "assert a['train_s'] < a['wall_s']\nassert b['wall_s'] < 10 * c\n"
+        f"assert took < 30  {DEADLINE_MARK} the kit's\nassert 30 > took\n"
+    )
     assert [h.split(":")[1] for h in _timed_asserts(probe)] == ["4", "6", "8", "10"]

@@ -16,8 +16,7 @@ import pytest
 from sweeps.starter import STARTER_SPEC
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-FIRST_SCREEN = re.search(r"<!-- first-screen\b.*?-->(.*?)<!-- /first-screen -->", README,
-                         re.S)
+FIRST_SCREEN = re.search(r"<!-- first-screen\b.*?-->(.*?)<!-- /first-screen -->", README, re.S)
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -36,13 +35,16 @@ def stated(pattern: str) -> float:
 def test_the_first_code_block_is_the_two_make_commands() -> None:
     _, body = code_blocks(README)[0]
     assert [line.split("#")[0].strip() for line in body.strip().splitlines()] == [
-        "make demo", "make test"]
+        "make demo",
+        "make test",
+    ]
 
 
 def test_the_first_screen_spec_is_what_sweeps_init_writes() -> None:
     assert FIRST_SCREEN is not None
     assert [body for lang, body in code_blocks(FIRST_SCREEN.group(1)) if lang == "toml"] == [
-        STARTER_SPEC]
+        STARTER_SPEC
+    ]
 
 
 @pytest.mark.slow
@@ -55,8 +57,15 @@ def test_the_first_screen_runs_as_written(tmp_path: Path) -> None:
     # with other tests): on two threads competing with other jobs this model trains 10-20 x
     # slower, which would break the stated time order for a reason that is not the tool's.
     env["SWEEPS_NUM_THREADS"] = "1"
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=3600, check=False)
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "runs" / "first" / "result.json").read_text())
     bpb, unigram = result["final_metrics"]["val_bpb"], result["unigram_bpb"]

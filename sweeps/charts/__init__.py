@@ -53,9 +53,12 @@ def esc(text: Any) -> str:
 
 def style(fig: go.Figure, *, height: int = 420, **layout: Any) -> go.Figure:
     """The report's common look (white template, compact margins, legend on the right)."""
-    settings: dict[str, Any] = {"template": "plotly_white", "height": height,
-                                "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-                                "legend": {"itemsizing": "constant"}}
+    settings: dict[str, Any] = {
+        "template": "plotly_white",
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+        "legend": {"itemsizing": "constant"},
+    }
     fig.update_layout(**{**settings, **layout})
     return fig
 

@@ -40,8 +40,9 @@ def _last_top_tokens(evals: pd.DataFrame, number: int) -> dict | None:
     return None
 
 
-def data(trials: pd.DataFrame, evals: pd.DataFrame, *,
-         max_trials: int = MAX_TRIALS) -> pd.DataFrame:
+def data(
+    trials: pd.DataFrame, evals: pd.DataFrame, *, max_trials: int = MAX_TRIALS
+) -> pd.DataFrame:
     """Long rows (trial_number, label, rank, token, corpus, model) for up to ``max_trials``
     trials with a verdict on their predictions (lowest number first), then the best complete
     trial; empty when no trial has one or none recorded ``top_tokens``."""
@@ -66,7 +67,8 @@ def data(trials: pd.DataFrame, evals: pd.DataFrame, *,
     for trial, top, label in picked:
         number = int(trial["number"] if isinstance(trial, pd.Series) else trial.number)
         for rank, (token, p_corpus, p_model) in enumerate(
-                zip(top["tokens"], top["corpus"], top["model"], strict=False)):
+            zip(top["tokens"], top["corpus"], top["model"], strict=False)
+        ):
             if rank == MAX_TOKENS:
                 break
             rows.append((number, label, rank, str(token), float(p_corpus), float(p_model)))
@@ -83,8 +85,11 @@ def _stats_text(row: pd.Series | None) -> str:
         step = row.get("steps")
     if pd.notna(step):
         parts.append(f"after {int(step):,} steps")
-    for key, name in (("kl_mean_to_unigram", "KL(mean||unigram)"),
-                      ("mean_kl_to_mean", "mean KL to mean"), ("top20_overlap", "top-20 overlap")):
+    for key, name in (
+        ("kl_mean_to_unigram", "KL(mean||unigram)"),
+        ("mean_kl_to_mean", "mean KL to mean"),
+        ("top20_overlap", "top-20 overlap"),
+    ):
         if pd.notna(row.get(key)):
             parts.append(f"{name} {row[key]:.3f}")
     return (": " + ", ".join(parts)) if parts else ""
@@ -98,16 +103,21 @@ def applies(results: StudyResults) -> bool:
 
 def chart(results: StudyResults) -> Chart:
     title = "Verdicts on predictions: mean prediction against corpus frequencies"
-    about = ("For trials ended as unigram_collapse, stalled or unk_dominated: the model's mean "
-             "predicted probability of each token beside its corpus frequency, with the steps "
-             "it was judged at and both KL numbers. Matching bars (unigram_collapse) mean the "
-             "model predicts the corpus unigram whatever the context; a stalled model matches "
-             "neither; an unk_dominated one piles its mass on <unk>.")
+    about = (
+        "For trials ended as unigram_collapse, stalled or unk_dominated: the model's mean "
+        "predicted probability of each token beside its corpus frequency, with the steps "
+        "it was judged at and both KL numbers. Matching bars (unigram_collapse) mean the "
+        "model predicts the corpus unigram whatever the context; a stalled model matches "
+        "neither; an unk_dominated one piles its mass on <unk>."
+    )
     frame = data(results.trials, results.evals)
     if frame.empty:
         n = int(results.trials["outcome"].isin(VERDICTS).sum())
-        note = ("No trial ended as unigram_collapse, stalled or unk_dominated." if n == 0 else
-                f"{n} trial(s) got a verdict but none recorded top_tokens in its evaluations.")
+        note = (
+            "No trial ended as unigram_collapse, stalled or unk_dominated."
+            if n == 0
+            else f"{n} trial(s) got a verdict but none recorded top_tokens in its evaluations."
+        )
         return Chart("collapse", title, about, note=note)
     labels = list(dict.fromkeys(frame["label"]))
     stats = results.trials.set_index("number")
@@ -120,13 +130,24 @@ def chart(results: StudyResults) -> Chart:
     for i, label in enumerate(labels, start=1):
         part = frame[frame["label"] == label]
         x = [shown_token(t) for t in part["token"]]
-        for name, color, col in (("corpus", "#7f7f7f", "corpus"), ("model mean", "#9467bd",
-                                                                     "model")):
-            fig.add_trace(go.Bar(x=np.arange(len(x)), y=part[col].to_numpy(), name=name,
-                                 marker={"color": color}, legendgroup=name, showlegend=i == 1,
-                                 customdata=x,
-                                 hovertemplate=f"%{{customdata}}: {name} p=%{{y:.4f}}"
-                                               "<extra></extra>"), row=i, col=1)
+        for name, color, col in (
+            ("corpus", "#7f7f7f", "corpus"),
+            ("model mean", "#9467bd", "model"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=np.arange(len(x)),
+                    y=part[col].to_numpy(),
+                    name=name,
+                    marker={"color": color},
+                    legendgroup=name,
+                    showlegend=i == 1,
+                    customdata=x,
+                    hovertemplate=f"%{{customdata}}: {name} p=%{{y:.4f}}<extra></extra>",
+                ),
+                row=i,
+                col=1,
+            )
         fig.update_xaxes(tickvals=list(range(len(x))), ticktext=x, tickangle=-45, row=i, col=1)
         fig.update_yaxes(title_text="probability", row=i, col=1)
     fig.update_layout(barmode="group")

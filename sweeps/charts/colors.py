@@ -36,9 +36,22 @@ ONE_COLOR = "#1f77b4"
 PALETTE = plotly.colors.qualitative.D3
 #: A symbol per outcome (complete a filled circle; every other ending its own shape), in the
 #: order of ``lm.outcomes.ORDER``.
-_SYMBOLS = ("circle", "triangle-down", "square", "pentagon", "x", "diamond", "star",
-            "hexagon", "cross", "triangle-up", "star-square", "bowtie", "circle-open",
-            "square-open")
+_SYMBOLS = (
+    "circle",
+    "triangle-down",
+    "square",
+    "pentagon",
+    "x",
+    "diamond",
+    "star",
+    "hexagon",
+    "cross",
+    "triangle-up",
+    "star-square",
+    "bowtie",
+    "circle-open",
+    "square-open",
+)
 SYMBOLS: dict[str, str] = dict(zip(outcomes.ORDER, _SYMBOLS, strict=False))
 #: How a learning curve is dashed by outcome: solid when complete, dotted when stopped early
 #: (the unigram baseline beside it is dashed).
@@ -54,8 +67,9 @@ def fields(results: StudyResults) -> list[str]:
     that any trial recorded."""
     trials = results.trials
     params = [c.removeprefix("param_") for c in trials.columns if c.startswith("param_")]
-    config = [c for c in CONFIG_COLUMNS if c in trials and c not in params
-              and trials[c].notna().any()]
+    config = [
+        c for c in CONFIG_COLUMNS if c in trials and c not in params and trials[c].notna().any()
+    ]
     return params + config
 
 
@@ -107,8 +121,10 @@ def choose(results: StudyResults, asked: str | None) -> str | None:
         return default_field(results)
     known = fields(results)
     if asked not in known:
-        raise SweepsError(f"--color-by {asked!r} is not a field of study {results.name!r}; use "
-                          f"one of {', '.join(known) or '(none: the study has no trials)'}")
+        raise SweepsError(
+            f"--color-by {asked!r} is not a field of study {results.name!r}; use "
+            f"one of {', '.join(known) or '(none: the study has no trials)'}"
+        )
     return asked
 
 
@@ -135,7 +151,8 @@ def groups(trials: pd.DataFrame, field: str | None) -> tuple[pd.DataFrame, dict[
     known = raw.dropna()
     numeric = len(known) > 0 and all(
         isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
-        for v in known)
+        for v in known
+    )
     levels = sorted(known.unique(), key=lambda v: (not numeric, v if numeric else str(v)))
     binned = numeric and len(levels) > MAX_LEVELS
     if binned:
@@ -146,8 +163,7 @@ def groups(trials: pd.DataFrame, field: str | None) -> tuple[pd.DataFrame, dict[
     colors = _colors(field, order, levels, binned)
     if bool((labels == NOT_SET).any()):
         colors[NOT_SET] = NOT_SET_COLOR
-    return pd.DataFrame({"number": trials["number"].to_numpy(),
-                         "group": labels.to_numpy()}), colors
+    return pd.DataFrame({"number": trials["number"].to_numpy(), "group": labels.to_numpy()}), colors
 
 
 def _bins(raw: pd.Series, field: str) -> tuple[pd.Series, list[str]]:
@@ -156,7 +172,7 @@ def _bins(raw: pd.Series, field: str) -> tuple[pd.Series, list[str]]:
     log = bool((known > 0).all() and known.max() / known.min() > 100)
     scale = np.log10(known) if log else known
     edges = np.unique(np.quantile(scale, np.linspace(0, 1, BINS + 1)))
-    shown = [10 ** e if log else e for e in edges]
+    shown = [10**e if log else e for e in edges]
     names = [f"{field} {shown[i]:.3g} to {shown[i + 1]:.3g}" for i in range(len(edges) - 1)]
     names = names or [f"{field} {shown[0]:.3g}"]
 
@@ -172,8 +188,10 @@ def _bins(raw: pd.Series, field: str) -> tuple[pd.Series, list[str]]:
 
 def _colors(field: str, order: list[str], levels: list[Any], binned: bool) -> dict[str, str]:
     if field == "tokenizer":  # the colours every chart gives a tokenizer
-        return {g: TOKENIZER_COLORS.get(str(v), PALETTE[i % len(PALETTE)])
-                for i, (g, v) in enumerate(zip(order, levels, strict=True))}
+        return {
+            g: TOKENIZER_COLORS.get(str(v), PALETTE[i % len(PALETTE)])
+            for i, (g, v) in enumerate(zip(order, levels, strict=True))
+        }
     if binned or len(order) > len(PALETTE):
         # ordered bins: a sequential scale, low to high
         scale = plotly.colors.sample_colorscale("Viridis", np.linspace(0, 0.9, len(order)))

@@ -30,33 +30,56 @@ def applies(results: StudyResults) -> bool:
 
 def chart(results: StudyResults) -> Chart:
     title = "Quality against compute"
-    about = ("val_bpb against the training FLOPs each trial spent (6ND plus attention; "
-             "evaluation not counted). Highlighted points are the best val_bpb for their "
-             "compute among complete trials; a flat front means more compute bought nothing.")
+    about = (
+        "val_bpb against the training FLOPs each trial spent (6ND plus attention; "
+        "evaluation not counted). Highlighted points are the best val_bpb for their "
+        "compute among complete trials; a flat front means more compute bought nothing."
+    )
     frame = data(results.trials)
     if frame.empty:
-        return Chart("compute", title, about,
-                     note="No trial has both a val_bpb and recorded FLOPs.")
+        return Chart(
+            "compute", title, about, note="No trial has both a val_bpb and recorded FLOPs."
+        )
     fig = go.Figure()
     for outcome in outcome_order(frame["outcome"]):
         part = frame[frame["outcome"] == outcome]
-        fig.add_trace(go.Scatter(
-            x=part["x"].to_numpy(), y=part["val_bpb"].to_numpy(), mode="markers", name=outcome,
-            marker={"color": outcome_color(outcome), "size": 7,
+        fig.add_trace(
+            go.Scatter(
+                x=part["x"].to_numpy(),
+                y=part["val_bpb"].to_numpy(),
+                mode="markers",
+                name=outcome,
+                marker={
+                    "color": outcome_color(outcome),
+                    "size": 7,
                     "opacity": np.where(part["on_front"], 1.0, FADED),
-                    "line": {"width": np.where(part["on_front"], 1.0, 0.0), "color": "#000"}},
-            customdata=np.stack([part["number"].to_numpy(),
-                                 part["params_non_embedding"].to_numpy(dtype=float),
-                                 part["tokens_seen"].to_numpy(dtype=float)], axis=-1),
-            hovertemplate=f"trial %{{customdata[0]}} ({esc(outcome)})<br>val_bpb %{{y:.4f}}"
-                          "<br>FLOPs %{x:.3g}<br>N (non-embedding) %{customdata[1]:,.0f}"
-                          "<br>tokens %{customdata[2]:,.0f}<extra></extra>"))
+                    "line": {"width": np.where(part["on_front"], 1.0, 0.0), "color": "#000"},
+                },
+                customdata=np.stack(
+                    [
+                        part["number"].to_numpy(),
+                        part["params_non_embedding"].to_numpy(dtype=float),
+                        part["tokens_seen"].to_numpy(dtype=float),
+                    ],
+                    axis=-1,
+                ),
+                hovertemplate=f"trial %{{customdata[0]}} ({esc(outcome)})<br>val_bpb %{{y:.4f}}"
+                "<br>FLOPs %{x:.3g}<br>N (non-embedding) %{customdata[1]:,.0f}"
+                "<br>tokens %{customdata[2]:,.0f}<extra></extra>",
+            )
+        )
     front = frame[frame["on_front"]].sort_values("x")
     if len(front):
-        fig.add_trace(go.Scatter(
-            x=front["x"].to_numpy(), y=front["val_bpb"].to_numpy(), mode="lines",
-            line={"shape": "hv", "color": "#000", "width": 1.5}, name="Pareto front",
-            hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=front["x"].to_numpy(),
+                y=front["val_bpb"].to_numpy(),
+                mode="lines",
+                line={"shape": "hv", "color": "#000", "width": 1.5},
+                name="Pareto front",
+                hoverinfo="skip",
+            )
+        )
     means = replicates.data(results.trials, "flops")
     if len(means):  # configurations run with several seeds: their mean and interval
         fig.add_trace(replicates.trace(means))

@@ -69,19 +69,24 @@ def _spread(configs: pd.DataFrame) -> str:
     several = configs[configs["n"] > 1]
     if several.empty:
         return ""
-    return (f" Replicates averaged: {len(several)} configuration(s) ran more than once, the "
-            f"median sd of their seeds {several['sd'].median():.4f} bits per byte.")
+    return (
+        f" Replicates averaged: {len(several)} configuration(s) ran more than once, the "
+        f"median sd of their seeds {several['sd'].median():.4f} bits per byte."
+    )
 
 
-def data(trials: pd.DataFrame,
-         distributions: dict[str, BaseDistribution]) -> tuple[dict[str, float] | None, str]:
+def data(
+    trials: pd.DataFrame, distributions: dict[str, BaseDistribution]
+) -> tuple[dict[str, float] | None, str]:
     """(importances by parameter, most important first; or None) and a note: the evaluator used,
     or why there are no importances (fewer than 2 complete configurations, nothing varied...).
     Replicate fields are not ranked; a configuration's replicates count once, at their mean."""
     configs = configurations(trials)
     if len(configs) < MIN_TRIALS:
-        return None, (f"Parameter importances need at least {MIN_TRIALS} complete "
-                      f"configurations with a val_bpb; this study has {len(configs)}.")
+        return None, (
+            f"Parameter importances need at least {MIN_TRIALS} complete "
+            f"configurations with a val_bpb; this study has {len(configs)}."
+        )
     replicate = {c.removeprefix("param_") for c in seeds.replicate_params(trials)}
     distributions = {n: d for n, d in distributions.items() if n not in replicate}
     if not distributions:
@@ -90,9 +95,13 @@ def data(trials: pd.DataFrame,
     for params_of, mean in zip(configs["params"], configs["mean"], strict=True):
         params = {n: v for n, v in params_of.items() if n in distributions}
         try:
-            frozen.append(optuna.trial.create_trial(
-                params=params, distributions={n: distributions[n] for n in params},
-                value=float(mean)))
+            frozen.append(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions={n: distributions[n] for n in params},
+                    value=float(mean),
+                )
+            )
         except ValueError:
             continue  # a value outside the recorded distribution (the space changed): skip
     if len(frozen) < MIN_TRIALS:
@@ -113,12 +122,19 @@ def data(trials: pd.DataFrame,
     partial = partly_set(frozen)
     if not importances:
         return None, "No parameter was varied across the complete trials." + partial_note(
-            partial, importances)
+            partial, importances
+        )
     n_trials = int(configs["n"].sum())
-    over = (f"{len(frozen)} complete trials" if n_trials == len(frozen) else
-            f"{len(frozen)} configurations of {n_trials} complete trials")
-    return dict(importances), (f"{name} over {over} (target: val_bpb)."
-                               + partial_note(partial, importances) + _spread(configs))
+    over = (
+        f"{len(frozen)} complete trials"
+        if n_trials == len(frozen)
+        else f"{len(frozen)} configurations of {n_trials} complete trials"
+    )
+    return dict(importances), (
+        f"{name} over {over} (target: val_bpb)."
+        + partial_note(partial, importances)
+        + _spread(configs)
+    )
 
 
 def partly_set(frozen: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
@@ -136,9 +152,9 @@ def partial_note(partial: dict[str, int], ranked: dict[str, float]) -> str:
         return ""
     shown = ", ".join(f"{n} ({c})" for n, c in partial.items())
     out = [n for n in partial if n not in ranked]
-    return (f" Set in only some trials (conditional): {shown}"
-            + (f"; not ranked: {', '.join(out)}." if out else "; ranked over the trials that set "
-               "them."))
+    return f" Set in only some trials (conditional): {shown}" + (
+        f"; not ranked: {', '.join(out)}." if out else "; ranked over the trials that set them."
+    )
 
 
 def chart(results: StudyResults) -> Chart:
@@ -148,9 +164,19 @@ def chart(results: StudyResults) -> Chart:
     if importances is None:
         return Chart("importance", title, about, note=note)
     names = list(importances)[::-1]  # most important on top
-    fig = go.Figure(go.Bar(x=[importances[n] for n in names], y=[esc(n) for n in names],
-                           orientation="h", marker={"color": "#1f77b4"},
-                           hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=[importances[n] for n in names],
+            y=[esc(n) for n in names],
+            orientation="h",
+            marker={"color": "#1f77b4"},
+            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+        )
+    )
     fig.update_xaxes(title_text="importance")
-    return Chart("importance", title, f"{about} {note}",
-                 figure=style(fig, height=max(260, 60 + 40 * len(names))))
+    return Chart(
+        "importance",
+        title,
+        f"{about} {note}",
+        figure=style(fig, height=max(260, 60 + 40 * len(names))),
+    )

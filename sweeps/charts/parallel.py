@@ -58,8 +58,10 @@ def dimension(label: str, values: pd.Series) -> dict[str, Any]:
         v = numeric.astype(float).to_numpy()
         log = v.min() > 0 and v.max() / v.min() >= LOG_SPAN
         if log:
-            ticks = [10.0 ** e for e in range(math.floor(math.log10(v.min())),
-                                               math.ceil(math.log10(v.max())) + 1)]
+            ticks = [
+                10.0**e
+                for e in range(math.floor(math.log10(v.min())), math.ceil(math.log10(v.max())) + 1)
+            ]
             label, v = f"{label} (log)", np.log10(v)
             tickvals, ticktext = [math.log10(t) for t in ticks], [f"{t:g}" for t in ticks]
         elif not missing.any():
@@ -75,15 +77,24 @@ def dimension(label: str, values: pd.Series) -> dict[str, Any]:
         out = np.full(len(values), at)
         out[~missing] = v
         top = max(tickvals[-1], float(v.max()))
-        return {"label": label, "values": out, "range": [at, top],
-                "tickvals": [at, *tickvals], "ticktext": [NOT_SET, *ticktext]}
+        return {
+            "label": label,
+            "values": out,
+            "range": [at, top],
+            "tickvals": [at, *tickvals],
+            "ticktext": [NOT_SET, *ticktext],
+        }
     choices = sorted({str(x) for x in present}, key=lambda c: (len(c), c))
     if missing.any():
         choices.insert(0, NOT_SET)  # at the bottom, as on a numeric axis
     codes = {c: i for i, c in enumerate(choices)}
     shown = [NOT_SET if gone else str(x) for x, gone in zip(values, missing, strict=True)]
-    return {"label": label, "values": np.array([codes[s] for s in shown], dtype=float),
-            "tickvals": list(range(len(choices))), "ticktext": [esc(c) for c in choices]}
+    return {
+        "label": label,
+        "values": np.array([codes[s] for s in shown], dtype=float),
+        "tickvals": list(range(len(choices))),
+        "ticktext": [esc(c) for c in choices],
+    }
 
 
 def lines(trials: pd.DataFrame) -> pd.DataFrame:
@@ -96,13 +107,20 @@ def lines(trials: pd.DataFrame) -> pd.DataFrame:
     params = seeds.config_params(frame)
     if frame.empty:
         return pd.DataFrame(columns=[*params, "val_bpb", "n", "sd"])
-    key = (frame[params].map(lambda v: repr(plain_value(v))).agg("|".join, axis=1) if params
-           else pd.Series("", index=frame.index))
+    key = (
+        frame[params].map(lambda v: repr(plain_value(v))).agg("|".join, axis=1)
+        if params
+        else pd.Series("", index=frame.index)
+    )
     alone = frame["outcome"] != outcomes.COMPLETE
     key = key.where(~alone, "trial " + frame["number"].astype(str))
     grouped = frame.assign(_line=key).groupby("_line", sort=False)
-    out = grouped.agg(**{c: (c, "first") for c in params}, val_bpb=("val_bpb", "mean"),
-                      n=("val_bpb", "size"), sd=("val_bpb", "std"))
+    out = grouped.agg(
+        **{c: (c, "first") for c in params},
+        val_bpb=("val_bpb", "mean"),
+        n=("val_bpb", "size"),
+        sd=("val_bpb", "std"),
+    )
     return out.assign(sd=out["sd"].fillna(0.0)).reset_index(drop=True)
 
 
@@ -126,28 +144,46 @@ def data(trials: pd.DataFrame) -> tuple[list[dict[str, Any]], np.ndarray, dict[s
 def applies(results: StudyResults) -> bool:
     """Some parameter other than a replicate field varied among the trials with a val_bpb."""
     frame = lines(results.trials)
-    return any(frame[c].map(lambda v: repr(plain_value(v))).nunique() > 1
-               for c in frame.columns if c.startswith("param_"))
+    return any(
+        frame[c].map(lambda v: repr(plain_value(v))).nunique() > 1
+        for c in frame.columns
+        if c.startswith("param_")
+    )
 
 
 def chart(results: StudyResults) -> Chart:
     title = "Parallel coordinates over the sampled parameters"
-    about = ("One line per configuration with a val_bpb, coloured by it (darker is better); drag "
-             "along an axis to filter. Replicates are not parameters: a configuration's seeds are "
-             "one line at their mean, the val_bpb sd axis their spread (0: one run); interrupted "
-             "and re-queued runs are left out.")
+    about = (
+        "One line per configuration with a val_bpb, coloured by it (darker is better); drag "
+        "along an axis to filter. Replicates are not parameters: a configuration's seeds are "
+        "one line at their mean, the val_bpb sd axis their spread (0: one run); interrupted "
+        "and re-queued runs are left out."
+    )
     dims, bpb, unset = data(results.trials)
     if len(bpb) == 0:
-        return Chart("parallel", title, about,
-                     note="No trial with a val_bpb has sampled parameters.")
+        return Chart(
+            "parallel", title, about, note="No trial with a val_bpb has sampled parameters."
+        )
     if unset:
         counts = ", ".join(f"{name} in {n}" for name, n in unset.items())
-        about += (f" Conditional parameters not set (their condition was false): {counts} "
-                  f"line(s); those lines pass through the {NOT_SET} tick.")
-    fig = go.Figure(go.Parcoords(
-        dimensions=dims,
-        line={"color": bpb, "colorscale": "Viridis", "showscale": True,
-              "colorbar": {"title": {"text": "val_bpb"}}}))
-    return Chart("parallel", title, about, figure=style(fig, height=460,
-                                                         margin={"l": 60, "r": 40, "t": 70,
-                                                                 "b": 30}))
+        about += (
+            f" Conditional parameters not set (their condition was false): {counts} "
+            f"line(s); those lines pass through the {NOT_SET} tick."
+        )
+    fig = go.Figure(
+        go.Parcoords(
+            dimensions=dims,
+            line={
+                "color": bpb,
+                "colorscale": "Viridis",
+                "showscale": True,
+                "colorbar": {"title": {"text": "val_bpb"}},
+            },
+        )
+    )
+    return Chart(
+        "parallel",
+        title,
+        about,
+        figure=style(fig, height=460, margin={"l": 60, "r": 40, "t": 70, "b": 30}),
+    )

@@ -53,8 +53,9 @@ def data(trials: pd.DataFrame, x: str) -> pd.DataFrame:
     frame["on_front"] = False
     complete = frame.index[frame["outcome"] == outcomes.COMPLETE]
     if len(complete):
-        mask = front_mask(frame.loc[complete, x].to_numpy(),
-                          frame.loc[complete, "val_bpb"].to_numpy())
+        mask = front_mask(
+            frame.loc[complete, x].to_numpy(), frame.loc[complete, "val_bpb"].to_numpy()
+        )
         frame.loc[complete[mask], "on_front"] = True
     return frame.rename(columns={x: "x"})
 
@@ -79,47 +80,77 @@ def applies(results: StudyResults) -> bool:
 
 def chart(results: StudyResults) -> Chart:
     title = "Pareto fronts: quality against memory and time"
-    about = ("Lower-left is better. Highlighted points are the non-dominated complete trials "
-             "(the best val_bpb for their memory or time); faded points are dominated. Marker: "
-             "the outcome.")
+    about = (
+        "Lower-left is better. Highlighted points are the non-dominated complete trials "
+        "(the best val_bpb for their memory or time); faded points are dominated. Marker: "
+        "the outcome."
+    )
     field = colors.field_of(results)
     about += f" Colour: {field}." if field else ""
     panels = [(col, label, scale, styled(results, col)) for col, label, scale in AXES]
     if all(p[3].empty for p in panels):
-        return Chart("pareto", title, about,
-                     note="No trial has both a val_bpb and a measured peak memory or wall time.")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"val_bpb vs {p[1]}" for p in panels],
-                        horizontal_spacing=0.08)
+        return Chart(
+            "pareto",
+            title,
+            about,
+            note="No trial has both a val_bpb and a measured peak memory or wall time.",
+        )
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[f"val_bpb vs {p[1]}" for p in panels],
+        horizontal_spacing=0.08,
+    )
     shown: set[str] = set()
     for col_i, (_, label, scale, frame) in enumerate(panels, start=1):
         for group in frame.attrs.get("order", []):
             part = frame[frame["group"] == group]
-            fig.add_trace(go.Scatter(
-                x=part["x"].to_numpy() / scale, y=part["val_bpb"].to_numpy(), mode="markers",
-                name=esc(group), legendgroup=group, showlegend=group not in shown,
-                marker={"color": part["color"].iloc[0], "size": 8,
+            fig.add_trace(
+                go.Scatter(
+                    x=part["x"].to_numpy() / scale,
+                    y=part["val_bpb"].to_numpy(),
+                    mode="markers",
+                    name=esc(group),
+                    legendgroup=group,
+                    showlegend=group not in shown,
+                    marker={
+                        "color": part["color"].iloc[0],
+                        "size": 8,
                         "symbol": part["symbol"].to_numpy(),
                         "opacity": np.where(part["on_front"], 1.0, FADED),
-                        "line": {"width": np.where(part["on_front"], 1.0, 0.0),
-                                 "color": "#000"}},
-                customdata=np.stack([part["number"].to_numpy(),
-                                     part["outcome"].map(esc).to_numpy()], axis=-1),
-                hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, %{{customdata[1]}})"
-                              f"<br>val_bpb %{{y:.4f}}<br>{label} %{{x:,.1f}}<extra></extra>"),
-                row=1, col=col_i)
+                        "line": {"width": np.where(part["on_front"], 1.0, 0.0), "color": "#000"},
+                    },
+                    customdata=np.stack(
+                        [part["number"].to_numpy(), part["outcome"].map(esc).to_numpy()], axis=-1
+                    ),
+                    hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, %{{customdata[1]}})"
+                    f"<br>val_bpb %{{y:.4f}}<br>{label} %{{x:,.1f}}<extra></extra>",
+                ),
+                row=1,
+                col=col_i,
+            )
             shown.add(group)
         if col_i == 1:
             _outcome_legend(fig, frame)
         front = frame[frame["on_front"]].sort_values("x")
         if len(front):
-            fig.add_trace(go.Scatter(
-                x=front["x"].to_numpy() / scale, y=front["val_bpb"].to_numpy(), mode="lines",
-                line={"shape": "hv", "color": "#000", "width": 1.5}, name="Pareto front",
-                legendgroup="front", showlegend=col_i == 1, hoverinfo="skip"), row=1, col=col_i)
+            fig.add_trace(
+                go.Scatter(
+                    x=front["x"].to_numpy() / scale,
+                    y=front["val_bpb"].to_numpy(),
+                    mode="lines",
+                    line={"shape": "hv", "color": "#000", "width": 1.5},
+                    name="Pareto front",
+                    legendgroup="front",
+                    showlegend=col_i == 1,
+                    hoverinfo="skip",
+                ),
+                row=1,
+                col=col_i,
+            )
         means = replicates.data(results.trials, panels[col_i - 1][0])
         if len(means):  # configurations run with several seeds: their mean and interval
-            fig.add_trace(replicates.trace(means, scale, showlegend=col_i == 1), row=1,
-                          col=col_i)
+            fig.add_trace(replicates.trace(means, scale, showlegend=col_i == 1), row=1, col=col_i)
         fig.update_xaxes(title_text=label, type="log", row=1, col=col_i)
         fig.update_yaxes(title_text="val_bpb (bits per byte)", row=1, col=col_i)
     return Chart("pareto", title, about, figure=style(fig, height=460))
@@ -128,7 +159,16 @@ def chart(results: StudyResults) -> Chart:
 def _outcome_legend(fig: go.Figure, frame: pd.DataFrame) -> None:
     """One legend entry per outcome shown, its marker in grey: what each symbol means."""
     for outcome in outcome_order(frame["outcome"]):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=esc(outcome),
-                                 legendgroup=f"outcome {outcome}",
-                                 marker={"symbol": colors.symbol(outcome), "size": 8,
-                                         "color": "#666"}, hoverinfo="skip"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=esc(outcome),
+                legendgroup=f"outcome {outcome}",
+                marker={"symbol": colors.symbol(outcome), "size": 8, "color": "#666"},
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
+        )

@@ -29,20 +29,36 @@ def data(trials: pd.DataFrame, x: str, metric: str = "val_bpb") -> pd.DataFrame:
         values = xs.reindex(r["trials"]).to_numpy()
         values = values[np.isfinite(values) & (values > 0)]
         if len(values) and math.isfinite(r["low"]):
-            rows.append({"config": r["config"], "n": int(r["n"]), "x": float(values.mean()),
-                         "mean": r["mean"], "low": r["low"], "high": r["high"]})
+            rows.append(
+                {
+                    "config": r["config"],
+                    "n": int(r["n"]),
+                    "x": float(values.mean()),
+                    "mean": r["mean"],
+                    "low": r["low"],
+                    "high": r["high"],
+                }
+            )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def trace(frame: pd.DataFrame, scale: float = 1.0, *, showlegend: bool = True) -> go.Scatter:
     """The means with their intervals, one legend entry shared by every panel."""
     return go.Scatter(
-        x=frame["x"].to_numpy() / scale, y=frame["mean"].to_numpy(), mode="markers",
-        name="mean of seeds (95 % CI)", legendgroup="replicates", showlegend=showlegend,
+        x=frame["x"].to_numpy() / scale,
+        y=frame["mean"].to_numpy(),
+        mode="markers",
+        name="mean of seeds (95 % CI)",
+        legendgroup="replicates",
+        showlegend=showlegend,
         marker={"symbol": "diamond", "size": 9, "color": "#000"},
-        error_y={"type": "data", "symmetric": False,
-                 "array": (frame["high"] - frame["mean"]).to_numpy(),
-                 "arrayminus": (frame["mean"] - frame["low"]).to_numpy(), "thickness": 1.5},
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": (frame["high"] - frame["mean"]).to_numpy(),
+            "arrayminus": (frame["mean"] - frame["low"]).to_numpy(),
+            "thickness": 1.5,
+        },
         customdata=np.stack([frame["config"].map(esc), frame["n"]], axis=-1),
-        hovertemplate="%{customdata[0]}<br>mean of %{customdata[1]} seeds %{y:.4f}"
-                      "<extra></extra>")
+        hovertemplate="%{customdata[0]}<br>mean of %{customdata[1]} seeds %{y:.4f}<extra></extra>",
+    )

@@ -22,8 +22,14 @@ BEST = 10
 PER_OUTCOME = 3
 
 
-def data(samples: pd.DataFrame, trials: pd.DataFrame, *, all_below: int = ALL_BELOW,
-         best: int = BEST, per_outcome: int = PER_OUTCOME) -> pd.DataFrame:
+def data(
+    samples: pd.DataFrame,
+    trials: pd.DataFrame,
+    *,
+    all_below: int = ALL_BELOW,
+    best: int = BEST,
+    per_outcome: int = PER_OUTCOME,
+) -> pd.DataFrame:
     """Rows (trial_number, outcome, val_bpb, tokens, prompt, text): the samples of each chosen
     trial's latest evaluation; complete trials first (best first), then each outcome in the
     legend order, by trial number."""
@@ -37,21 +43,25 @@ def data(samples: pd.DataFrame, trials: pd.DataFrame, *, all_below: int = ALL_BE
     numbers = rows.drop_duplicates("trial_number")
     if len(numbers) > all_below:
         done = numbers[numbers["outcome"] == outcomes.COMPLETE].nsmallest(best, "val_bpb")
-        others = (numbers[numbers["outcome"] != outcomes.COMPLETE].sort_values("trial_number")
-                  .groupby("outcome").head(per_outcome))
+        others = (
+            numbers[numbers["outcome"] != outcomes.COMPLETE]
+            .sort_values("trial_number")
+            .groupby("outcome")
+            .head(per_outcome)
+        )
         numbers = pd.concat([done, others])
     keep = set(numbers["trial_number"])
     rows = rows[rows["trial_number"].isin(keep)].copy()
     order = {o: i for i, o in enumerate(outcome_order(rows["outcome"].fillna("?")))}
     rows["_group"] = rows["outcome"].fillna("?").map(order)
     rows["_bpb"] = rows["val_bpb"].where(rows["outcome"] == outcomes.COMPLETE)
-    rows = rows.sort_values(["_group", "_bpb", "trial_number"], na_position="last",
-                            kind="stable")
+    rows = rows.sort_values(["_group", "_bpb", "trial_number"], na_position="last", kind="stable")
     return rows[columns].reset_index(drop=True)
 
 
 def render(rows: pd.DataFrame) -> str:
     """The table's HTML; every value escaped."""
+
     def cell(value: object, cls: str = "") -> str:
         text = "" if value is None or (isinstance(value, float) and pd.isna(value)) else value
         attr = f' class="{cls}"' if cls else ""
@@ -63,13 +73,15 @@ def render(rows: pd.DataFrame) -> str:
         tokens = "" if pd.isna(r.tokens) else f"{int(r.tokens):,}"
         color = outcome_color(str(r.outcome))
         body.append(
-            f"<tr>{cell(r.trial_number)}<td><span class=\"chip\" style=\"background:{color}\">"
+            f'<tr>{cell(r.trial_number)}<td><span class="chip" style="background:{color}">'
             f"{html.escape(str(r.outcome))}</span></td>{cell(bpb)}{cell(tokens)}"
-            f"{cell(r.prompt, 'text')}{cell(r.text, 'text')}</tr>")
-    head = ("<tr><th>trial</th><th>outcome</th><th>val_bpb</th><th>tokens</th><th>prompt</th>"
-            "<th>generated</th></tr>")
-    return (f'<table class="samples"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
-            "</table>")
+            f"{cell(r.prompt, 'text')}{cell(r.text, 'text')}</tr>"
+        )
+    head = (
+        "<tr><th>trial</th><th>outcome</th><th>val_bpb</th><th>tokens</th><th>prompt</th>"
+        "<th>generated</th></tr>"
+    )
+    return f'<table class="samples"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
 
 
 def applies(results: StudyResults) -> bool:
@@ -86,6 +98,8 @@ def chart(results: StudyResults) -> Chart:
     shown = rows["trial_number"].nunique()
     total = results.samples["trial_number"].nunique()
     if shown < total:
-        about += (f" Showing {shown} of {total} trials: the {BEST} best complete ones and up to "
-                  f"{PER_OUTCOME} of each other outcome.")
+        about += (
+            f" Showing {shown} of {total} trials: the {BEST} best complete ones and up to "
+            f"{PER_OUTCOME} of each other outcome."
+        )
     return Chart("samples", title, about, html=render(rows))

@@ -37,10 +37,29 @@ from sweeps.charts import Chart, esc, outcome_color, outcome_order, style
 from sweeps.results import StudyResults
 
 #: Columns of ``Timeline.bars`` and ``Timeline.rows``.
-BAR_COLUMNS = ("number", "outcome", "reason", "worker", "lane", "asked", "began", "ended",
-               "wait_s", "run_s", "running")
-ROW_COLUMNS = ("worker", "trials", "lanes", "busy_s", "utilisation", "mean_wait_s",
-               "max_wait_s", "outcomes")
+BAR_COLUMNS = (
+    "number",
+    "outcome",
+    "reason",
+    "worker",
+    "lane",
+    "asked",
+    "began",
+    "ended",
+    "wait_s",
+    "run_s",
+    "running",
+)
+ROW_COLUMNS = (
+    "worker",
+    "trials",
+    "lanes",
+    "busy_s",
+    "utilisation",
+    "mean_wait_s",
+    "max_wait_s",
+    "outcomes",
+)
 #: The colour of a trial's wait before it began.
 WAIT_COLOR = "#bbbbbb"
 #: Rows drawn at most (the busiest; the terminal lists every row).
@@ -87,21 +106,38 @@ def data(trials: pd.DataFrame, now: float | None = None) -> Timeline:
         if _given(t.get("carried_from")) or _given(t.get("copy_of")):
             continue
         asked = _epoch(t.get("datetime_start"))
-        began = next((float(v) for v in (t.get("admitted_at"), t.get("started_at"))
-                      if _given(v)), asked)
+        began = next(
+            (float(v) for v in (t.get("admitted_at"), t.get("started_at")) if _given(v)), asked
+        )
         if began is None:  # queued: not started
             continue
         asked = began if asked is None else min(asked, began)  # clocks of two hosts differ
         ended = _epoch(t.get("datetime_complete"))
         running = ended is None
         ended = max(now if ended is None else ended, began)
-        found.append({"number": int(t["number"]), "outcome": t["outcome"],
-                      "reason": t.get("reason"), "worker": worker_of(t), "lane": 0,
-                      "asked": asked, "began": began, "ended": ended,
-                      "wait_s": began - asked, "run_s": ended - began, "running": running})
+        found.append(
+            {
+                "number": int(t["number"]),
+                "outcome": t["outcome"],
+                "reason": t.get("reason"),
+                "worker": worker_of(t),
+                "lane": 0,
+                "asked": asked,
+                "began": began,
+                "ended": ended,
+                "wait_s": began - asked,
+                "run_s": ended - began,
+                "running": running,
+            }
+        )
     if not found:
-        return Timeline(pd.DataFrame(columns=list(BAR_COLUMNS)),
-                        pd.DataFrame(columns=list(ROW_COLUMNS)), None, None, queued)
+        return Timeline(
+            pd.DataFrame(columns=list(BAR_COLUMNS)),
+            pd.DataFrame(columns=list(ROW_COLUMNS)),
+            None,
+            None,
+            queued,
+        )
     found.sort(key=lambda b: (b["began"], b["number"]))
     start, end = min(b["asked"] for b in found), max(b["ended"] for b in found)
     by_worker: dict[str, list[dict]] = {}
@@ -116,13 +152,25 @@ def data(trials: pd.DataFrame, now: float | None = None) -> Timeline:
         counts: dict[str, int] = {}
         for bar in part:
             counts[bar["outcome"]] = counts.get(bar["outcome"], 0) + 1
-        rows.append({"worker": worker, "trials": len(part),
-                     "lanes": max(b["lane"] for b in part) + 1, "busy_s": busy,
-                     "utilisation": busy / (end - start) if end > start else math.nan,
-                     "mean_wait_s": sum(waits) / len(waits), "max_wait_s": max(waits),
-                     "outcomes": {o: counts[o] for o in outcome_order(counts)}})
-    return Timeline(pd.DataFrame(found, columns=list(BAR_COLUMNS)),
-                    pd.DataFrame(rows, columns=list(ROW_COLUMNS)), start, end, queued)
+        rows.append(
+            {
+                "worker": worker,
+                "trials": len(part),
+                "lanes": max(b["lane"] for b in part) + 1,
+                "busy_s": busy,
+                "utilisation": busy / (end - start) if end > start else math.nan,
+                "mean_wait_s": sum(waits) / len(waits),
+                "max_wait_s": max(waits),
+                "outcomes": {o: counts[o] for o in outcome_order(counts)},
+            }
+        )
+    return Timeline(
+        pd.DataFrame(found, columns=list(BAR_COLUMNS)),
+        pd.DataFrame(rows, columns=list(ROW_COLUMNS)),
+        start,
+        end,
+        queued,
+    )
 
 
 def strip(tl: Timeline, worker: str, width: int) -> list[str | None]:
@@ -163,11 +211,13 @@ def chart(results: StudyResults) -> Chart:
     title = "Timeline: when and where each trial ran"
     tl = data(results.trials)
     slurm = "slurm_job" in results.trials and bool(results.trials["slurm_job"].notna().any())
-    about = (f"One row per worker (its host{', Slurm task' if slurm else ''} and the device a "
-             "trial was admitted to, or its process): each trial a bar from when it began to "
-             "when it ended, coloured by outcome; the grey line before it is its wait (taken up, "
-             "not yet admitted to a device or placed by Ray). Utilisation: the share of the "
-             "study's span during which the row ran a trial.")
+    about = (
+        f"One row per worker (its host{', Slurm task' if slurm else ''} and the device a "
+        "trial was admitted to, or its process): each trial a bar from when it began to "
+        "when it ended, coloured by outcome; the grey line before it is its wait (taken up, "
+        "not yet admitted to a device or placed by Ray). Utilisation: the share of the "
+        "study's span during which the row ran a trial."
+    )
     if tl.bars.empty:
         return Chart("timeline", title, about, note="No trial has started yet.")
     rows = tl.rows
@@ -184,45 +234,84 @@ def chart(results: StudyResults) -> Chart:
         labels.append(f"{esc(r['worker'])} ({share(r['utilisation'])})")
         y += int(r["lanes"]) + 0.5
     bars = tl.bars[tl.bars["worker"].isin(set(rows["worker"]))].copy()
-    bars["y"] = [positions[(w, lane)] for w, lane in zip(bars["worker"], bars["lane"],
-                                                          strict=True)]
+    bars["y"] = [positions[(w, lane)] for w, lane in zip(bars["worker"], bars["lane"], strict=True)]
     fig = go.Figure()
     waits = bars[bars["wait_s"] > 0]
     if len(waits):
-        fig.add_trace(go.Bar(
-            orientation="h", y=waits["y"] - 0.43, base=_dates(waits["asked"]),
-            x=waits["wait_s"] * 1000, width=0.1, name="waiting", marker_color=WAIT_COLOR,
-            text=[f"trial {n}: waited {duration(w)}" for n, w in zip(
-                waits["number"], waits["wait_s"], strict=True)],
-            textposition="none", hovertemplate="%{text}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                y=waits["y"] - 0.43,
+                base=_dates(waits["asked"]),
+                x=waits["wait_s"] * 1000,
+                width=0.1,
+                name="waiting",
+                marker_color=WAIT_COLOR,
+                text=[
+                    f"trial {n}: waited {duration(w)}"
+                    for n, w in zip(waits["number"], waits["wait_s"], strict=True)
+                ],
+                textposition="none",
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
     for outcome in outcome_order(bars["outcome"]):
         part = bars[bars["outcome"] == outcome]
-        hover = [f"trial {n}: {esc(o)}{' (still running)' if run else ''}<br>{esc(w)}<br>"
-                 f"ran {duration(r)}, waited {duration(wt)}<br>{esc(reason or '')}"
-                 for n, o, w, r, wt, reason, run in zip(
-                     part["number"], part["outcome"], part["worker"], part["run_s"],
-                     part["wait_s"], part["reason"], part["running"], strict=True)]
-        fig.add_trace(go.Bar(
-            orientation="h", y=part["y"], base=_dates(part["began"]),
-            x=np.maximum(part["run_s"].to_numpy(), 0.0) * 1000, width=0.7, name=outcome,
-            marker={"color": outcome_color(outcome), "line": {"width": 0.5, "color": "#333"}},
-            text=hover, textposition="none", hovertemplate="%{text}<extra></extra>"))
+        hover = [
+            f"trial {n}: {esc(o)}{' (still running)' if run else ''}<br>{esc(w)}<br>"
+            f"ran {duration(r)}, waited {duration(wt)}<br>{esc(reason or '')}"
+            for n, o, w, r, wt, reason, run in zip(
+                part["number"],
+                part["outcome"],
+                part["worker"],
+                part["run_s"],
+                part["wait_s"],
+                part["reason"],
+                part["running"],
+                strict=True,
+            )
+        ]
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                y=part["y"],
+                base=_dates(part["began"]),
+                x=np.maximum(part["run_s"].to_numpy(), 0.0) * 1000,
+                width=0.7,
+                name=outcome,
+                marker={"color": outcome_color(outcome), "line": {"width": 0.5, "color": "#333"}},
+                text=hover,
+                textposition="none",
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
     fig.update_xaxes(type="date", title_text="time (this machine's local time)")
-    fig.update_yaxes(tickvals=ticks, ticktext=labels, zeroline=False, showgrid=False,
-                     title_text="worker (utilisation)")
-    about += (f" Span {duration(tl.span_s)}; trials queued, not started: {tl.queued}."
-              if tl.queued else f" Span {duration(tl.span_s)}.")
+    fig.update_yaxes(
+        tickvals=ticks,
+        ticktext=labels,
+        zeroline=False,
+        showgrid=False,
+        title_text="worker (utilisation)",
+    )
+    about += (
+        f" Span {duration(tl.span_s)}; trials queued, not started: {tl.queued}."
+        if tl.queued
+        else f" Span {duration(tl.span_s)}."
+    )
     height = min(max(260, 60 + 22 * (y + 1)), 1400)
-    return Chart("timeline", title, about,
-                 figure=style(fig, height=int(height), barmode="overlay"))
+    return Chart("timeline", title, about, figure=style(fig, height=int(height), barmode="overlay"))
 
 
 # --- helpers ----------------------------------------------------------------------------------
 
 
 def _given(value: object) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value)) \
-        and value is not pd.NA and value is not pd.NaT
+    return (
+        value is not None
+        and not (isinstance(value, float) and math.isnan(value))
+        and value is not pd.NA
+        and value is not pd.NaT
+    )
 
 
 def _epoch(value: object) -> float | None:

@@ -78,8 +78,16 @@ def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
       all trials when none did; sorted by size;
     - tokens: per tokenizer and vocab size (or bin), mean bytes_per_token and unk_rate.
     """
-    cols = ["number", "outcome", "tokenizer", "vocab_size", "val_bpb", "val_loss",
-            "bytes_per_token", "unk_rate"]
+    cols = [
+        "number",
+        "outcome",
+        "tokenizer",
+        "vocab_size",
+        "val_bpb",
+        "val_loss",
+        "bytes_per_token",
+        "unk_rate",
+    ]
     frame = trials[cols].copy()
     frame["full"] = _trained_fully(trials)
     frame["vocab_size"] = vocab_sizes(trials)
@@ -91,18 +99,23 @@ def data(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     for _, part in pool.groupby("tokenizer", sort=True):
         part = part.assign(bin=size_bins(part["vocab_size"]))
         best_rows.append(part.loc[part.groupby("bin")["val_bpb"].idxmin()])
-    best = (pd.concat(best_rows) if best_rows else pool.assign(bin=[]))
+    best = pd.concat(best_rows) if best_rows else pool.assign(bin=[])
     best = best.drop(columns="bin").sort_values(["tokenizer", "vocab_size"]).reset_index(drop=True)
     tok_rows = []
     measured = frame[np.isfinite(frame["bytes_per_token"].astype(float))]
     for tokenizer, part in measured.groupby("tokenizer", sort=True):
         part = part.assign(bin=size_bins(part["vocab_size"]))
-        agg = part.groupby("bin").agg(vocab_size=("vocab_size", "median"),
-                                      bytes_per_token=("bytes_per_token", "mean"),
-                                      unk_rate=("unk_rate", "mean"))
+        agg = part.groupby("bin").agg(
+            vocab_size=("vocab_size", "median"),
+            bytes_per_token=("bytes_per_token", "mean"),
+            unk_rate=("unk_rate", "mean"),
+        )
         tok_rows.append(agg.assign(tokenizer=tokenizer))
-    tokens = (pd.concat(tok_rows).reset_index(drop=True) if tok_rows else
-              pd.DataFrame(columns=["vocab_size", "bytes_per_token", "unk_rate", "tokenizer"]))
+    tokens = (
+        pd.concat(tok_rows).reset_index(drop=True)
+        if tok_rows
+        else pd.DataFrame(columns=["vocab_size", "bytes_per_token", "unk_rate", "tokenizer"])
+    )
     tokens = tokens.sort_values(["tokenizer", "vocab_size"]).reset_index(drop=True)
     return points[cols[:6]], best[cols[:6]], tokens
 
@@ -116,9 +129,11 @@ def unk_shares(trials: pd.DataFrame) -> str:
     parts = []
     for size, group in words.assign(size=vocab_sizes(words)).groupby("size"):
         in_bytes = group["unk_byte_rate"].dropna()
-        parts.append(f"{int(size):,} words: {group['unk_rate_targets'].mean():.1%} of the "
-                     "validation tokens" + (f", {in_bytes.mean():.1%} of their bytes"
-                                            if len(in_bytes) else ""))
+        parts.append(
+            f"{int(size):,} words: {group['unk_rate_targets'].mean():.1%} of the "
+            "validation tokens"
+            + (f", {in_bytes.mean():.1%} of their bytes" if len(in_bytes) else "")
+        )
     return "; ".join(parts)
 
 
@@ -131,8 +146,12 @@ def point_styles(results: StudyResults, points: pd.DataFrame) -> pd.DataFrame:
     frame["color"] = frame["group"].map(lambda g: palette.get(g, colors.NOT_SET_COLOR))
     frame["symbol"] = frame["outcome"].map(colors.symbol)
     order = {g: i for i, g in enumerate(palette)}
-    return frame.assign(order=frame["group"].map(order)).sort_values(
-        ["order", "number"], kind="stable").drop(columns="order").reset_index(drop=True)
+    return (
+        frame.assign(order=frame["group"].map(order))
+        .sort_values(["order", "number"], kind="stable")
+        .drop(columns="order")
+        .reset_index(drop=True)
+    )
 
 
 def line_color(results: StudyResults, tokenizer: str) -> str:
@@ -156,9 +175,11 @@ def has_words(trials: pd.DataFrame) -> bool:
 
 def panels(trials: pd.DataFrame) -> list[tuple[int, int, str, str]]:
     """(row, col, metric, title) of each panel drawn: the ``<unk>`` rate only with words."""
-    out = [(1, 1, "val_bpb", "val_bpb (bits per byte)"),
-           (1, 2, "val_loss", "val loss (nats per token)"),
-           (2, 1, "bytes_per_token", "bytes per token")]
+    out = [
+        (1, 1, "val_bpb", "val_bpb (bits per byte)"),
+        (1, 2, "val_loss", "val loss (nats per token)"),
+        (2, 1, "bytes_per_token", "bytes per token"),
+    ]
     if has_words(trials):
         out.append((2, 2, "unk_rate", "<unk> rate"))
     return out
@@ -167,11 +188,14 @@ def panels(trials: pd.DataFrame) -> list[tuple[int, int, str, str]]:
 def chart(results: StudyResults) -> Chart:
     title = "Vocabulary: what a bigger vocabulary buys"
     shown = panels(results.trials)
-    about = ("Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
-             "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
-             "token" + (" and the share of targets that are <unk>" if len(shown) == 4 else "")
-             + ". Lines join the best trial per size (dash: the tokenizer); points are coloured "
-             "by what varied, their outcome the marker.")
+    about = (
+        "Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
+        "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
+        "token"
+        + (" and the share of targets that are <unk>" if len(shown) == 4 else "")
+        + ". Lines join the best trial per size (dash: the tokenizer); points are coloured "
+        "by what varied, their outcome the marker."
+    )
     field = colors.field_of(results)
     about += f" Colour: {field}." if field else ""
     unequal = text_warning(results.trials)
@@ -183,23 +207,43 @@ def chart(results: StudyResults) -> Chart:
     points, best, tokens = data(results.trials)
     if points.empty and tokens.empty:
         return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")
-    fig = make_subplots(rows=2, cols=2, vertical_spacing=0.16, horizontal_spacing=0.08,
-                        shared_xaxes="all", subplot_titles=[esc(title) for *_, title in shown],
-                        specs=[[{}, {}], [{}, {} if len(shown) == 4 else None]])
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        vertical_spacing=0.16,
+        horizontal_spacing=0.08,
+        shared_xaxes="all",
+        subplot_titles=[esc(title) for *_, title in shown],
+        specs=[[{}, {}], [{}, {} if len(shown) == 4 else None]],
+    )
     if len(points) <= MAX_POINTS:
         styled = point_styles(results, points)
         for group, part in styled.groupby("group", sort=False):
             for col, metric in ((1, "val_bpb"), (2, "val_loss")):
-                fig.add_trace(go.Scatter(
-                    x=part["vocab_size"].to_numpy(), y=part[metric].to_numpy(), mode="markers",
-                    marker={"color": part["color"].iloc[0], "size": 7, "opacity": 0.6,
-                            "symbol": part["symbol"].to_numpy()}, name=esc(group),
-                    legendgroup=f"group {group}", showlegend=col == 1,
-                    customdata=np.stack([part["number"].to_numpy(),
-                                         part["outcome"].map(esc).to_numpy()], axis=-1),
-                    hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, "
-                                  "%{customdata[1]})<br>V=%{x:,}<br>%{y:.4f}<extra></extra>"),
-                    row=1, col=col)
+                fig.add_trace(
+                    go.Scatter(
+                        x=part["vocab_size"].to_numpy(),
+                        y=part[metric].to_numpy(),
+                        mode="markers",
+                        marker={
+                            "color": part["color"].iloc[0],
+                            "size": 7,
+                            "opacity": 0.6,
+                            "symbol": part["symbol"].to_numpy(),
+                        },
+                        name=esc(group),
+                        legendgroup=f"group {group}",
+                        showlegend=col == 1,
+                        customdata=np.stack(
+                            [part["number"].to_numpy(), part["outcome"].map(esc).to_numpy()],
+                            axis=-1,
+                        ),
+                        hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, "
+                        "%{customdata[1]})<br>V=%{x:,}<br>%{y:.4f}<extra></extra>",
+                    ),
+                    row=1,
+                    col=col,
+                )
     for tokenizer in sorted(set(points["tokenizer"]) | set(tokens["tokenizer"])):
         color = line_color(results, str(tokenizer))
         dash = TOKENIZER_DASH.get(str(tokenizer), "dashdot")
@@ -207,25 +251,44 @@ def chart(results: StudyResults) -> Chart:
         first = True
         for col, metric in ((1, "val_bpb"), (2, "val_loss")):
             line = best[best["tokenizer"] == tokenizer]
-            fig.add_trace(go.Scatter(
-                x=line["vocab_size"].to_numpy(), y=line[metric].to_numpy(), mode="lines+markers",
-                line={"color": color, "dash": dash}, marker={"size": 5}, name=name,
-                legendgroup=str(tokenizer), showlegend=first,
-                customdata=line["number"].to_numpy(),
-                hovertemplate=f"best: trial %{{customdata}}<br>V=%{{x:,}}<br>{metric} "
-                              "%{y:.4f}<extra></extra>"), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=line["vocab_size"].to_numpy(),
+                    y=line[metric].to_numpy(),
+                    mode="lines+markers",
+                    line={"color": color, "dash": dash},
+                    marker={"size": 5},
+                    name=name,
+                    legendgroup=str(tokenizer),
+                    showlegend=first,
+                    customdata=line["number"].to_numpy(),
+                    hovertemplate=f"best: trial %{{customdata}}<br>V=%{{x:,}}<br>{metric} "
+                    "%{y:.4f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
             first = False
         part = tokens[tokens["tokenizer"] == tokenizer]
         for _, col, metric, _ in shown[2:]:
-            fig.add_trace(go.Scatter(
-                x=part["vocab_size"].to_numpy(), y=part[metric].astype(float).to_numpy(),
-                mode="lines+markers", line={"color": color, "dash": dash}, name=name,
-                legendgroup=str(tokenizer), showlegend=False,
-                hovertemplate=f"{esc(tokenizer)}: V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}"
-                              "<extra></extra>"),
-                row=2, col=col)
-    means = replicates.data(results.trials.assign(vocab_size=vocab_sizes(results.trials)),
-                            "vocab_size")
+            fig.add_trace(
+                go.Scatter(
+                    x=part["vocab_size"].to_numpy(),
+                    y=part[metric].astype(float).to_numpy(),
+                    mode="lines+markers",
+                    line={"color": color, "dash": dash},
+                    name=name,
+                    legendgroup=str(tokenizer),
+                    showlegend=False,
+                    hovertemplate=f"{esc(tokenizer)}: V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}"
+                    "<extra></extra>",
+                ),
+                row=2,
+                col=col,
+            )
+    means = replicates.data(
+        results.trials.assign(vocab_size=vocab_sizes(results.trials)), "vocab_size"
+    )
     if len(means):  # configurations run with several seeds: their mean and interval
         fig.add_trace(replicates.trace(means), row=1, col=1)
     fig.update_xaxes(type="log")

@@ -51,9 +51,15 @@ _state = {"debug": False}
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
-    version: Annotated[bool, typer.Option(
-        "--version", help="Print the installed version and exit.", is_eager=True,
-        callback=lambda value: _print_version() if value else None)] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the installed version and exit.",
+            is_eager=True,
+            callback=lambda value: _print_version() if value else None,
+        ),
+    ] = False,
 ) -> None:
     _state["debug"] = debug
 
@@ -78,8 +84,9 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "studies" / "quickstart.toml"
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Where the demo writes its database, runs and report.")
-                   ] = Path("demo-out"),
+    out: Annotated[
+        Path, typer.Option(help="Where the demo writes its database, runs and report.")
+    ] = Path("demo-out"),
 ) -> None:
     """The main job: the quickstart study on a synthetic corpus, end to end, then its report."""
     if not QUICKSTART.exists():
@@ -115,9 +122,13 @@ def main() -> None:
             raise
         # A value stored in the database is not JSON (a damaged or hand-edited row): the
         # study's problem, told in one line, not a traceback from deep inside Optuna.
-        write_line(elide(f"error: a value stored in the database is not valid JSON ({exc}); "
-                         "the study is damaged: restore the database from a copy, or remove "
-                         "the study with `sweeps delete STUDY`"))
+        write_line(
+            elide(
+                f"error: a value stored in the database is not valid JSON ({exc}); "
+                "the study is damaged: restore the database from a copy, or remove "
+                "the study with `sweeps delete STUDY`"
+            )
+        )
         sys.exit(1)
     except Exception as exc:
         if _state["debug"] or not _from_the_database(exc):
@@ -125,21 +136,30 @@ def main() -> None:
         from sweeps.storage import describe_error
 
         # The driver's one line; SQLAlchemy's text carries the SQL and its parameters.
-        write_line(elide(f"error: database error: {describe_error(exc)} (`sweeps --debug ...` "
-                         "shows the statement and the traceback)"))
+        write_line(
+            elide(
+                f"error: database error: {describe_error(exc)} (`sweeps --debug ...` "
+                "shows the statement and the traceback)"
+            )
+        )
         sys.exit(1)
 
 
 #: Where a JSON value read from the database is parsed: Optuna's storage, and sweeps' readers.
-_DATABASE_READERS = (f"{os.sep}optuna{os.sep}storages{os.sep}",
-                     f"{os.sep}sweeps{os.sep}results.py", f"{os.sep}sweeps{os.sep}records.py",
-                     f"{os.sep}sweeps{os.sep}lifecycle.py")
+_DATABASE_READERS = (
+    f"{os.sep}optuna{os.sep}storages{os.sep}",
+    f"{os.sep}sweeps{os.sep}results.py",
+    f"{os.sep}sweeps{os.sep}records.py",
+    f"{os.sep}sweeps{os.sep}lifecycle.py",
+)
 
 
 def _read_from_the_database(exc: BaseException) -> bool:
     """Whether ``exc`` was raised while parsing a value read from the database (by where)."""
-    return any(any(part in frame.filename for part in _DATABASE_READERS)
-               for frame in traceback.extract_tb(exc.__traceback__))
+    return any(
+        any(part in frame.filename for part in _DATABASE_READERS)
+        for frame in traceback.extract_tb(exc.__traceback__)
+    )
 
 
 def _from_the_database(exc: BaseException) -> bool:

@@ -43,23 +43,32 @@ def prepare(
         raise SweepsError(f"--out {out} already exists; choose another path or pass --force")
     started = time.perf_counter()
     with progress_bar("preparing") as progress:
-        manifest = corpus.prepare(out, sources=sources or (), format=format,
-                                  synthetic_size=corpus.parse_size(size) if synthetic else None,
-                                  seed=seed, val_fraction=val_fraction, progress=progress,
-                                  replace=force)
+        manifest = corpus.prepare(
+            out,
+            sources=sources or (),
+            format=format,
+            synthetic_size=corpus.parse_size(size) if synthetic else None,
+            seed=seed,
+            val_fraction=val_fraction,
+            progress=progress,
+            replace=force,
+        )
     elapsed = time.perf_counter() - started
-    print_summary(f"corpus {out}", [
-        ("source", manifest["source"]),
-        ("format", manifest["format"]),
-        ("questions", manifest["questions"]),
-        ("answered questions", manifest["questions_answered"]),
-        ("answers", manifest["answers"]),
-        ("pairs", manifest["pairs"]),
-        ("characters", manifest["chars"]),
-        ("bytes", f"{manifest['bytes']:,} ({human_bytes(manifest['bytes'])})"),
-        ("train / val bytes", f"{manifest['train_bytes']:,} / {manifest['val_bytes']:,}"),
-        ("time", f"{elapsed:.2f} s"),
-    ])
+    print_summary(
+        f"corpus {out}",
+        [
+            ("source", manifest["source"]),
+            ("format", manifest["format"]),
+            ("questions", manifest["questions"]),
+            ("answered questions", manifest["questions_answered"]),
+            ("answers", manifest["answers"]),
+            ("pairs", manifest["pairs"]),
+            ("characters", manifest["chars"]),
+            ("bytes", f"{manifest['bytes']:,} ({human_bytes(manifest['bytes'])})"),
+            ("train / val bytes", f"{manifest['train_bytes']:,} / {manifest['val_bytes']:,}"),
+            ("time", f"{elapsed:.2f} s"),
+        ],
+    )
 
 
 @app.command()
@@ -68,8 +77,9 @@ def tokenize(
     tokenizer: Annotated[str, typer.Option(help="word, bpe or byte.")] = "bpe",
     vocab_size: Annotated[
         int | None,
-        typer.Option(help="Ids the model sees, specials included [default: "
-                          f"{vocab_size_default_text()}]."),
+        typer.Option(
+            help=f"Ids the model sees, specials included [default: {vocab_size_default_text()}]."
+        ),
     ] = None,
     lowercase: Annotated[bool, typer.Option(help="Lowercase words (word tokenizer).")] = False,
 ) -> None:
@@ -83,15 +93,19 @@ def tokenize(
     validate_tokenizer_args(tokenizer, vocab_size, lowercase, key="--vocab-size")
     started = time.perf_counter()
     with progress_bar("tokenizing") as progress:
-        cache = load_tokens(corpus_dir, tokenizer, vocab_size, lowercase=lowercase,
-                            progress=progress)
+        cache = load_tokens(
+            corpus_dir, tokenizer, vocab_size, lowercase=lowercase, progress=progress
+        )
     elapsed = time.perf_counter() - started
     meta = cache.meta
-    print_summary(f"tokens {cache.path}", [
-        ("tokenizer", f"{meta['kind']} ({meta['vocab_size']:,} ids)"),
-        ("train / val tokens", f"{meta['train_tokens']:,} / {meta['val_tokens']:,}"),
-        ("bytes per token", meta["bytes_per_token"]),
-        ("<unk> rate (val)", f"{meta['unk_rate']:.2%}"),
-        ("cache", "hit" if cache.hit else f"built (encode {meta['encode_seconds']:.2f} s)"),
-        ("time", f"{elapsed:.2f} s"),
-    ])
+    print_summary(
+        f"tokens {cache.path}",
+        [
+            ("tokenizer", f"{meta['kind']} ({meta['vocab_size']:,} ids)"),
+            ("train / val tokens", f"{meta['train_tokens']:,} / {meta['val_tokens']:,}"),
+            ("bytes per token", meta["bytes_per_token"]),
+            ("<unk> rate (val)", f"{meta['unk_rate']:.2%}"),
+            ("cache", "hit" if cache.hit else f"built (encode {meta['encode_seconds']:.2f} s)"),
+            ("time", f"{elapsed:.2f} s"),
+        ],
+    )

@@ -34,24 +34,41 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-MetricOption = Annotated[str | None, typer.Option(
-    "--metric", help="The trial metric to compare [default: the study's first objective].")]
+MetricOption = Annotated[
+    str | None,
+    typer.Option(
+        "--metric", help="The trial metric to compare [default: the study's first objective]."
+    ),
+]
 
 
 @app.command()
 def effects(
     study: Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.")],
-    baseline: Annotated[str | None, typer.Option(
-        "--baseline", metavar="FIELD=VALUE[,...]",
-        help="The configuration to compare against [default: an ablation study's baseline]."
-    )] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            metavar="FIELD=VALUE[,...]",
+            help="The configuration to compare against [default: an ablation study's baseline].",
+        ),
+    ] = None,
     metric: MetricOption = None,
-    level: Annotated[float, typer.Option(
-        "--level", help="Significance level of the verdicts, after Holm's correction.")] = 0.05,
-    stopped: Annotated[str, typer.Option(
-        "--stopped", metavar="apart|as-value",
-        help="Stopped seeds: counted apart (named, tested as a failure rate, left out of the "
-             "paired test), or compared on their last evaluation.")] = "apart",
+    level: Annotated[
+        float,
+        typer.Option(
+            "--level", help="Significance level of the verdicts, after Holm's correction."
+        ),
+    ] = 0.05,
+    stopped: Annotated[
+        str,
+        typer.Option(
+            "--stopped",
+            metavar="apart|as-value",
+            help="Stopped seeds: counted apart (named, tested as a failure rate, left out of the "
+            "paired test), or compared on their last evaluation.",
+        ),
+    ] = "apart",
     markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     storage: StorageOption = None,
@@ -63,15 +80,23 @@ def effects(
 
     if markdown and as_json:
         raise SweepsError("--markdown and --json are exclusive; give one")
-    result = fx.study_effects(resolve_storage_url(storage, None), study, baseline=baseline,
-                              metric=metric, level=level, stopped=stopped)
+    result = fx.study_effects(
+        resolve_storage_url(storage, None),
+        study,
+        baseline=baseline,
+        metric=metric,
+        level=level,
+        stopped=stopped,
+    )
     if as_json:
         typer.echo(json.dumps(result.as_dict(), indent=2))
     elif markdown:
         typer.echo(fx.markdown(result), nl=False)
     else:
-        print_table(f"effects on {result.metric} in study {study} ({result.direction})",
-                    fx.table_rows(result))
+        print_table(
+            f"effects on {result.metric} in study {study} ({result.direction})",
+            fx.table_rows(result),
+        )
         for line in fx.footer_lines(result):
             typer.echo(plain(line))
 
@@ -92,8 +117,9 @@ def confirm(
     study: Annotated[str, typer.Argument(metavar="STUDY", help="The finished study.")],
     top: Annotated[int, typer.Option("--top", help="How many of its best configurations.")] = 3,
     seeds: Annotated[int, typer.Option("--seeds", help="Fresh seeds per configuration.")] = 5,
-    level: Annotated[float, typer.Option(
-        "--level", help="Significance level of best against runner-up.")] = 0.05,
+    level: Annotated[
+        float, typer.Option("--level", help="Significance level of best against runner-up.")
+    ] = 0.05,
     metric: MetricOption = None,
     storage: StorageOption = None,
     max_concurrent: MaxConcurrentOption = None,
@@ -122,15 +148,21 @@ def confirm(
         service.check_host(spec)
     service.check_runs_dir(runs_dir)
     run_cli._ensure_corpus(spec)
-    st, opened, created = service.open_study(spec, url, n_trials=None, heartbeat=heartbeat,
-                                             grace=grace)
+    st, opened, created = service.open_study(
+        spec, url, n_trials=None, heartbeat=heartbeat, grace=grace
+    )
     cf.link(st, opened, plan)
-    err_console.print(f"{'created' if created else 'resuming'} study {plan.name!r} in "
-                      f"{mask_url(url)}: {len(plan.configs)} configurations x seeds "
-                      f"{', '.join(map(str, plan.seeds))}", highlight=False, markup=False)
+    err_console.print(
+        f"{'created' if created else 'resuming'} study {plan.name!r} in "
+        f"{mask_url(url)}: {len(plan.configs)} configurations x seeds "
+        f"{', '.join(map(str, plan.seeds))}",
+        highlight=False,
+        markup=False,
+    )
     if engine == "ray":
-        run_cli._run_ray(spec, st, opened, url, runs_dir, max_concurrent, None, address,
-                         (heartbeat, grace))
+        run_cli._run_ray(
+            spec, st, opened, url, runs_dir, max_concurrent, None, address, (heartbeat, grace)
+        )
     else:
         run_cli._run(spec, st, opened, runs_dir, max_concurrent, None, launcher)
     for ranking in cf.rankings(url, plan.name, metric=plan.metric, level=level):
@@ -138,19 +170,29 @@ def confirm(
 
 
 def print_ranking(plan: Plan, ranking: Ranking) -> None:
-    rows = [{"rank": str(i + 1), "config": r["config"], "n": str(r["n"]),
-             f"{ranking.metric} mean [95% CI]": f"{r['mean']:.4f} [{r['low']:.4f}, "
-                                                f"{r['high']:.4f}]",
-             "seeds": ", ".join(map(str, r["seeds"]))} for i, r in ranking.rows.iterrows()]
+    rows = [
+        {
+            "rank": str(i + 1),
+            "config": r["config"],
+            "n": str(r["n"]),
+            f"{ranking.metric} mean [95% CI]": f"{r['mean']:.4f} [{r['low']:.4f}, {r['high']:.4f}]",
+            "seeds": ", ".join(map(str, r["seeds"])),
+        }
+        for i, r in ranking.rows.iterrows()
+    ]
     if rows:
-        print_table(f"confirmation of {plan.source} ({ranking.metric}, {ranking.direction})",
-                    rows)
+        print_table(f"confirmation of {plan.source} ({ranking.metric}, {ranking.direction})", rows)
     typer.echo(ranking.sentence())
     if ranking.metric == plan.metric and len(ranking.rows):
         # Did the source study's winner (often one lucky seed) stay the winner?
         winner = plan.configs[0]["config"]
-        place = list(ranking.rows["config"]).index(winner) + 1 \
-            if winner in set(ranking.rows["config"]) else None
-        typer.echo(f"{plan.source}'s best ({winner}) ranks {place} of {len(ranking.rows)} "
-                   "with fresh seeds" if place else f"{plan.source}'s best ({winner}) has no "
-                   "complete confirmation trial yet")
+        place = (
+            list(ranking.rows["config"]).index(winner) + 1
+            if winner in set(ranking.rows["config"])
+            else None
+        )
+        typer.echo(
+            f"{plan.source}'s best ({winner}) ranks {place} of {len(ranking.rows)} with fresh seeds"
+            if place
+            else f"{plan.source}'s best ({winner}) has no complete confirmation trial yet"
+        )

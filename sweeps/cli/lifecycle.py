@@ -20,8 +20,12 @@ app = typer.Typer()
 
 StudyArgument = Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.")]
 NewArgument = Annotated[str, typer.Argument(metavar="NEW", help="The new study's name.")]
-ForceOption = Annotated[bool, typer.Option(
-    "--force", help="Go ahead although the study has RUNNING trials (their workers are dead).")]
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Go ahead although the study has RUNNING trials (their workers are dead)."
+    ),
+]
 
 
 @app.command()
@@ -30,11 +34,17 @@ def delete(
     storage: StorageOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     force: ForceOption = False,
-    runs_dir: Annotated[Path | None, typer.Option(
-        "--runs-dir", help="Where the study ran (its runs are RUNS_DIR/<study>) [default: "
-        "none: runs are left alone].")] = None,
-    delete_runs: Annotated[bool, typer.Option(
-        "--delete-runs", help="Also remove RUNS_DIR/<study> (needs --runs-dir).")] = False,
+    runs_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--runs-dir",
+            help="Where the study ran (its runs are RUNS_DIR/<study>) [default: "
+            "none: runs are left alone].",
+        ),
+    ] = None,
+    delete_runs: Annotated[
+        bool, typer.Option("--delete-runs", help="Also remove RUNS_DIR/<study> (needs --runs-dir).")
+    ] = False,
 ) -> None:
     """Delete a study: its trials, evaluations and samples (and, with --delete-runs, its runs).
     All or nothing: an interrupted delete leaves the study whole (its runs too). Asks first on a
@@ -44,13 +54,20 @@ def delete(
 
     def confirm(question: str) -> bool:
         if not sys.stdin.isatty():
-            raise SweepsError(f"refusing to delete study {study!r} without a confirmation: "
-                              "not a terminal; pass --yes")
+            raise SweepsError(
+                f"refusing to delete study {study!r} without a confirmation: "
+                "not a terminal; pass --yes"
+            )
         return typer.confirm(question, default=False)
 
-    done = lifecycle.delete_study(resolve_storage_url(storage, None), study, force=force,
-                                  runs_dir=runs_dir, delete_runs=delete_runs,
-                                  confirm=None if yes else confirm)
+    done = lifecycle.delete_study(
+        resolve_storage_url(storage, None),
+        study,
+        force=force,
+        runs_dir=runs_dir,
+        delete_runs=delete_runs,
+        confirm=None if yes else confirm,
+    )
     rows: list[tuple[str, object]] = [("storage", done.storage), ("trials", done.trials)]
     if done.runs_removed is not None:
         rows.append(("runs removed", str(done.runs_removed)))
@@ -62,8 +79,10 @@ def copy_(
     study: StudyArgument,
     new: NewArgument,
     storage: StorageOption = None,
-    to_storage: Annotated[str | None, typer.Option(
-        "--to-storage", help="Copy into this database [default: the same one].")] = None,
+    to_storage: Annotated[
+        str | None,
+        typer.Option("--to-storage", help="Copy into this database [default: the same one]."),
+    ] = None,
     force: ForceOption = False,
 ) -> None:
     """Copy a study (trials, attributes, evaluations, samples) to NEW; `sweeps worker NEW`
@@ -72,10 +91,14 @@ def copy_(
     from sweeps import lifecycle
     from sweeps.storage import resolve_storage_url
 
-    done = lifecycle.copy_study(resolve_storage_url(storage, None), study, new,
-                                to_url=to_storage, force=force)
-    rows: list[tuple[str, object]] = [("into", done.storage), ("trials", done.trials),
-                                      ("evaluation and sample rows", done.rows)]
+    done = lifecycle.copy_study(
+        resolve_storage_url(storage, None), study, new, to_url=to_storage, force=force
+    )
+    rows: list[tuple[str, object]] = [
+        ("into", done.storage),
+        ("trials", done.trials),
+        ("evaluation and sample rows", done.rows),
+    ]
     if done.requeued:
         rows.append(("re-queued (were running)", done.requeued))
     print_summary(f"copied study {done.study} to {done.new}", rows)
@@ -93,5 +116,7 @@ def rename(
     from sweeps.storage import resolve_storage_url
 
     done = lifecycle.rename_study(resolve_storage_url(storage, None), study, new, force=force)
-    print_summary(f"renamed study {done.study} to {done.new}",
-                  [("storage", done.storage), ("trials", done.trials)])
+    print_summary(
+        f"renamed study {done.study} to {done.new}",
+        [("storage", done.storage), ("trials", done.trials)],
+    )

@@ -45,8 +45,11 @@ def estimate(
     config: ConfigFileOption = None,
     budget: Annotated[
         str | None,
-        typer.Option("--budget", help="Memory budget: a size (16GiB), auto or none "
-                     "[default: the spec's limits.memory_budget, else auto]."),
+        typer.Option(
+            "--budget",
+            help="Memory budget: a size (16GiB), auto or none "
+            "[default: the spec's limits.memory_budget, else auto].",
+        ),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Workers sharing an auto budget.")] = 1,
     launcher: Annotated[
@@ -73,8 +76,7 @@ def estimate(
         from sweeps.study import budget_warnings
 
         spec = load_spec(spec_path, check_paths=False)  # once: a spec may list 100,000 choices
-        table = plan.feasibility(spec, overrides, budget, workers, launcher, samples,
-                                 sample_seed)
+        table = plan.feasibility(spec, overrides, budget, workers, launcher, samples, sample_seed)
         warn(budget_warnings(spec, overrides))
         if as_json:
             typer.echo(json.dumps(table, indent=2))
@@ -116,7 +118,8 @@ def _print_estimate(est: Any, cfg: TrainConfig, budget_bytes: int | None, fits: 
     console.print(
         f"parameters {p['total']:,} (embedding {p['embedding']:,}, attention/layer "
         f"{p['attention_per_layer']:,}, ffn/layer {p['ffn_per_layer']:,}"
-        + (", untied head" if cfg.tie_weights is False else ", tied head") + ")",
+        + (", untied head" if cfg.tie_weights is False else ", tied head")
+        + ")",
         highlight=False,
     )
     table = Table(box=None, padding=(0, 1), title_justify="left")
@@ -125,22 +128,35 @@ def _print_estimate(est: Any, cfg: TrainConfig, budget_bytes: int | None, fits: 
     table.add_column("at peak", justify="right", no_wrap=True)
     table.add_column("formula [inputs]", overflow="fold")
     for t in est.terms:
-        inputs = " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}"
-                          for k, v in t.inputs.items() if v is not None)
+        inputs = " ".join(
+            f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}"
+            for k, v in t.inputs.items()
+            if v is not None
+        )
         cell = Text(t.formula)
         cell.append(f"  [{inputs}]", style="dim")
         table.add_row(t.name, human_bytes(t.bytes), human_bytes(t.at_peak), cell)
-    table.add_row("activations", human_bytes(est.activations), "",
-                  "embeddings + residual + norms + attention + attention_scores + ffn")
+    table.add_row(
+        "activations",
+        human_bytes(est.activations),
+        "",
+        "embeddings + residual + norms + attention + attention_scores + ffn",
+    )
     console.print(table)
-    console.print(f"peak at: {est.peak_moment}; tensors at the peak (allocated): "
-                  f"{human_bytes(est.allocated)}", highlight=False)
+    console.print(
+        f"peak at: {est.peak_moment}; tensors at the peak (allocated): "
+        f"{human_bytes(est.allocated)}",
+        highlight=False,
+    )
     verdict = ""
     if budget_bytes is not None:
-        verdict = (f" {'<=' if fits else '>'} budget {human_bytes(budget_bytes)}: "
-                   f"{'fits' if fits else 'does NOT fit'}")
-    console.print(f"[bold]total {human_bytes(est.total)}[/] ({est.total:,} bytes){verdict}",
-                  highlight=False)
+        verdict = (
+            f" {'<=' if fits else '>'} budget {human_bytes(budget_bytes)}: "
+            f"{'fits' if fits else 'does NOT fit'}"
+        )
+    console.print(
+        f"[bold]total {human_bytes(est.total)}[/] ({est.total:,} bytes){verdict}", highlight=False
+    )
 
 
 # --- a study's feasibility table ----------------------------------------------------------------
@@ -150,33 +166,45 @@ def _print_feasibility(t: dict[str, Any]) -> None:
     from rich.table import Table
 
     rows, budget_bytes = t["rows"], t["budget_bytes"]
-    table = Table(box=None, padding=(0, 2), title_justify="left",
-                  title=f"study {t['study']}: {t['points']} of its space; budget "
-                        f"{human_bytes(budget_bytes) if budget_bytes else 'none'}, "
-                        f"oom_policy {t['oom_policy']}")
+    table = Table(
+        box=None,
+        padding=(0, 2),
+        title_justify="left",
+        title=f"study {t['study']}: {t['points']} of its space; budget "
+        f"{human_bytes(budget_bytes) if budget_bytes else 'none'}, "
+        f"oom_policy {t['oom_policy']}",
+    )
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("point", overflow="fold")
     table.add_column("predicted", justify="right", no_wrap=True)
     table.add_column("steps", justify="right", no_wrap=True)
     table.add_column("fits", overflow="fold")
     for i, r in enumerate(rows):
-        point = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in r["params"].items())
+        point = " ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items()
+        )
         if not r["valid"]:
             table.add_row(str(i), point, "", "", f"invalid: {r['reason']}")
             continue
         fits = "yes" if r["fits"] else "no"
         if r["fitted"]:
-            fits = (f"yes, fitted to batch_size {r['fitted']['batch_size']} x grad_accum "
-                    f"{r['fitted']['grad_accum']}")
-        steps = "-" if r["steps"] is None else f"{r['steps']:,}" + (
-            " (unjudged)" if r["under_trained"] else "")
+            fits = (
+                f"yes, fitted to batch_size {r['fitted']['batch_size']} x grad_accum "
+                f"{r['fitted']['grad_accum']}"
+            )
+        steps = (
+            "-"
+            if r["steps"] is None
+            else f"{r['steps']:,}" + (" (unjudged)" if r["under_trained"] else "")
+        )
         table.add_row(str(i), point, human_bytes(r["predicted_bytes"]), steps, fits)
     wide_console().print(table)
     console.print(f"{t['fit']} of {len(rows)} points fit", highlight=False)
     if t["under_trained"]:
-        console.print(f"{t['under_trained']} of {len(rows)} points get fewer than "
-                      f"limits.collapse.min_steps = {t['min_steps']} optimizer steps, or a "
-                      "learning rate summed over them below limits.collapse.min_lr_sum = "
-                      f"{t['min_lr_sum']:g}: they run unjudged, marked under_trained",
-                      highlight=False)
+        console.print(
+            f"{t['under_trained']} of {len(rows)} points get fewer than "
+            f"limits.collapse.min_steps = {t['min_steps']} optimizer steps, or a "
+            "learning rate summed over them below limits.collapse.min_lr_sum = "
+            f"{t['min_lr_sum']:g}: they run unjudged, marked under_trained",
+            highlight=False,
+        )

@@ -45,14 +45,18 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
     """
     hints = typing.get_type_hints(config_cls)
     # A field the tool sets (``lm.config``'s derivation record) is no flag: a config.json holds it.
-    fields = [f for f in dataclasses.fields(config_cls) if f.init
-              and not f.metadata.get("set_by_tool")]
+    fields = [
+        f for f in dataclasses.fields(config_cls) if f.init and not f.metadata.get("set_by_tool")
+    ]
 
     def decorate(fn: Callable) -> Callable:
         # The command's own hints, resolved in its module (it may use postponed annotations).
         own_hints = typing.get_type_hints(fn, include_extras=True)
-        own = [p.replace(annotation=own_hints.get(p.name, p.annotation))
-               for p in inspect.signature(fn).parameters.values() if p.name != "overrides"]
+        own = [
+            p.replace(annotation=own_hints.get(p.name, p.annotation))
+            for p in inspect.signature(fn).parameters.values()
+            if p.name != "overrides"
+        ]
         generated = []
         for field in fields:
             cli_type = _cli_type(hints[field.name])
@@ -64,8 +68,11 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
                 help_text = f"{help_text} [default: {shown}]"
             option = typer.Option(*decls, help=help_text, rich_help_panel=panel, show_default=False)
             annotation = Annotated[Optional[cli_type], option]  # noqa: UP045 (Typer needs Optional)
-            generated.append(inspect.Parameter(
-                field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+            generated.append(
+                inspect.Parameter(
+                    field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+                )
+            )
 
         def wrapper(**kwargs: Any) -> Any:
             overrides = {}
@@ -127,13 +134,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if path.suffix.lower() != ".json":
         return read_toml(path, what="--config")
     if not path.is_file():
-        raise SweepsError(f"--config {path} is not a file; give a run's config.json or a TOML "
-                          "file")
+        raise SweepsError(f"--config {path} is not a file; give a run's config.json or a TOML file")
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SweepsError(f"--config {path} is not valid JSON ({exc}); give a run's "
-                          "config.json or a TOML file") from None
+        raise SweepsError(
+            f"--config {path} is not valid JSON ({exc}); give a run's config.json or a TOML file"
+        ) from None
     if not isinstance(values, dict):
         raise SweepsError(f"--config {path} holds no JSON object of TrainConfig fields")
     return values
@@ -143,49 +150,78 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 StorageOption = Annotated[
     str | None,
-    typer.Option("--storage", help="Database URL [default: $SWEEPS_STORAGE, the spec's storage "
-                                   "(sweeps run), else sqlite:///sweeps.db]."),
+    typer.Option(
+        "--storage",
+        help="Database URL [default: $SWEEPS_STORAGE, the spec's storage "
+        "(sweeps run), else sqlite:///sweeps.db].",
+    ),
 ]
 RunsDirOption = Annotated[
     Path, typer.Option("--runs-dir", help="Trials run in RUNS_DIR/<study>/trials/<number>.")
 ]
 LauncherOption = Annotated[
-    str, typer.Option("--launcher", help="fork (a preloaded fork server: fast start, Linux), "
-                                         "subprocess (a fresh interpreter per trial) or auto.")
+    str,
+    typer.Option(
+        "--launcher",
+        help="fork (a preloaded fork server: fast start, Linux), "
+        "subprocess (a fresh interpreter per trial) or auto.",
+    ),
 ]
 HeartbeatOption = Annotated[
     int, typer.Option("--heartbeat", help="Seconds between a running trial's heartbeats.")
 ]
 GraceOption = Annotated[
-    int, typer.Option("--grace", help="Seconds without a heartbeat before a trial is failed and "
-                                      "re-queued by another worker.")
+    int,
+    typer.Option(
+        "--grace",
+        help="Seconds without a heartbeat before a trial is failed and "
+        "re-queued by another worker.",
+    ),
 ]
 WorkersOption = Annotated[
-    int | None, typer.Option("--workers", help="The same as --max-concurrent (kept for "
-                                               "scripts written before admission by memory) "
-                                               "[default: --max-concurrent's].")
+    int | None,
+    typer.Option(
+        "--workers",
+        help="The same as --max-concurrent (kept for "
+        "scripts written before admission by memory) "
+        "[default: --max-concurrent's].",
+    ),
 ]
 MaxConcurrentOption = Annotated[
-    int | None, typer.Option("--max-concurrent", help="At most N trials at once [default: as "
-                                                      "many as this host's memory and cores "
-                                                      "hold].")
+    int | None,
+    typer.Option(
+        "--max-concurrent",
+        help="At most N trials at once [default: as many as this host's memory and cores hold].",
+    ),
 ]
 EngineOption = Annotated[
-    str | None, typer.Option("--engine", help="local (this machine: trials admitted to its "
-                                              "GPUs or CPU by predicted memory), ray (a Ray "
-                                              "cluster; pip install -e '.[ray]') or slurm (a "
-                                              "job array of workers) [default: the spec's "
-                                              "engine name, else local].")
+    str | None,
+    typer.Option(
+        "--engine",
+        help="local (this machine: trials admitted to its "
+        "GPUs or CPU by predicted memory), ray (a Ray "
+        "cluster; pip install -e '.[ray]') or slurm (a "
+        "job array of workers) [default: the spec's "
+        "engine name, else local].",
+    ),
 ]
 AddressOption = Annotated[
-    str | None, typer.Option("--address", help="With --engine ray: the cluster to join "
-                                               "[default: $RAY_ADDRESS, a running local "
-                                               "cluster, else a new one on this machine].")
+    str | None,
+    typer.Option(
+        "--address",
+        help="With --engine ray: the cluster to join "
+        "[default: $RAY_ADDRESS, a running local "
+        "cluster, else a new one on this machine].",
+    ),
 ]
 ConfigFileOption = Annotated[
-    Path | None, typer.Option("--config", help="A TOML file of TrainConfig fields, or a run's "
-                                               "config.json [default: none: the flags and "
-                                               "the defaults below].")
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A TOML file of TrainConfig fields, or a run's "
+        "config.json [default: none: the flags and "
+        "the defaults below].",
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -199,9 +235,12 @@ def flag_checks(values: dict[str, Any], overrides: dict[str, Any]) -> None:
     if overrides.get("vocab_size") is None:
         return
     fields = TrainConfig.__dataclass_fields__
-    validate_tokenizer_args(values.get("tokenizer", fields["tokenizer"].default),
-                            overrides["vocab_size"], values.get("lowercase", False) is True,
-                            key="--vocab-size")
+    validate_tokenizer_args(
+        values.get("tokenizer", fields["tokenizer"].default),
+        overrides["vocab_size"],
+        values.get("lowercase", False) is True,
+        key="--vocab-size",
+    )
 
 
 def vocab_size_default_text() -> str:
@@ -211,8 +250,9 @@ def vocab_size_default_text() -> str:
     return f"{default_vocab_size('bpe')}; byte: {default_vocab_size('byte')}"
 
 
-def train_config(config_file: Path | None, overrides: dict[str, Any], *,
-                 corpus: str | None = None) -> Any:
+def train_config(
+    config_file: Path | None, overrides: dict[str, Any], *, corpus: str | None = None
+) -> Any:
     """A ``TrainConfig`` from ``--config`` and the field flags (flags win); ``corpus`` is the
     default corpus (None: ``--corpus`` is required)."""
     from lm import budget
@@ -249,5 +289,12 @@ def config_reference() -> list[tuple[str, str, str]]:
     fields, checked against this by ``tests/sweeps/test_cli_help.py``."""
     from lm.config import TrainConfig
 
-    return [(f.name, "required" if (shown := default_text(f)) is None else f"`{shown}`",
-             f.metadata.get("help", "")) for f in dataclasses.fields(TrainConfig) if f.init]
+    return [
+        (
+            f.name,
+            "required" if (shown := default_text(f)) is None else f"`{shown}`",
+            f.metadata.get("help", ""),
+        )
+        for f in dataclasses.fields(TrainConfig)
+        if f.init
+    ]

@@ -48,10 +48,13 @@ class Board:
         with self.lock:
             number = data.get("number")
             if kind == "start":
-                self.running[number] = {"params": data.get("params", {}), "tokens": 0,
-                                        "max_tokens": data.get("max_tokens"),
-                                        "worker": data.get("worker", ""),
-                                        "since": time.monotonic()}
+                self.running[number] = {
+                    "params": data.get("params", {}),
+                    "tokens": 0,
+                    "max_tokens": data.get("max_tokens"),
+                    "worker": data.get("worker", ""),
+                    "since": time.monotonic(),
+                }
             elif kind == "launch" and number in self.running:
                 self.running[number]["tokens"] = 0  # a fitted retry trains from token 0 again
             elif kind in ("eval", "progress") and number in self.running:
@@ -68,8 +71,10 @@ class Board:
                 took = time.monotonic() - info.get("since", time.monotonic())
                 values = data.get("values")
                 shown = (" " + ", ".join(f"{v:.4g}" for v in values)) if values else ""
-                self.messages.append(f"trial {number} {data.get('outcome')}{shown} "
-                                     f"({took:.1f} s): {data.get('reason')}")
+                self.messages.append(
+                    f"trial {number} {data.get('outcome')}{shown} "
+                    f"({took:.1f} s): {data.get('reason')}"
+                )
                 self.refreshed = 0.0
 
     def refresh(self, force: bool = False) -> None:
@@ -87,24 +92,34 @@ class Board:
         counts = ", ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
         with self.lock:
             running = ", ".join(f"#{n} {_tokens(r)}" for n, r in sorted(self.running.items()))
-        return (f"[{time.monotonic() - self.started:6.0f} s] {self.finished}/{self.n_trials} "
-                f"finished ({counts or 'none yet'}); best {self.best}; "
-                f"running: {running or 'none'}")
+        return (
+            f"[{time.monotonic() - self.started:6.0f} s] {self.finished}/{self.n_trials} "
+            f"finished ({counts or 'none yet'}); best {self.best}; "
+            f"running: {running or 'none'}"
+        )
 
     def render(self) -> Any:
         from rich.console import Group
         from rich.table import Table
 
-        table = Table(box=None, padding=(0, 2), title_justify="left",
-                      title=f"{self.finished}/{self.n_trials} finished, best {self.best}")
+        table = Table(
+            box=None,
+            padding=(0, 2),
+            title_justify="left",
+            title=f"{self.finished}/{self.n_trials} finished, best {self.best}",
+        )
         for col in ("trial", "worker", "tokens", "val_bpb", "params"):
             table.add_column(col)
         with self.lock:
             for number, r in sorted(self.running.items()):
                 bpb = r.get("val_bpb")
-                table.add_row(str(number), plain(r["worker"]), _tokens(r),
-                              "-" if bpb is None else f"{bpb:.4f}",
-                              plain(" ".join(f"{k}={v}" for k, v in r["params"].items())))
+                table.add_row(
+                    str(number),
+                    plain(r["worker"]),
+                    _tokens(r),
+                    "-" if bpb is None else f"{bpb:.4f}",
+                    plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
+                )
         counts = "  ".join(f"{o} {self.counts[o]}" for o in outcomes.ORDER if self.counts[o])
         return Group(counts or "no trial finished yet", table)
 
@@ -127,13 +142,14 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     if err_console.is_terminal:
         from rich.live import Live
 
-        with Live(board.render(), console=err_console, refresh_per_second=2,
-                  transient=True) as live:
+        with Live(
+            board.render(), console=err_console, refresh_per_second=2, transient=True
+        ) as live:
+
             def tick() -> None:
                 board.refresh()
                 for message in board.drain():
-                    live.console.print(escape_controls(message), highlight=False,
-                                       markup=False)
+                    live.console.print(escape_controls(message), highlight=False, markup=False)
                 live.update(board.render())
 
             yield tick
@@ -162,22 +178,25 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
         write_line(board.line())
 
 
-def summary(board: Board, study_dir: Path, results: list[Any],
-            flags: Any) -> None:
+def summary(board: Board, study_dir: Path, results: list[Any], flags: Any) -> None:
     """The end of ``sweeps run`` (local or on Slurm): where the study stands, then one line for
     a worker's error (exit 2) or a stop (exit 130)."""
     board.refresh(force=True)
-    print_summary(f"study {board.study.study_name}", [
-        ("finished", f"{board.finished}/{board.n_trials}"),
-        ("outcomes", counts_text(study_service.ordered_counts(board.counts)) or "none"),
-        ("best", board.best),
-        ("runs", str(study_dir)),
-    ])
+    print_summary(
+        f"study {board.study.study_name}",
+        [
+            ("finished", f"{board.finished}/{board.n_trials}"),
+            ("outcomes", counts_text(study_service.ordered_counts(board.counts)) or "none"),
+            ("best", board.best),
+            ("runs", str(study_dir)),
+        ],
+    )
     failed = [r for r in results if r.error]
     if failed:
         # One line; `sweeps --debug` shows the exception behind it, SQL and all.
         raise SweepsError(f"a worker stopped on an error: {failed[0].error}") from getattr(
-            failed[0], "exception", None)
+            failed[0], "exception", None
+        )
     if flags.stop.is_set():
         err_console.print("stopped; `sweeps run` again resumes the study", highlight=False)
         raise typer.Exit(130)

@@ -63,7 +63,8 @@ app = typer.Typer()
 @app.command()
 def init(
     out: Annotated[Path, typer.Option("--out", help="Where to write the spec.")] = Path(
-        "spec.toml"),
+        "spec.toml"
+    ),
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
     """Write a commented starter spec that runs as it is: edit it, then `sweeps run` it."""
@@ -72,14 +73,16 @@ def init(
 
     refuse_existing(out, force)
     write_output(out, lambda f: f.write(STARTER_SPEC.encode("utf-8")))
-    err_console.print(f"wrote {out}; next: sweeps run {out} --dry-run", highlight=False,
-                      markup=False)
+    err_console.print(
+        f"wrote {out}; next: sweeps run {out} --dry-run", highlight=False, markup=False
+    )
 
 
 @app.command()
 def schema(
-    out: Annotated[Path | None, typer.Option("--out", help="Write it to this file [default: "
-                                                           "stdout].")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write it to this file [default: stdout].")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
     """A JSON Schema of the spec, for an editor (Taplo / Even Better TOML: a first line
@@ -105,20 +108,29 @@ def run(
     engine: EngineOption = None,
     address: AddressOption = None,
     workers: WorkersOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan; run "
-                                                            "nothing, write nothing.")] = False,
-    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the spec's "
-                                                                    "n_trials [default: the "
-                                                                    "spec's].")] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Validate and print the plan; run nothing, write nothing."),
+    ] = False,
+    n_trials: Annotated[
+        int | None,
+        typer.Option("--n-trials", help="Override the spec's n_trials [default: the spec's]."),
+    ] = None,
     storage: StorageOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
     heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
     grace: GraceOption = GRACE_PERIOD_S,
-    from_study: Annotated[str | None, typer.Option(
-        "--from", metavar="STUDY", help="Start the new study with the finished trials of STUDY "
-        "that fit the spec (not counted in n_trials; the plan says which and why) [default: "
-        "none: a new study starts empty].")] = None,
+    from_study: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="STUDY",
+            help="Start the new study with the finished trials of STUDY "
+            "that fit the spec (not counted in n_trials; the plan says which and why) [default: "
+            "none: a new study starts empty].",
+        ),
+    ] = None,
     partition: PartitionOption = None,
     time_limit: TimeOption = None,
     jobs: JobsOption = None,
@@ -138,8 +150,9 @@ def run(
     # --engine, else the spec's [engine] name, else this machine.
     engine = engine or str((spec.raw.get("engine") or {}).get("name", "local"))
     service.check_engine(engine, address)
-    slurm_values = slurm_cli.cli_values(partition, time_limit, jobs, gpus_per_job, account, qos,
-                                        sbatch_arg)
+    slurm_values = slurm_cli.cli_values(
+        partition, time_limit, jobs, gpus_per_job, account, qos, sbatch_arg
+    )
     slurm_cli.check_engine_flags(engine, slurm_values)
     service.check_n_trials(spec, n_trials)
     url = resolve_storage_url(storage, spec.study.storage)
@@ -157,17 +170,22 @@ def run(
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     service.check_corpus_fits(spec)
-    st, study, created = service.open_study(spec, url, n_trials=n_trials, heartbeat=heartbeat,
-                                            grace=grace, from_study=from_study)
-    err_console.print(f"{'created' if created else 'resuming'} study {spec.name!r} in "
-                      f"{mask_url(url)}", highlight=False, markup=False)
+    st, study, created = service.open_study(
+        spec, url, n_trials=n_trials, heartbeat=heartbeat, grace=grace, from_study=from_study
+    )
+    err_console.print(
+        f"{'created' if created else 'resuming'} study {spec.name!r} in {mask_url(url)}",
+        highlight=False,
+        markup=False,
+    )
     _say_arms(spec)
     if engine == "ray":
         _run_ray(spec, st, study, url, runs_dir, cap, n_trials, address, (heartbeat, grace))
         return
     if engine == "slurm":
-        slurm_cli.run_slurm(spec, st, study, url, runs_dir, cap, n_trials, slurm_values,
-                            (heartbeat, grace))
+        slurm_cli.run_slurm(
+            spec, st, study, url, runs_dir, cap, n_trials, slurm_values, (heartbeat, grace)
+        )
         return
     _run(spec, st, study, runs_dir, cap, n_trials, launcher)
 
@@ -178,9 +196,10 @@ def worker(
     storage: StorageOption = None,
     max_concurrent: MaxConcurrentOption = None,
     workers: WorkersOption = None,
-    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Override the study's "
-                                                                    "n_trials [default: the "
-                                                                    "study's].")] = None,
+    n_trials: Annotated[
+        int | None,
+        typer.Option("--n-trials", help="Override the study's n_trials [default: the study's]."),
+    ] = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
     heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
@@ -198,8 +217,9 @@ def worker(
     service.check_runs_dir(runs_dir)
     _ensure_corpus(spec)
     service.check_corpus_fits(spec)
-    err_console.print(f"joining study {study_name!r} in {mask_url(url)}", highlight=False,
-                      markup=False)
+    err_console.print(
+        f"joining study {study_name!r} in {mask_url(url)}", highlight=False, markup=False
+    )
     from sweeps.engines import slurm
 
     # A task of the Slurm engine's array packs what Slurm gave it, not the whole node.
@@ -217,52 +237,79 @@ def _ensure_corpus(spec: StudySpec) -> None:
     started = time.perf_counter()
     with progress_bar(f"preparing corpus {spec.corpus.dir}") as progress:
         service.prepare_corpus(spec, progress)
-    err_console.print(f"prepared corpus {spec.corpus.dir} in "
-                      f"{time.perf_counter() - started:.1f} s", highlight=False, markup=False)
+    err_console.print(
+        f"prepared corpus {spec.corpus.dir} in {time.perf_counter() - started:.1f} s",
+        highlight=False,
+        markup=False,
+    )
 
 
-def _run(spec: StudySpec, st: Any, study: optuna.Study, runs_dir: Path, workers: int | None,
-         n_trials: int | None, launcher: str, pool: Any = None) -> None:
+def _run(
+    spec: StudySpec,
+    st: Any,
+    study: optuna.Study,
+    runs_dir: Path,
+    workers: int | None,
+    n_trials: int | None,
+    launcher: str,
+    pool: Any = None,
+) -> None:
     from sweeps import workers as wk
 
     board = Board(study, wk.target_trials(spec, study, n_trials))
     flags = wk.StopFlags()
-    options = wk.RunOptions(n_workers=workers, n_trials=n_trials, timeout=spec.study.timeout,
-                            launcher=launcher, on_event=board.on_event)
+    options = wk.RunOptions(
+        n_workers=workers,
+        n_trials=n_trials,
+        timeout=spec.study.timeout,
+        launcher=launcher,
+        on_event=board.on_event,
+    )
     study_dir = runs_dir / spec.name
     with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-        results = wk.run_workers(spec, st, study, study_dir, options, flags, pool=pool,
-                                 tick=tick)
+        results = wk.run_workers(spec, st, study, study_dir, options, flags, pool=pool, tick=tick)
     summary(board, study_dir, results, flags)
 
 
-def _run_ray(spec: StudySpec, st: Any, study: optuna.Study, url: str, runs_dir: Path,
-             cap: int | None, n_trials: int | None, address: str | None,
-             beats: tuple[int, int]) -> None:
+def _run_ray(
+    spec: StudySpec,
+    st: Any,
+    study: optuna.Study,
+    url: str,
+    runs_dir: Path,
+    cap: int | None,
+    n_trials: int | None,
+    address: str | None,
+    beats: tuple[int, int],
+) -> None:
     from sweeps import workers as wk
     from sweeps.engines import ray as ray_engine
 
     board = Board(study, wk.target_trials(spec, study, n_trials))
     flags = wk.StopFlags()
-    options = wk.RunOptions(n_workers=cap, n_trials=n_trials, timeout=spec.study.timeout,
-                            on_event=board.on_event)
+    options = wk.RunOptions(
+        n_workers=cap, n_trials=n_trials, timeout=spec.study.timeout, on_event=board.on_event
+    )
     study_dir = runs_dir / spec.name
     with ray_engine.connect(address) as cluster:
         err_console.print(cluster.describe(), highlight=False, markup=False)
         with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-            results = ray_engine.run_on_cluster(spec, st, study, url, study_dir, options,
-                                                flags, tick=tick, beats=beats)
+            results = ray_engine.run_on_cluster(
+                spec, st, study, url, study_dir, options, flags, tick=tick, beats=beats
+            )
     summary(board, study_dir, results, flags)
-
-
-
 
 
 # --- the plan (--dry-run) ------------------------------------------------------------------------
 
 
-def _print_plan(spec: StudySpec, url: str, workers: int | None, n_trials: int | None,
-                from_study: str | None = None) -> None:
+def _print_plan(
+    spec: StudySpec,
+    url: str,
+    workers: int | None,
+    n_trials: int | None,
+    from_study: str | None = None,
+) -> None:
     from rich.table import Table
 
     from sweeps import plan
@@ -310,8 +357,9 @@ def _print_arms(rows: list[tuple[str, ...]]) -> None:
 
     from sweeps.arms import TABLE_COLUMNS
 
-    table = Table(title="arms: what each vocabulary trains on", title_justify="left", box=None,
-                  padding=(0, 2))
+    table = Table(
+        title="arms: what each vocabulary trains on", title_justify="left", box=None, padding=(0, 2)
+    )
     for col in TABLE_COLUMNS:
         table.add_column(col)
     for row in rows:
@@ -323,8 +371,10 @@ def _print_arms(rows: list[tuple[str, ...]]) -> None:
 
 
 @app.command()
-def status(storage: StorageOption = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def status(
+    storage: StorageOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """Every study in the database: trials by outcome, best value, calibration factor."""
     from sweeps.storage import mask_url, resolve_storage_url
 
@@ -339,14 +389,19 @@ def status(storage: StorageOption = None,
     from rich.table import Table
 
     # Names, outcomes and reasons are others' text (a shared database): plain() for each.
-    table = Table(box=None, padding=(0, 2), title=plain(f"studies in {mask_url(url)}"),
-                  title_justify="left")
+    table = Table(
+        box=None, padding=(0, 2), title=plain(f"studies in {mask_url(url)}"), title_justify="left"
+    )
     for col in ("study", "finished", "outcomes", "best", "calibration"):
         table.add_column(col)
     for r in rows:
-        table.add_row(plain(r["study"]), f"{r['finished']}/{r['n_trials']}",
-                      plain(counts_text(r["outcomes"]) or "-"), plain(r["best"]),
-                      f"{r['calibration_factor']:.3g}")
+        table.add_row(
+            plain(r["study"]),
+            f"{r['finished']}/{r['n_trials']}",
+            plain(counts_text(r["outcomes"]) or "-"),
+            plain(r["best"]),
+            f"{r['calibration_factor']:.3g}",
+        )
     wide_console().print(table)
 
 
@@ -367,25 +422,39 @@ def trials(
         return
     from rich.table import Table
 
-    table = Table(box=None, padding=(0, 2), title=plain(f"study {study_name}"),
-                  title_justify="left")
+    table = Table(
+        box=None, padding=(0, 2), title=plain(f"study {study_name}"), title_justify="left"
+    )
     slurm = any(r["slurm_job"] for r in rows)  # which Slurm job ran it, for Slurm studies
     # The unigram column beside val_bpb: a value is good or bad only against it.
-    for col in ("#", "params", "outcome", "val_bpb", "unigram", "peak mem", "wall", "FLOPs",
-                *(("slurm job",) if slurm else ()), "reason"):
+    for col in (
+        "#",
+        "params",
+        "outcome",
+        "val_bpb",
+        "unigram",
+        "peak mem",
+        "wall",
+        "FLOPs",
+        *(("slurm job",) if slurm else ()),
+        "reason",
+    ):
         table.add_column(col, overflow="fold")
     for r in rows:
         bpb, baseline = r["val_bpb"], r["unigram_bpb"]
         where = (plain(r["slurm_job"] or "-"),) if slurm else ()
-        table.add_row(str(r["number"]),
-                      plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
-                      plain(r["outcome"] + (" (retried)" if r["retried"] else "")),
-                      "-" if bpb is None else f"{bpb:.4f}",
-                      "-" if baseline is None else f"{baseline:.4f}",
-                      "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
-                      "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
-                      "-" if r["flops"] is None else f"{r['flops']:.3g}", *where,
-                      plain(r["reason"] or ""))
+        table.add_row(
+            str(r["number"]),
+            plain(" ".join(f"{k}={v}" for k, v in r["params"].items())),
+            plain(r["outcome"] + (" (retried)" if r["retried"] else "")),
+            "-" if bpb is None else f"{bpb:.4f}",
+            "-" if baseline is None else f"{baseline:.4f}",
+            "-" if not r["peak_mem_bytes"] else human_bytes(r["peak_mem_bytes"]),
+            "-" if r["wall_s"] is None else f"{r['wall_s']:.1f} s",
+            "-" if r["flops"] is None else f"{r['flops']:.3g}",
+            *where,
+            plain(r["reason"] or ""),
+        )
     wide_console().print(table)
 
 
@@ -412,28 +481,49 @@ def timeline(
     tl = tl_mod.data(results.study_frame(resolve_storage_url(storage, None), study_name))
     queued = f"; {tl.queued} queued, not started" if tl.queued else ""
     if tl.bars.empty:
-        console.print(plain(f"study {study_name}: no trial has started yet{queued}"),
-                      highlight=False)
+        console.print(
+            plain(f"study {study_name}: no trial has started yet{queued}"), highlight=False
+        )
         return
     rows = tl.rows
-    when = " to ".join(datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-                       for t in (tl.start, tl.end))
-    table = Table(box=None, padding=(0, 2), title_justify="left", title=plain(
-        f"study {study_name}: {len(tl.bars)} trials on {len(rows)} worker(s) over "
-        f"{tl_mod.duration(tl.span_s)} ({when}, local time); mean utilisation "
-        f"{tl_mod.share(rows['utilisation'].mean())}{queued}"))
-    for col in ("worker", "trials", "busy", "utilisation", "wait mean / longest", "outcomes",
-                "when it ran"):
+    when = " to ".join(
+        datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") for t in (tl.start, tl.end)
+    )
+    table = Table(
+        box=None,
+        padding=(0, 2),
+        title_justify="left",
+        title=plain(
+            f"study {study_name}: {len(tl.bars)} trials on {len(rows)} worker(s) over "
+            f"{tl_mod.duration(tl.span_s)} ({when}, local time); mean utilisation "
+            f"{tl_mod.share(rows['utilisation'].mean())}{queued}"
+        ),
+    )
+    for col in (
+        "worker",
+        "trials",
+        "busy",
+        "utilisation",
+        "wait mean / longest",
+        "outcomes",
+        "when it ran",
+    ):
         table.add_column(col, overflow="fold")
     for r in rows.itertuples():
         cells = tl_mod.strip(tl, r.worker, STRIP_WIDTH)
         picture = Text()
         for outcome in cells:
-            picture.append("·" if outcome is None else "█",
-                           style=None if outcome is None else outcome_color(outcome))
-        table.add_row(plain(r.worker), f"{r.trials}" + (f" ({r.lanes} at once)" if r.lanes > 1
-                                                         else ""),
-                      tl_mod.duration(r.busy_s), tl_mod.share(r.utilisation),
-                      f"{tl_mod.duration(r.mean_wait_s)} / {tl_mod.duration(r.max_wait_s)}",
-                      plain(counts_text(r.outcomes)), picture)
+            picture.append(
+                "·" if outcome is None else "█",
+                style=None if outcome is None else outcome_color(outcome),
+            )
+        table.add_row(
+            plain(r.worker),
+            f"{r.trials}" + (f" ({r.lanes} at once)" if r.lanes > 1 else ""),
+            tl_mod.duration(r.busy_s),
+            tl_mod.share(r.utilisation),
+            f"{tl_mod.duration(r.mean_wait_s)} / {tl_mod.duration(r.max_wait_s)}",
+            plain(counts_text(r.outcomes)),
+            picture,
+        )
     wide_console().print(table)

@@ -25,8 +25,10 @@ app = typer.Typer()
 def train(
     overrides: dict[str, Any],
     config: ConfigFileOption = None,
-    out: Annotated[Path | None, typer.Option("--out", help="The run directory [default: "
-                                                            "runs/run-YYYYmmdd-HHMMSS].")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="The run directory [default: runs/run-YYYYmmdd-HHMMSS]."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Train one model and report bits per byte, the unigram gap and collapse statistics."""
@@ -61,7 +63,8 @@ def _train_with_progress(cfg: TrainConfig, run_dir: Path, *, quiet: bool) -> Any
             err_console.print(
                 f"{what} @ {metrics['tokens']:>11,} tokens  val_loss {metrics['val_loss']:.4f}  "
                 f"val_bpb {metrics['val_bpb']:.4f}  unigram_gap {metrics['unigram_gap']:+.4f}  "
-                f"{metrics['tokens_per_s']:,.0f} tok/s")
+                f"{metrics['tokens_per_s']:,.0f} tok/s"
+            )
 
     with progress_bar("training", unit="tokens") as progress:
         return run(cfg, run_dir, progress=progress, on_eval=on_eval)
@@ -94,13 +97,19 @@ def _print_run_summary(summary: dict[str, Any], run_dir: Path) -> None:
         rows.append(("parameters", ", ".join(f"{k} {v:,}" for k, v in params.items())))
     rows += [
         ("tokens seen", summary.get("tokens_seen", 0)),
-        ("training text", f"{summary['train_bytes']:,} bytes"
-         if summary.get("train_bytes") is not None else "-"),
+        (
+            "training text",
+            f"{summary['train_bytes']:,} bytes" if summary.get("train_bytes") is not None else "-",
+        ),
         ("training FLOPs", f"{summary['flops']:.3g}"),
     ]
     if summary.get("n_reads"):
-        rows.append(("cooldown reads", f"{summary['n_reads']} "
-                     f"({summary.get('cooldown_tokens_total', 0):,} tokens)"))
+        rows.append(
+            (
+                "cooldown reads",
+                f"{summary['n_reads']} ({summary.get('cooldown_tokens_total', 0):,} tokens)",
+            )
+        )
     rows += [
         ("tokens/s", summary.get("tokens_per_s", 0.0)),
         ("peak memory", human_bytes(summary.get("peak_mem_bytes") or 0)),
@@ -121,15 +130,22 @@ def generate(
     ] = "<Q>",
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 100,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.8,
-    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest "
-                                                       "[default: none: all].")] = None,
+    top_k: Annotated[
+        int | None, typer.Option(help="Sample among the k likeliest [default: none: all].")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
 ) -> None:
     """Continue a prompt with a trained run's best checkpoint."""
     from lm.generate import generate as generate_text
 
-    text = generate_text(run_dir, prompt, max_new_tokens=max_new_tokens,
-                         temperature=temperature, top_k=top_k, seed=seed)
+    text = generate_text(
+        run_dir,
+        prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        seed=seed,
+    )
     # Written as it is, never wrapped (rich would break it at 80 columns into a file or a
     # pipe, splitting words); control characters escaped, as for all text shown.
     sys.stdout.write(escape_controls(text, keep_newlines=True) + "\n")

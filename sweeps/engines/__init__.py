@@ -13,5 +13,4 @@ telling, heartbeats and retries; an engine only places trials.
 ENGINES = ("local", "ray", "slurm")
 #: Keys of a spec's ``[engine]`` table: ``name`` picks the engine when ``--engine`` is not given,
 #: the others are the Slurm engine's options (the flags of the same names).
-ENGINE_KEYS = ("name", "partition", "time", "jobs", "gpus_per_job", "account", "qos",
-               "sbatch_args")
+ENGINE_KEYS = ("name", "partition", "time", "jobs", "gpus_per_job", "account", "qos", "sbatch_args")

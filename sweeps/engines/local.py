@@ -116,7 +116,7 @@ class MemoryPool:
         env = dict(d.env)
         label = d.label
         if d.kind == "cpu":
-            cores = tuple(sorted(self.free_cores[i])[:d.threads])
+            cores = tuple(sorted(self.free_cores[i])[: d.threads])
             self.free_cores[i] -= set(cores)
             override = host.num_threads_override()
             env[host.NUM_THREADS_ENV] = str(min(d.threads, override or d.threads))
@@ -176,9 +176,15 @@ def cpu_threads_per_trial(n_cores: int, cap: int | None) -> int:
     return max(1, n_cores if cap is None else n_cores // cap)
 
 
-def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | None = None,
-              gpu_free: Sequence[int] | None = None, cpus: Sequence[int] | None = None,
-              mem_available: int | None = None) -> MemoryPool:
+def host_pool(
+    spec: StudySpec,
+    cap: int | None = None,
+    *,
+    gpus: Sequence[str] | None = None,
+    gpu_free: Sequence[int] | None = None,
+    cpus: Sequence[int] | None = None,
+    mem_available: int | None = None,
+) -> MemoryPool:
     """The pools of this host for ``spec``'s device (``sweeps.devices.resolve``: the spec's
     ``cuda:N``, that GPU alone; ``auto``, every visible GPU, else the CPU). A GPU's pool is
     ``preflight.gpu_room`` of what is free on it now (``lm.host.gpu_memory``): memory other
@@ -186,25 +192,48 @@ def host_pool(spec: StudySpec, cap: int | None = None, *, gpus: Sequence[str] | 
     host in tests (``gpu_free``: each GPU's free bytes)."""
     placed = devices.resolve(devices.wanted(spec), gpus)
     if placed[0].kind == "cuda":
-        return MemoryPool([PoolDevice(d.label, "cuda", preflight.gpu_room(
-            gpu_free[d.index] if gpu_free is not None else _gpu_free(d.index)), d.env)
-            for d in placed if d.index is not None])
+        return MemoryPool(
+            [
+                PoolDevice(
+                    d.label,
+                    "cuda",
+                    preflight.gpu_room(
+                        gpu_free[d.index] if gpu_free is not None else _gpu_free(d.index)
+                    ),
+                    d.env,
+                )
+                for d in placed
+                if d.index is not None
+            ]
+        )
     cores = tuple(host.cpu_ids() if cpus is None else cpus)
     available = host.mem_available_bytes() if mem_available is None else mem_available
-    return MemoryPool([PoolDevice(devices.CPU.label, "cpu",
-                                  int(available * preflight.AUTO_CPU_FRACTION),
-                                  dict(devices.CPU.env), cores,
-                                  cpu_threads_per_trial(len(cores), cap))])
+    return MemoryPool(
+        [
+            PoolDevice(
+                devices.CPU.label,
+                "cpu",
+                int(available * preflight.AUTO_CPU_FRACTION),
+                dict(devices.CPU.env),
+                cores,
+                cpu_threads_per_trial(len(cores), cap),
+            )
+        ]
+    )
 
 
 def describe(pool: MemoryPool, threads: int) -> str:
     """What a run on ``pool`` with ``threads`` worker threads uses, in words (the dry run's)."""
     where = ", ".join(
-        d.label if d.kind == "cuda" else
-        f"{d.label} {_cores_text(d.cores)} ({d.threads} core{'s' * (d.threads > 1)} a trial)"
-        for d in pool.devices)
-    return f"up to {threads} trial{'s' * (threads > 1)} at a time on {where}, placed by " \
+        d.label
+        if d.kind == "cuda"
+        else f"{d.label} {_cores_text(d.cores)} ({d.threads} core{'s' * (d.threads > 1)} a trial)"
+        for d in pool.devices
+    )
+    return (
+        f"up to {threads} trial{'s' * (threads > 1)} at a time on {where}, placed by "
         "predicted memory"
+    )
 
 
 def _cores_text(cores: Sequence[int]) -> str:
@@ -219,12 +248,15 @@ def gpu_sharing_note(pool: MemoryPool) -> str | None:
         return None
     pipe = host.mps_pipe()
     if pipe is not None:
-        return (f"MPS is running ({pipe}): the kernels of trials packed on one GPU run at "
-                "the same time")
-    return ("MPS is not running: trials packed on one GPU share its memory, but their kernels "
-            "take turns (each child also holds its own ~500 MiB CUDA context); packing "
-            "overlaps their host-side work. `nvidia-cuda-mps-control -d` would run them at "
-            "once (README: Packing trials on one GPU)")
+        return (
+            f"MPS is running ({pipe}): the kernels of trials packed on one GPU run at the same time"
+        )
+    return (
+        "MPS is not running: trials packed on one GPU share its memory, but their kernels "
+        "take turns (each child also holds its own ~500 MiB CUDA context); packing "
+        "overlaps their host-side work. `nvidia-cuda-mps-control -d` would run them at "
+        "once (README: Packing trials on one GPU)"
+    )
 
 
 def _gpu_free(index: int) -> int:

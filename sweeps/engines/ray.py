@@ -62,8 +62,10 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise SweepsError("--engine ray needs Ray; install it with pip install -e '.[ray]' "
-                          "(or pip install 'ray>=2.9')") from None
+        raise SweepsError(
+            "--engine ray needs Ray; install it with pip install -e '.[ray]' "
+            "(or pip install 'ray>=2.9')"
+        ) from None
     return ray
 
 
@@ -88,17 +90,29 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
 
     def describe(self) -> str:
-        kinds = ", ".join(f"{n.address}: {n.cpus:g} CPU, {n.gpus:g} GPU, "
-                          f"{n.memory / 2**30:.1f} GiB" for n in self.nodes)
+        kinds = ", ".join(
+            f"{n.address}: {n.cpus:g} CPU, {n.gpus:g} GPU, {n.memory / 2**30:.1f} GiB"
+            for n in self.nodes
+        )
         dash = f"http://{self.dashboard}" if self.dashboard else "not running"
-        return (f"ray cluster {self.address}: {len(self.nodes)} node(s) ({kinds}); "
-                f"dashboard {dash}; logs {self.log_dir or 'unknown'}")
+        return (
+            f"ray cluster {self.address}: {len(self.nodes)} node(s) ({kinds}); "
+            f"dashboard {dash}; logs {self.log_dir or 'unknown'}"
+        )
 
 
 def alive_nodes(ray: Any) -> list[Node]:
-    return [Node(n["NodeID"], n["NodeManagerAddress"], float(n["Resources"].get("CPU", 0)),
-                 float(n["Resources"].get("GPU", 0)), int(n["Resources"].get("memory", 0)))
-            for n in ray.nodes() if n.get("Alive")]
+    return [
+        Node(
+            n["NodeID"],
+            n["NodeManagerAddress"],
+            float(n["Resources"].get("CPU", 0)),
+            float(n["Resources"].get("GPU", 0)),
+            int(n["Resources"].get("memory", 0)),
+        )
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
 
 
 @contextlib.contextmanager
@@ -139,16 +153,22 @@ def device_kind(spec: StudySpec, nodes: list[Node]) -> str:
     return devices.resolve(devices.wanted(spec), devices.gpu_ids(most), RAY_PLACE)[0].kind
 
 
-def cluster_pool(nodes: list[Node], kind: str, threads: int, gpu_bytes: int | None
-                 ) -> local.MemoryPool:
+def cluster_pool(
+    nodes: list[Node], kind: str, threads: int, gpu_bytes: int | None
+) -> local.MemoryPool:
     """The nodes as pools (for the per-trial budget: what the largest takes)."""
     if kind == "cuda":
         room = int((gpu_bytes or 0) * preflight.AUTO_GPU_FRACTION)
-        return local.MemoryPool([local.PoolDevice(n.address, "cuda", room)
-                                 for n in nodes if n.gpus > 0])
-    return local.MemoryPool([local.PoolDevice(n.address, "cpu", n.memory, {},
-                                              tuple(range(int(n.cpus))), threads)
-                             for n in nodes if n.cpus >= threads])
+        return local.MemoryPool(
+            [local.PoolDevice(n.address, "cuda", room) for n in nodes if n.gpus > 0]
+        )
+    return local.MemoryPool(
+        [
+            local.PoolDevice(n.address, "cpu", n.memory, {}, tuple(range(int(n.cpus))), threads)
+            for n in nodes
+            if n.cpus >= threads
+        ]
+    )
 
 
 def request(kind: str, predicted: int, threads: int, gpu_room: int | None) -> dict[str, Any]:
@@ -168,8 +188,9 @@ def _plan(ctx: RunnerContext, kind: str, trial: optuna.Trial) -> tuple[int | Non
         cfg = trial_config(ctx.spec, suggest(trial, ctx.spec))
     except SweepsError:
         return None, calibration  # run_trial records the invalid configuration
-    plan = preflight.plan_trial(cfg, ctx.spec.limits, device=kind, budget_bytes=ctx.budget_bytes,
-                                calibration=calibration)
+    plan = preflight.plan_trial(
+        cfg, ctx.spec.limits, device=kind, budget_bytes=ctx.budget_bytes, calibration=calibration
+    )
     return (plan.predicted_bytes if plan.fits else None), calibration
 
 
@@ -197,25 +218,44 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
     from sweeps.space import make_pruner
 
     spec = read_spec(job["spec"], source=f"study {job['study']!r}", check_paths=False)
-    storage = st.open_storage(job["url"], heartbeat_interval=job["heartbeat"],
-                              grace_period=job["grace"], max_retries=spec.limits.max_retries)
+    storage = st.open_storage(
+        job["url"],
+        heartbeat_interval=job["heartbeat"],
+        grace_period=job["grace"],
+        max_retries=spec.limits.max_retries,
+    )
     # The trial's parameters are set already: the sampler is never asked.
-    study = optuna.load_study(study_name=spec.name, storage=storage,
-                              sampler=optuna.samplers.RandomSampler(), pruner=make_pruner(spec))
+    study = optuna.load_study(
+        study_name=spec.name,
+        storage=storage,
+        sampler=optuna.samplers.RandomSampler(),
+        pruner=make_pruner(spec),
+    )
     trial = optuna.trial.Trial(study, job["trial_id"])
     where = ray.get_runtime_context().get_node_id()[:8]
     if job["kind"] == "cuda":
         gpus = ",".join(str(g) for g in ray.get_gpu_ids())
-        device = WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: gpus}, None,
-                              f"node {where} gpu {gpus}")
+        device = WorkerDevice(
+            "cuda", {host.VISIBLE_DEVICES_ENV: gpus}, None, f"node {where} gpu {gpus}"
+        )
     else:
-        device = WorkerDevice("cpu", {**devices.CPU.env,
-                                      host.NUM_THREADS_ENV: str(job["threads"])}, None,
-                              f"node {where} cpu")
+        device = WorkerDevice(
+            "cpu",
+            {**devices.CPU.env, host.NUM_THREADS_ENV: str(job["threads"])},
+            None,
+            f"node {where} cpu",
+        )
     launcher = make_launcher("subprocess")
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=Path(job["study_dir"]),
-                        launcher=launcher, budget_bytes=job["budget"], stop=StopFlags(),
-                        admission=_Placed(local.Lease(0, job["reserve"], (), device)))
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=Path(job["study_dir"]),
+        launcher=launcher,
+        budget_bytes=job["budget"],
+        stop=StopFlags(),
+        admission=_Placed(local.Lease(0, job["reserve"], (), device)),
+    )
     try:
         report = run_trial(ctx, WorkerDevice(job["kind"]), trial, job["calibration"])
     finally:
@@ -227,8 +267,9 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
 # --- here ----------------------------------------------------------------------------------------
 
 
-def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
-                  gpu_room: int | None) -> Callable[..., TrialReport]:
+def _trial_runner(
+    ray: Any, job: dict[str, Any], kind: str, threads: int, gpu_room: int | None
+) -> Callable[..., TrialReport]:
     """``worker_loop``'s ``run``: plan here, run on a node, re-queue what a lost node held."""
     remote = ray.remote(run_on_node)
 
@@ -240,28 +281,48 @@ def _trial_runner(ray: Any, job: dict[str, Any], kind: str, threads: int,
             # the plan's own factor. As a task it would have had no CPU and no GPU, and a node
             # that planned it afresh could have launched it there.
             return run_trial(ctx, WorkerDevice(kind), trial, calibration)
-        task = {**job, "trial_id": trial_id, "reserve": local.reservation(predicted),
-                "calibration": calibration}
-        ref = remote.options(max_retries=0, **request(kind, predicted, threads, gpu_room)
-                             ).remote(task)
-        ctx.event("start", number=trial.number, params=dict(trial.params),
-                  max_tokens=ctx.spec.base_values().get("max_tokens"), worker="ray")
+        task = {
+            **job,
+            "trial_id": trial_id,
+            "reserve": local.reservation(predicted),
+            "calibration": calibration,
+        }
+        ref = remote.options(max_retries=0, **request(kind, predicted, threads, gpu_room)).remote(
+            task
+        )
+        ctx.event(
+            "start",
+            number=trial.number,
+            params=dict(trial.params),
+            max_tokens=ctx.spec.base_values().get("max_tokens"),
+            worker="ray",
+        )
         with liveness.heartbeat(ctx.storage, trial_id):  # alive while Ray queues it
             lost = _wait(ray, ref, ctx.stop)
         if isinstance(lost, dict):
             report = TrialReport(**lost)
-            ctx.event("end", number=report.number, outcome=report.outcome,
-                      reason=report.reason, values=report.values)
+            ctx.event(
+                "end",
+                number=report.number,
+                outcome=report.outcome,
+                reason=report.reason,
+                values=report.values,
+            )
             return report
         if ctx.stop.stop.is_set():
-            return finish(ctx, trial, outcomes.INTERRUPTED, "stopped by the user (Ctrl-C or "
-                          "SIGTERM): its Ray task was cancelled", {})
+            return finish(
+                ctx,
+                trial,
+                outcomes.INTERRUPTED,
+                "stopped by the user (Ctrl-C or SIGTERM): its Ray task was cancelled",
+                {},
+            )
         reason = f"its Ray node or worker was lost mid-trial ({lost})"
         frozen = ctx.storage.get_trial(trial_id)
-        liveness.fail_and_requeue(ctx.storage, ctx.study, frozen,
-                                  max_retries=ctx.spec.limits.max_retries, reason=reason)
-        ctx.event("end", number=trial.number, outcome=outcomes.CRASHED, reason=reason,
-                  values=None)
+        liveness.fail_and_requeue(
+            ctx.storage, ctx.study, frozen, max_retries=ctx.spec.limits.max_retries, reason=reason
+        )
+        ctx.event("end", number=trial.number, outcome=outcomes.CRASHED, reason=reason, values=None)
         return TrialReport(trial.number, outcomes.CRASHED, reason, None, told=False)
 
     return run
@@ -282,10 +343,18 @@ def _wait(ray: Any, ref: Any, stop: StopFlags) -> dict[str, Any] | str:
             cancelled = True
 
 
-def run_on_cluster(spec: StudySpec, storage: Any, study: optuna.Study, url: str,
-                   study_dir: Path, options: Any, flags: StopFlags | None = None, *,
-                   tick: Callable[[], None] | None = None,
-                   beats: tuple[int, int] = (HEARTBEAT_INTERVAL_S, GRACE_PERIOD_S)) -> list[Any]:
+def run_on_cluster(
+    spec: StudySpec,
+    storage: Any,
+    study: optuna.Study,
+    url: str,
+    study_dir: Path,
+    options: Any,
+    flags: StopFlags | None = None,
+    *,
+    tick: Callable[[], None] | None = None,
+    beats: tuple[int, int] = (HEARTBEAT_INTERVAL_S, GRACE_PERIOD_S),
+) -> list[Any]:
     """``sweeps.workers.run_workers`` on a Ray cluster this process is connected to."""
     import time
 
@@ -301,18 +370,42 @@ def run_on_cluster(spec: StudySpec, storage: Any, study: optuna.Study, url: str,
     budget = local.trial_budget(spec.limits, pool)
     study.set_user_attr("memory_budget_bytes", budget)
     n_trials = wk.target_trials(spec, study, options.n_trials)
-    job = {"spec": spec.to_dict(), "study": spec.name, "url": url, "kind": kind,
-           "threads": threads, "budget": budget, "heartbeat": beats[0], "grace": beats[1],
-           "study_dir": str(study_dir.resolve())}
+    job = {
+        "spec": spec.to_dict(),
+        "study": spec.name,
+        "url": url,
+        "kind": kind,
+        "threads": threads,
+        "budget": budget,
+        "heartbeat": beats[0],
+        "grace": beats[1],
+        "study_dir": str(study_dir.resolve()),
+    }
     gpu_room = int(gpu_bytes * preflight.AUTO_GPU_FRACTION) if gpu_bytes else None
     run = _trial_runner(ray, job, kind, threads, gpu_room)
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=study_dir,
-                        launcher=None, budget_bytes=budget, stop=flags,
-                        on_event=options.on_event)
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=study_dir,
+        launcher=None,
+        budget_bytes=budget,
+        stop=flags,
+        on_event=options.on_event,
+    )
     n_threads = options.n_workers or max(1, int(sum(n.cpus for n in nodes)))
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
-    return wk.run_threads(ctx, WorkerDevice(kind), wk.WorkerOptions(n_trials, deadline),
-                          n_threads, flags, tick, None, False, run)
+    return wk.run_threads(
+        ctx,
+        WorkerDevice(kind),
+        wk.WorkerOptions(n_trials, deadline),
+        n_threads,
+        flags,
+        tick,
+        None,
+        False,
+        run,
+    )
 
 
 #: Seconds the probe of a GPU node's memory may take (it asks for no CPU or GPU: it never
@@ -325,16 +418,21 @@ def _gpu_bytes(ray: Any, nodes: list[Node]) -> int:
     for no CPU and no GPU (Ray's per-node resource ``node:<address>``), so it runs at once
     even when every GPU is busy, and makes no CUDA context there."""
     node = next(n for n in nodes if n.gpus > 0)
-    probe = ray.remote(num_cpus=0, num_gpus=0,
-                       resources={f"node:{node.address}": 0.001})(_probe_gpu)
+    probe = ray.remote(num_cpus=0, num_gpus=0, resources={f"node:{node.address}": 0.001})(
+        _probe_gpu
+    )
     try:
         total = ray.get(probe.remote(), timeout=GPU_PROBE_TIMEOUT_S)
     except ray.exceptions.RayError as exc:
-        raise SweepsError(f"cannot read the GPU memory of Ray node {node.address} "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+        raise SweepsError(
+            f"cannot read the GPU memory of Ray node {node.address} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        ) from None
     if total is None:
-        raise SweepsError(f"cannot read the GPU memory of Ray node {node.address}: nvidia-smi "
-                          "is missing there or reports no memory (a MIG instance?)")
+        raise SweepsError(
+            f"cannot read the GPU memory of Ray node {node.address}: nvidia-smi "
+            "is missing there or reports no memory (a MIG instance?)"
+        )
     return int(total)
 
 

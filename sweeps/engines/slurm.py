@@ -92,20 +92,26 @@ class SlurmOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, int) or self.jobs < 1:
             raise SweepsError(f"--jobs (engine.jobs) must be an integer >= 1, got {self.jobs!r}")
-        if self.gpus_per_job is not None and (not isinstance(self.gpus_per_job, int)
-                                              or self.gpus_per_job < 0):
-            raise SweepsError("--gpus-per-job (engine.gpus_per_job) must be an integer >= 0, "
-                              f"got {self.gpus_per_job!r}")
+        if self.gpus_per_job is not None and (
+            not isinstance(self.gpus_per_job, int) or self.gpus_per_job < 0
+        ):
+            raise SweepsError(
+                "--gpus-per-job (engine.gpus_per_job) must be an integer >= 0, "
+                f"got {self.gpus_per_job!r}"
+            )
         if self.trials_per_task < 1:
             raise SweepsError(f"--max-concurrent must be >= 1, got {self.trials_per_task}")
         for key in ("partition", "time", "account", "qos"):
             value = getattr(self, key)
-            if value is not None and (not isinstance(value, str) or not value.strip()
-                                      or any(c.isspace() for c in value)):
+            if value is not None and (
+                not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value)
+            ):
                 raise SweepsError(f"--{key} (engine.{key}) must be one word, got {value!r}")
         if not all(isinstance(a, str) and a.startswith("--") for a in self.sbatch_args):
-            raise SweepsError("--sbatch-arg (engine.sbatch_args) takes sbatch options such as "
-                              f"--constraint=a100, got {list(self.sbatch_args)!r}")
+            raise SweepsError(
+                "--sbatch-arg (engine.sbatch_args) takes sbatch options such as "
+                f"--constraint=a100, got {list(self.sbatch_args)!r}"
+            )
 
 
 def options_from(table: Mapping[str, Any] | None, cli: Mapping[str, Any]) -> SlurmOptions:
@@ -124,16 +130,21 @@ def options_from(table: Mapping[str, Any] | None, cli: Mapping[str, Any]) -> Slu
 def _slurm(*args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> str:
     """A Slurm command's output; its own error line as a ``SweepsError``."""
     if shutil.which(args[0]) is None:
-        raise SweepsError(f"--engine slurm needs Slurm's {args[0]} on PATH (run it on a "
-                          "Slurm login node)")
+        raise SweepsError(
+            f"--engine slurm needs Slurm's {args[0]} on PATH (run it on a Slurm login node)"
+        )
     try:
-        done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
-                              env=None if env is None else {**os.environ, **env})
+        done = subprocess.run(
+            list(args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=None if env is None else {**os.environ, **env},
+        )
     except subprocess.TimeoutExpired:
-        raise SweepsError(f"{args[0]} did not answer in {timeout:g} s; is slurmctld up?") \
-            from None
+        raise SweepsError(f"{args[0]} did not answer in {timeout:g} s; is slurmctld up?") from None
     if done.returncode != 0:
-        lines = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}")
+        lines = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
         raise SweepsError(f"{args[0]} failed: {lines.splitlines()[-1]}")
     return done.stdout
 
@@ -198,12 +209,14 @@ def study_kind(spec: Any, nodes: Sequence[Node], partition: str | None = None) -
     against the largest node's GPUs: a task runs on one node)."""
     where = f"partition {partition!r}" if partition else "the default partition"
     most = max((n.gpus for n in nodes), default=0)
-    return devices.resolve(devices.wanted(spec), devices.gpu_ids(most),
-                           devices.cluster(where, "sinfo's gres"))[0].kind
+    return devices.resolve(
+        devices.wanted(spec), devices.gpu_ids(most), devices.cluster(where, "sinfo's gres")
+    )[0].kind
 
 
-def largest_fitting(spec: Any, device: str, budget: int | None,
-                    calibration: float = 1.0) -> tuple[int, dict[str, Any]]:
+def largest_fitting(
+    spec: Any, device: str, budget: int | None, calibration: float = 1.0
+) -> tuple[int, dict[str, Any]]:
     """(calibrated predicted peak, point) of the largest point of the space whose plan fits
     ``budget`` (fitted points at their fitted size); a ``SweepsError`` when none does."""
     from sweeps import plan, preflight
@@ -215,29 +228,35 @@ def largest_fitting(spec: Any, device: str, budget: int | None,
             cfg = trial_config(spec, point)
         except SweepsError:
             continue
-        p = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget,
-                                 calibration=calibration)
+        p = preflight.plan_trial(
+            cfg, spec.limits, device=device, budget_bytes=budget, calibration=calibration
+        )
         if p.fits and (best is None or p.predicted_bytes > best[0]):
             best = (p.predicted_bytes, point)
     if best is None:
-        raise SweepsError(f"no point of study {spec.name!r} fits a node of this partition "
-                          f"(budget {budget} bytes per trial); `sweeps estimate SPEC` shows "
-                          "each point's prediction")
+        raise SweepsError(
+            f"no point of study {spec.name!r} fits a node of this partition "
+            f"(budget {budget} bytes per trial); `sweeps estimate SPEC` shows "
+            "each point's prediction"
+        )
     return best
 
 
-def plan_requests(spec: Any, nodes: Sequence[Node], options: SlurmOptions,
-                  calibration: float = 1.0) -> Requests:
+def plan_requests(
+    spec: Any, nodes: Sequence[Node], options: SlurmOptions, calibration: float = 1.0
+) -> Requests:
     """Each task's ``--mem``, ``--cpus-per-task`` and GPUs from the largest fitting point."""
     kind = study_kind(spec, nodes, options.partition)
     threads = host.num_threads_override() or 1
     k = options.trials_per_task
-    gpus = options.gpus_per_job if options.gpus_per_job is not None else (
-        1 if kind == "cuda" else 0)
+    gpus = (
+        options.gpus_per_job if options.gpus_per_job is not None else (1 if kind == "cuda" else 0)
+    )
     if kind == "cpu":
         biggest = max(nodes, key=lambda n: n.memory)
-        pool = local.MemoryPool([local.PoolDevice(biggest.name, "cpu",
-                                                  biggest.memory - WORKER_BYTES)])
+        pool = local.MemoryPool(
+            [local.PoolDevice(biggest.name, "cpu", biggest.memory - WORKER_BYTES)]
+        )
         budget = local.trial_budget(spec.limits, pool)
         predicted, point = largest_fitting(spec, "cpu", budget, calibration)
         mem = k * local.reservation(math.ceil(predicted * CALIBRATION_HEADROOM)) + WORKER_BYTES
@@ -245,8 +264,7 @@ def plan_requests(spec: Any, nodes: Sequence[Node], options: SlurmOptions,
     if gpus < 1:
         raise SweepsError(f"study {spec.name!r} trains on GPUs; --gpus-per-job must be >= 1")
     # The GPUs' memory is read by the worker on its node: here the budget is the spec's own.
-    budget = None if spec.limits.memory_budget in (None, "auto") else int(
-        spec.limits.memory_budget)
+    budget = None if spec.limits.memory_budget in (None, "auto") else int(spec.limits.memory_budget)
     predicted, point = largest_fitting(spec, "cuda", budget, calibration)
     from sweeps import preflight
     from sweeps.space import trial_config
@@ -258,22 +276,33 @@ def plan_requests(spec: Any, nodes: Sequence[Node], options: SlurmOptions,
 
 def check_fits(requests: Requests, nodes: Sequence[Node], partition: str | None) -> None:
     """Some node of the partition can hold one task (else it would pend forever)."""
-    if any(n.memory >= requests.mem_bytes and n.cpus >= requests.cpus
-           and n.gpus >= requests.gpus for n in nodes):
+    if any(
+        n.memory >= requests.mem_bytes and n.cpus >= requests.cpus and n.gpus >= requests.gpus
+        for n in nodes
+    ):
         return
     where = f"partition {partition!r}" if partition else "the default partition"
-    raise SweepsError(f"no node of {where} has {requests.mem_mib} MiB, {requests.cpus} CPUs and "
-                      f"{requests.gpus} GPUs for one task (the largest point's predicted peak "
-                      f"is {requests.predicted_bytes // MiB} MiB); use fewer --max-concurrent, "
-                      "another --partition or a smaller space")
+    raise SweepsError(
+        f"no node of {where} has {requests.mem_mib} MiB, {requests.cpus} CPUs and "
+        f"{requests.gpus} GPUs for one task (the largest point's predicted peak "
+        f"is {requests.predicted_bytes // MiB} MiB); use fewer --max-concurrent, "
+        "another --partition or a smaller space"
+    )
 
 
 # --- the script ----------------------------------------------------------------------------------
 
 
-def script(spec: Any, requests: Requests, options: SlurmOptions, *, runs_dir: Path,
-           beats: tuple[int, int], workdir: Path | None = None,
-           python: str | None = None) -> str:
+def script(
+    spec: Any,
+    requests: Requests,
+    options: SlurmOptions,
+    *,
+    runs_dir: Path,
+    beats: tuple[int, int],
+    workdir: Path | None = None,
+    python: str | None = None,
+) -> str:
     """The batch script of the array: the exact text ``sweeps slurm-script`` prints."""
     workdir = (workdir or Path.cwd()).resolve()
     runs = Path(os.path.abspath(runs_dir))
@@ -291,13 +320,30 @@ def script(spec: Any, requests: Requests, options: SlurmOptions, *, runs_dir: Pa
     for key in ("partition", "time", "account", "qos"):
         if getattr(options, key):
             directives.append(f"--{key}={getattr(options, key)}")
-    directives += [f"--chdir={workdir}", f"--output={logs}/%A_%a.out", "--open-mode=append",
-                   *options.sbatch_args]
+    directives += [
+        f"--chdir={workdir}",
+        f"--output={logs}/%A_%a.out",
+        "--open-mode=append",
+        *options.sbatch_args,
+    ]
     point = " ".join(f"{k}={v}" for k, v in requests.point.items()) or "(fixed only)"
-    worker = [python or sys.executable, "-m", "sweeps", "worker", spec.name,
-              "--runs-dir", str(runs), "--max-concurrent", str(requests.trials_per_task),
-              "--launcher", "subprocess",  # see the module's docstring
-              "--heartbeat", str(beats[0]), "--grace", str(beats[1])]
+    worker = [
+        python or sys.executable,
+        "-m",
+        "sweeps",
+        "worker",
+        spec.name,
+        "--runs-dir",
+        str(runs),
+        "--max-concurrent",
+        str(requests.trials_per_task),
+        "--launcher",
+        "subprocess",  # see the module's docstring
+        "--heartbeat",
+        str(beats[0]),
+        "--grace",
+        str(beats[1]),
+    ]
     lines = [
         "#!/bin/bash",
         f"# sweeps: {options.jobs} worker task(s) of study {spec.name}, each running up to "
@@ -306,8 +352,9 @@ def script(spec: Any, requests: Requests, options: SlurmOptions, *, runs_dir: Pa
         f"{requests.predicted_bytes // MiB} MiB on {requests.kind}; --mem holds "
         f"{requests.trials_per_task} x (that x {CALIBRATION_HEADROOM:g} for the calibration "
         f"to grow, + {int(local.ADMIT_MARGIN * 100)} %) + "
-        f"{WORKER_BYTES // MiB} MiB for the worker" if requests.kind == "cpu" else
-        f"# The largest point that fits ({point}) is predicted to peak at "
+        f"{WORKER_BYTES // MiB} MiB for the worker"
+        if requests.kind == "cpu"
+        else f"# The largest point that fits ({point}) is predicted to peak at "
         f"{requests.predicted_bytes // MiB} MiB of GPU memory; --mem holds "
         f"{requests.trials_per_task} x its predicted peak on the CPU x "
         f"{CALIBRATION_HEADROOM:g} + "
@@ -345,7 +392,6 @@ def in_allocation() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
-
 def allocation_pool(spec: Any, cap: int | None) -> local.MemoryPool:
     """This task's devices as the local engine's pools, sized by what Slurm allocated: its
     GPUs (Slurm's ``CUDA_VISIBLE_DEVICES``), else ``SLURM_MEM_PER_NODE`` less ``WORKER_BYTES``
@@ -361,8 +407,9 @@ def allocation_pool(spec: Any, cap: int | None) -> local.MemoryPool:
         return pool
     d = pool.devices[0]
     room = max(0, mem_mib * MiB - WORKER_BYTES)
-    return local.MemoryPool([local.PoolDevice(d.label, d.kind, min(d.capacity, room), d.env,
-                                              d.cores, d.threads)])
+    return local.MemoryPool(
+        [local.PoolDevice(d.label, d.kind, min(d.capacity, room), d.env, d.cores, d.threads)]
+    )
 
 
 # --- following the array -------------------------------------------------------------------------
@@ -380,8 +427,17 @@ class Task:
 
     @property
     def ended(self) -> bool:
-        return self.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
-                                  "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT")
+        return self.state not in (
+            "PENDING",
+            "RUNNING",
+            "CONFIGURING",
+            "COMPLETING",
+            "SUSPENDED",
+            "REQUEUED",
+            "RESIZING",
+            "SIGNALING",
+            "STAGE_OUT",
+        )
 
     def describe(self) -> str:
         text = f"task {self.id} {self.state.lower()}"
@@ -404,8 +460,15 @@ def parse_jobs(text: str) -> list[Task]:
             continue
         array, index = fields.get("ArrayJobId"), fields.get("ArrayTaskId")
         ident = f"{array}_{index}" if array and index else fields.get("JobId", "?")
-        tasks.append(Task(ident, fields["JobState"], fields.get("Reason", ""),
-                          fields.get("ExitCode", ""), fields.get("StdErr")))
+        tasks.append(
+            Task(
+                ident,
+                fields["JobState"],
+                fields.get("Reason", ""),
+                fields.get("ExitCode", ""),
+                fields.get("StdErr"),
+            )
+        )
     return tasks
 
 
@@ -432,8 +495,9 @@ def _last_line(path: str | None) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
-def _trial_events(study: Any, seen: dict[int, str],
-                  on_event: Callable[[str, dict[str, Any]], None]) -> None:
+def _trial_events(
+    study: Any, seen: dict[int, str], on_event: Callable[[str, dict[str, Any]], None]
+) -> None:
     """The board's start and end events, read from the database (the trials run in the tasks):
     a trial RUNNING in a task starts, a started one that finished ends."""
     from lm import outcomes
@@ -441,17 +505,33 @@ def _trial_events(study: Any, seen: dict[int, str],
     for t in study.get_trials(deepcopy=False):
         if t.state.name == "RUNNING" and t.number not in seen and t.user_attrs.get("slurm_job"):
             seen[t.number] = str(t.user_attrs["slurm_job"])
-            on_event("start", {"number": t.number, "params": dict(t.params),
-                               "worker": f"slurm {seen[t.number]}"})
+            on_event(
+                "start",
+                {"number": t.number, "params": dict(t.params), "worker": f"slurm {seen[t.number]}"},
+            )
         elif t.state.is_finished() and seen.pop(t.number, None) is not None:
-            on_event("end", {"number": t.number, "values": t.values,
-                             "outcome": outcomes.shown(t.user_attrs.get("outcome"), t.state.name),
-                             "reason": t.user_attrs.get("reason")})
+            on_event(
+                "end",
+                {
+                    "number": t.number,
+                    "values": t.values,
+                    "outcome": outcomes.shown(t.user_attrs.get("outcome"), t.state.name),
+                    "reason": t.user_attrs.get("reason"),
+                },
+            )
 
 
-def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], None],
-           tick: Callable[[], None] | None = None, *, poll_s: float = POLL_S,
-           on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+def follow(
+    job: str,
+    study: Any,
+    n_trials: int,
+    stop: Any,
+    say: Callable[[str], None],
+    tick: Callable[[], None] | None = None,
+    *,
+    poll_s: float = POLL_S,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> None:
     """Until the study's ``n_trials`` are finished (pending tasks are then cancelled), ``stop``
     is set (the array is cancelled) or every task has ended (a ``SweepsError`` saying why);
     ``on_event`` gets each trial's start and end (the board's events)."""
@@ -495,9 +575,11 @@ def follow(job: str, study: Any, n_trials: int, stop: Any, say: Callable[[str], 
             if state.done:
                 return
             why = "; ".join(t.describe() for t in tasks or []) or "the controller forgot it"
-            raise SweepsError(f"Slurm job {job} ended with study {study.study_name!r} at "
-                              f"{state.finished}/{n_trials} finished: {why}; `sweeps run` "
-                              "again submits a new array and resumes")
+            raise SweepsError(
+                f"Slurm job {job} ended with study {study.study_name!r} at "
+                f"{state.finished}/{n_trials} finished: {why}; `sweeps run` "
+                "again submits a new array and resumes"
+            )
 
 
 def _wait_ended(job: str) -> bool:

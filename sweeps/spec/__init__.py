@@ -76,7 +76,6 @@ Example::
     collapse = {min_unigram_gap = 0.0, min_steps = 200}
 """
 
-
 from sweeps.conditions import Condition, parse_condition
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import load_spec, read_spec

@@ -71,9 +71,12 @@ def check_literals(params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None
                     continue
             for v in values:
                 if not any(same(v, c) for c in possible):
-                    raise FieldError(f"space.{p.name}.when", f"condition {p.when.text!r}: "
-                                     f"{field_name} is never {v!r} (its values: "
-                                     f"{shown_values(possible, repr)})")
+                    raise FieldError(
+                        f"space.{p.name}.when",
+                        f"condition {p.when.text!r}: "
+                        f"{field_name} is never {v!r} (its values: "
+                        f"{shown_values(possible, repr)})",
+                    )
 
 
 def check_fixed(fixed: dict[str, Any], params: tuple[ParamSpec, ...]) -> None:
@@ -102,8 +105,11 @@ def check_bounds(params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None:
             first_error: SweepsError | None = None
             combos = itertools.product(*(q.probe_values() for q in others))
             for combo in itertools.islice(combos, _PROBE_LIMIT):
-                values = {**fixed, p.name: value,
-                          **{q.name: v for q, v in zip(others, combo, strict=True)}}
+                values = {
+                    **fixed,
+                    p.name: value,
+                    **{q.name: v for q, v in zip(others, combo, strict=True)},
+                }
                 try:
                     build(values)
                     break
@@ -111,14 +117,17 @@ def check_bounds(params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None:
                     first_error = first_error or exc
             else:
                 assert first_error is not None
-                bound = ("choice" if p.type == "categorical"
-                         else "low" if value == p.low else "high")
-                raise FieldError(f"space.{p.name}", f"{bound} {p.name}={value!r} cannot "
-                                 f"make a valid config with [fixed]: {first_error}")
+                bound = "choice" if p.type == "categorical" else "low" if value == p.low else "high"
+                raise FieldError(
+                    f"space.{p.name}",
+                    f"{bound} {p.name}={value!r} cannot "
+                    f"make a valid config with [fixed]: {first_error}",
+                )
 
 
-def check_enqueue(entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...],
-                  fixed: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def check_enqueue(
+    entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...], fixed: dict[str, Any]
+) -> tuple[dict[str, Any], ...]:
     """Each ``[[enqueue]]`` entry sets searched parameters to values their space can produce,
     only where their conditions hold, and makes a valid config."""
     by_name = {p.name: p for p in space}
@@ -130,14 +139,21 @@ def check_enqueue(entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...]
         entry = {}
         for name, v in item.items():
             if name not in by_name:
-                what = ("is in [fixed]" if name in fixed
-                        else "is not a searched field ([space.<field>])")
-                raise FieldError(f"{key}.{name}", f"{name!r} {what}; an enqueued config sets "
-                                 "searched parameters only")
+                what = (
+                    "is in [fixed]"
+                    if name in fixed
+                    else "is not a searched field ([space.<field>])"
+                )
+                raise FieldError(
+                    f"{key}.{name}",
+                    f"{name!r} {what}; an enqueued config sets searched parameters only",
+                )
             v = normalise(v)
             if not by_name[name].contains(v):
-                raise FieldError(f"{key}.{name}", f"{v!r} is outside space.{name}; use a value "
-                                 "the space can produce")
+                raise FieldError(
+                    f"{key}.{name}",
+                    f"{v!r} is outside space.{name}; use a value the space can produce",
+                )
             entry[name] = v
         base = with_default_vocab({**train_defaults(), **fixed})
         given = {**base, **entry}
@@ -145,8 +161,10 @@ def check_enqueue(entries: list[Mapping[str, Any]], space: tuple[ParamSpec, ...]
         for p in space:
             if p.name in entry and p.name not in used:
                 assert p.when is not None  # only a condition leaves a parameter out
-                raise FieldError(f"{key}.{p.name}", f"set, but its condition {p.when.text!r} "
-                                 "does not hold; remove it")
+                raise FieldError(
+                    f"{key}.{p.name}",
+                    f"set, but its condition {p.when.text!r} does not hold; remove it",
+                )
         try:
             build({**fixed, **entry})
         except SweepsError as exc:
@@ -160,12 +178,15 @@ def check_ablation(ablation: Ablation, fixed: dict[str, Any]) -> None:
     makes a valid config."""
     for k in ablation.baseline:
         if k in fixed:
-            raise FieldError(f"ablation.baseline.{k}", f"{k} is also in [fixed]; keep it in one "
-                             "place")
+            raise FieldError(
+                f"ablation.baseline.{k}", f"{k} is also in [fixed]; keep it in one place"
+            )
     for k, _ in ablation.vary:
         if k in fixed:
-            raise FieldError(f"ablation.vary.{k}", f"{k} is also in [fixed]; move its baseline "
-                             "value to ablation.baseline")
+            raise FieldError(
+                f"ablation.vary.{k}",
+                f"{k} is also in [fixed]; move its baseline value to ablation.baseline",
+            )
     if ablation.seeds is not None and "seed" in fixed:
         raise FieldError("fixed.seed", "conflicts with ablation.seeds; remove one")
     baseline = {**ablation.defaults, **ablation.baseline}
@@ -174,6 +195,9 @@ def check_ablation(ablation: Ablation, fixed: dict[str, Any]) -> None:
         try:
             build({**fixed, **ablation.baseline, **point})
         except SweepsError as exc:
-            where = "ablation.baseline" if changed == "baseline" else \
-                f"ablation.vary.{changed.split('=', 1)[0]}"
+            where = (
+                "ablation.baseline"
+                if changed == "baseline"
+                else f"ablation.vary.{changed.split('=', 1)[0]}"
+            )
             raise FieldError(where, f"{changed} (trial {i}): {exc}") from None

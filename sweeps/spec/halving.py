@@ -59,36 +59,50 @@ def rungs(spec: StudySpec) -> tuple[float, ...]:
     key = f"study.pruner.{rung_name}"
     for other in RUNG_FIELDS.values():
         if other != rung_name and getattr(p, other) is not None:
-            raise FieldError(f"study.pruner.{other}", f"the study's budget is in {u} "
-                             f"({max_name}); give the first rung as {rung_name}")
+            raise FieldError(
+                f"study.pruner.{other}",
+                f"the study's budget is in {u} ({max_name}); give the first rung as {rung_name}",
+            )
     top = _largest(spec, max_name)
     if top is None:
-        raise FieldError(key, f"the study compares its arms at equal {u} from a budget in "
-                         f"tokens; give {max_name} and {rung_name} (successive halving ranks "
-                         f"trials at the same {u})")
+        raise FieldError(
+            key,
+            f"the study compares its arms at equal {u} from a budget in "
+            f"tokens; give {max_name} and {rung_name} (successive halving ranks "
+            f"trials at the same {u})",
+        )
     every = None if every_name in spec.param_names else spec.base_values().get(every_name)
     if every is None and u == "tokens" and "eval_every_tokens" not in spec.param_names:
         every = BUDGET_DEFAULTS["eval_every"]
     first = p.first_rung(u)
     if first is None:
         if max_name in spec.param_names:
-            raise FieldError(key, f"is missing, and {max_name} varies between trials: give the "
-                             f"first rung in {u}, e.g. {rung_name} = {_example(u)}")
-        first = top / p.reduction_factor ** 2
+            raise FieldError(
+                key,
+                f"is missing, and {max_name} varies between trials: give the "
+                f"first rung in {u}, e.g. {rung_name} = {_example(u)}",
+            )
+        first = top / p.reduction_factor**2
         if every:
             first = max(every, round(first / every) * every)
         first = first if u == "flops" else int(first)
     if every and first < every:
-        raise FieldError(key, f"is {first:,} {u}, before the first evaluation "
-                         f"({every_name} = {every:,}): rungs are read from evaluations; "
-                         f"use {rung_name} >= {every:,} or evaluate more often")
+        raise FieldError(
+            key,
+            f"is {first:,} {u}, before the first evaluation "
+            f"({every_name} = {every:,}): rungs are read from evaluations; "
+            f"use {rung_name} >= {every:,} or evaluate more often",
+        )
     out, rung = [], first
     while rung < top:
         out.append(rung)
         rung *= p.reduction_factor
     if not out:
-        raise FieldError(key, f"is {first:,} {u}, not below {max_name} = {top:,}: no trial "
-                         "would ever be ranked; lower it (or evaluate more often)")
+        raise FieldError(
+            key,
+            f"is {first:,} {u}, not below {max_name} = {top:,}: no trial "
+            "would ever be ranked; lower it (or evaluate more often)",
+        )
     return tuple(out)
 
 

@@ -59,8 +59,17 @@ from sweeps.spec.values import (
 )
 from sweeps.spec.walk import iter_grid, order
 
-_TOP_KEYS = ("study", "corpus", "fixed", "space", "limits", "enqueue", "ablation", "scaling",
-             "engine")
+_TOP_KEYS = (
+    "study",
+    "corpus",
+    "fixed",
+    "space",
+    "limits",
+    "enqueue",
+    "ablation",
+    "scaling",
+    "engine",
+)
 _CORPUS_KEYS = ("dir", "source", "format", "synthetic", "out", "val_fraction")
 _PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "when")
 
@@ -81,8 +90,13 @@ def load_spec(path: Path | str, *, check_paths: bool = True) -> StudySpec:
     return read_spec(data, source=path, check_paths=check_paths)
 
 
-def read_spec(data: Mapping[str, Any], *, source: str | Path | None = None,
-              base_dir: Path | None = None, check_paths: bool = True) -> StudySpec:
+def read_spec(
+    data: Mapping[str, Any],
+    *,
+    source: str | Path | None = None,
+    base_dir: Path | None = None,
+    check_paths: bool = True,
+) -> StudySpec:
     """A parsed spec (TOML data) -> a validated ``StudySpec``: the one way to build one from
     data. ``source`` names the file in errors and anchors relative paths (else ``base_dir``, else
     the working directory); ``check_paths=False`` skips checks that the corpus paths exist (a spec
@@ -99,8 +113,9 @@ def _keys(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.compare)
 
 
-def _make(cls: type, key: str, values: Mapping[str, Any],
-          rename: Mapping[str, str] | None = None) -> Any:
+def _make(
+    cls: type, key: str, values: Mapping[str, Any], rename: Mapping[str, str] | None = None
+) -> Any:
     """``cls(**values)``, a ``FieldError`` keyed by where the field sits in the file (``rename``
     maps a field to its TOML key, "" for the table itself: ``sampler = "tpe"``)."""
     try:
@@ -117,18 +132,26 @@ def _table(value: Any, key: str, allowed: Iterable[str]) -> dict[str, Any]:
     for k in value:
         if k not in allowed:
             hint = closest(k, allowed)
-            raise FieldError(f"{key}.{k}" if key else k,
-                             f"unknown key {k!r} in [{key or 'top level'}]"
-                             + (f" (did you mean {hint!r}?)" if hint else "")
-                             + f"; allowed: {', '.join(allowed)}")
+            raise FieldError(
+                f"{key}.{k}" if key else k,
+                f"unknown key {k!r} in [{key or 'top level'}]"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+                + f"; allowed: {', '.join(allowed)}",
+            )
     return dict(value)
 
 
 class _Parser:
     """One pass over a spec dict: sections in dependency order, then the cross-checks."""
 
-    def __init__(self, data: Mapping[str, Any], *, source: str | Path | None,
-                 base_dir: Path | None, check_paths: bool) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        *,
+        source: str | Path | None,
+        base_dir: Path | None,
+        check_paths: bool,
+    ) -> None:
         self.data = data
         self.label = str(source) if source is not None else "study spec"
         if base_dir is None:
@@ -143,16 +166,22 @@ class _Parser:
         if "study" not in top:
             raise FieldError("study", "the [study] table is missing; add [study] with name = ...")
         if "corpus" not in top:
-            raise FieldError("corpus", "the [corpus] table is missing; add [corpus] with "
-                             "dir = a prepared corpus, or source/synthetic with out")
+            raise FieldError(
+                "corpus",
+                "the [corpus] table is missing; add [corpus] with "
+                "dir = a prepared corpus, or source/synthetic with out",
+            )
         # corpus is allowed here (and last) only to be told it belongs in [corpus].
         allowed = [*(n for n in TRAIN_FIELDS if n != "corpus"), "corpus"]
-        fixed = {k: normalise(v) for k, v in _table(top.get("fixed", {}), "fixed",
-                                                     allowed).items()}
+        fixed = {k: normalise(v) for k, v in _table(top.get("fixed", {}), "fixed", allowed).items()}
         defaults = with_default_vocab({**train_defaults(), **fixed})
         space = self.parse_space(top.get("space", {}), fixed)
-        check_search(space=bool(space), ablation="ablation" in top,
-                     enqueue=bool(top.get("enqueue")), scaling="scaling" in top)
+        check_search(
+            space=bool(space),
+            ablation="ablation" in top,
+            enqueue=bool(top.get("enqueue")),
+            scaling="scaling" in top,
+        )
         ablation = scaling = None
         if "ablation" in top:
             ablation = self.parse_ablation(top["ablation"], defaults)
@@ -167,19 +196,32 @@ class _Parser:
         study = self.parse_study(top["study"], space, ablation or scaling, enqueue, defaults)
         corpus = self.parse_corpus(top["corpus"])
         # StudySpec checks the rules between sections (fixed vs limits, grid vs space, ...).
-        return StudySpec(study=study, corpus=corpus, fixed=fixed, space=space, limits=limits,
-                         enqueue=enqueue, ablation=ablation, scaling=scaling,
-                         source=Path(self.label) if self.label != "study spec" else None,
-                         raw=_plain(self.data))
+        return StudySpec(
+            study=study,
+            corpus=corpus,
+            fixed=fixed,
+            space=space,
+            limits=limits,
+            enqueue=enqueue,
+            ablation=ablation,
+            scaling=scaling,
+            source=Path(self.label) if self.label != "study spec" else None,
+            raw=_plain(self.data),
+        )
 
     # --- [study] ---
 
-    def parse_study(self, value: Any, space: tuple[ParamSpec, ...],
-                    design: Ablation | Scaling | None, enqueue: tuple[dict[str, Any], ...],
-                    defaults: dict[str, Any]) -> StudySection:
+    def parse_study(
+        self,
+        value: Any,
+        space: tuple[ParamSpec, ...],
+        design: Ablation | Scaling | None,
+        enqueue: tuple[dict[str, Any], ...],
+        defaults: dict[str, Any],
+    ) -> StudySection:
         t = _table(value, "study", _keys(StudySection))
         if "name" not in t:
-            raise FieldError("study.name", "missing; give the study a name, e.g. name = \"vocab\"")
+            raise FieldError("study.name", 'missing; give the study a name, e.g. name = "vocab"')
         objectives = self.parse_objectives(t.get("objectives", list(DEFAULT_OBJECTIVES)))
         multi = len(objectives) > 1
         sampler = self.parse_sampler(t.get("sampler"), multi, design)
@@ -190,27 +232,43 @@ class _Parser:
         elif design is not None:
             n_trials = len(design.expand())
         elif sampler.name in GRID_SAMPLERS:
-            n_trials = sum(1 for _ in itertools.islice(iter_grid(space, defaults),
-                                                       MAX_GRID_POINTS + 1))
+            n_trials = sum(
+                1 for _ in itertools.islice(iter_grid(space, defaults), MAX_GRID_POINTS + 1)
+            )
             if n_trials > MAX_GRID_POINTS:
-                raise FieldError("study.n_trials", f"missing, and the {sampler.name} grid has "
-                                 f"more than {MAX_GRID_POINTS} points; set n_trials or coarsen "
-                                 "the space (step, fewer choices)")
+                raise FieldError(
+                    "study.n_trials",
+                    f"missing, and the {sampler.name} grid has "
+                    f"more than {MAX_GRID_POINTS} points; set n_trials or coarsen "
+                    "the space (step, fewer choices)",
+                )
         elif space:
-            raise FieldError("study.n_trials", "missing; say how many trials to run, e.g. "
-                             "n_trials = 20")
+            raise FieldError(
+                "study.n_trials", "missing; say how many trials to run, e.g. n_trials = 20"
+            )
         else:
             n_trials = len(enqueue)
-        return _make(StudySection, "study", {
-            "storage": None, "seed": None, "timeout": None, **t, "objectives": objectives,
-            "sampler": sampler, "pruner": pruner, "n_trials": n_trials})
+        return _make(
+            StudySection,
+            "study",
+            {
+                "storage": None,
+                "seed": None,
+                "timeout": None,
+                **t,
+                "objectives": objectives,
+                "sampler": sampler,
+                "pruner": pruner,
+                "n_trials": n_trials,
+            },
+        )
 
     def parse_objectives(self, value: Any) -> tuple[Objective, ...]:
         key = "study.objectives"
         if isinstance(value, (str, Mapping)):
             value = [value]
         if not isinstance(value, list) or not value:
-            raise FieldError(key, f"must be a non-empty list such as [\"val_bpb\"], got {value!r}")
+            raise FieldError(key, f'must be a non-empty list such as ["val_bpb"], got {value!r}')
         out = []
         for i, item in enumerate(value):
             where = f"{key}[{i}]"
@@ -218,25 +276,28 @@ class _Parser:
             if isinstance(item, str):
                 item = {"metric": item}
             elif not isinstance(item, Mapping):
-                raise FieldError(where, f"must be a metric name or {{metric, direction}}, "
-                                 f"got {item!r}")
+                raise FieldError(
+                    where, f"must be a metric name or {{metric, direction}}, got {item!r}"
+                )
             t = _table(item, where, _keys(Objective))
             if "metric" not in t:
-                raise FieldError(where, "missing metric; write {metric = \"val_bpb\"}")
+                raise FieldError(where, 'missing metric; write {metric = "val_bpb"}')
             metric = t["metric"]
             default = METRICS.get(metric) if isinstance(metric, str) else None
             out.append(_make(Objective, where, {"direction": default, **t}, rename))
         return tuple(out)
 
-    def parse_sampler(self, value: Any, multi: bool,
-                      design: Ablation | Scaling | None) -> SamplerSpec:
+    def parse_sampler(
+        self, value: Any, multi: bool, design: Ablation | Scaling | None
+    ) -> SamplerSpec:
         if value is None:
             # Ablation and IsoFLOP trials are all enqueued: the sampler never chooses anything.
             return SamplerSpec("random" if design is not None else "nsga2" if multi else "tpe")
         return self.named("study.sampler", value, SamplerSpec, SAMPLERS)
 
-    def parse_pruner(self, value: Any, multi: bool,
-                     design: Ablation | Scaling | None) -> PrunerSpec:
+    def parse_pruner(
+        self, value: Any, multi: bool, design: Ablation | Scaling | None
+    ) -> PrunerSpec:
         if value is None:
             # Optuna's pruners compare one intermediate value; with several objectives only the
             # project's own rules (OOM, collapse, divergence) stop trials early. An IsoFLOP cell
@@ -261,53 +322,77 @@ class _Parser:
         t = _table(value, "corpus", _CORPUS_KEYS)
         given = [k for k in ("dir", "source", "synthetic") if k in t]
         if len(given) != 1:
-            raise FieldError("corpus", "give exactly one of dir (a prepared corpus), source (a "
-                             "Posts.xml or text files) or synthetic = {size, seed}"
-                             + (f"; got {', '.join(given)}" if given else ""))
+            raise FieldError(
+                "corpus",
+                "give exactly one of dir (a prepared corpus), source (a "
+                "Posts.xml or text files) or synthetic = {size, seed}"
+                + (f"; got {', '.join(given)}" if given else ""),
+            )
         if "dir" in t:
             for k in ("out", "format", "val_fraction"):
                 if k in t:
-                    raise FieldError(f"corpus.{k}", "only applies with source or synthetic; "
-                                     "a prepared corpus dir is used as it is")
+                    raise FieldError(
+                        f"corpus.{k}",
+                        "only applies with source or synthetic; "
+                        "a prepared corpus dir is used as it is",
+                    )
             path = self.path(t["dir"], "corpus.dir")
             if self.check_paths and not path.is_dir():
-                raise FieldError("corpus.dir", f"{path} is not a directory; run `sweeps prepare "
-                                 "... --out DIR` first, or give source and out to prepare it")
+                raise FieldError(
+                    "corpus.dir",
+                    f"{path} is not a directory; run `sweeps prepare "
+                    "... --out DIR` first, or give source and out to prepare it",
+                )
             return CorpusSpec(dir=path)
         if "out" not in t:
-            raise FieldError("corpus.out", "missing; say where to write the prepared corpus, "
-                             "e.g. out = \"corpora/history\"")
+            raise FieldError(
+                "corpus.out",
+                'missing; say where to write the prepared corpus, e.g. out = "corpora/history"',
+            )
         out = self.path(t["out"], "corpus.out")
         if self.check_paths and out.exists() and not out.is_dir():
-            raise FieldError("corpus.out", f"{out} is a file; give a directory for the prepared "
-                             "corpus")
+            raise FieldError(
+                "corpus.out", f"{out} is a file; give a directory for the prepared corpus"
+            )
         options = {k: t[k] for k in ("format", "val_fraction") if k in t}
         if "synthetic" in t:
             s = _table(t["synthetic"], "corpus.synthetic", ("size", "seed"))
             if "size" not in s:
-                raise FieldError("corpus.synthetic.size", "missing; e.g. size = \"5MB\"")
-            values = {"dir": out, "synthetic_size": s["size"],
-                      "synthetic_seed": s.get("seed", 0), **options}
-            return _make(CorpusSpec, "corpus", values, {"synthetic_size": "synthetic.size",
-                                                        "synthetic_seed": "synthetic.seed"})
+                raise FieldError("corpus.synthetic.size", 'missing; e.g. size = "5MB"')
+            values = {
+                "dir": out,
+                "synthetic_size": s["size"],
+                "synthetic_seed": s.get("seed", 0),
+                **options,
+            }
+            return _make(
+                CorpusSpec,
+                "corpus",
+                values,
+                {"synthetic_size": "synthetic.size", "synthetic_seed": "synthetic.seed"},
+            )
         return self.parse_sources(t["source"], out, options)
 
     def parse_sources(self, value: Any, out: Path, options: dict[str, Any]) -> CorpusSpec:
         raw = [value] if isinstance(value, str) else value
         if not isinstance(raw, list) or not raw:
             raise FieldError("corpus.source", f"must be a path or a list of paths, got {value!r}")
-        keys = ["corpus.source" if len(raw) == 1 else f"corpus.source[{i}]"
-                for i in range(len(raw))]
+        keys = [
+            "corpus.source" if len(raw) == 1 else f"corpus.source[{i}]" for i in range(len(raw))
+        ]
         paths = [self.path(s, key) for s, key in zip(raw, keys, strict=True)]
-        corpus = _make(CorpusSpec, "corpus", {"dir": out, "source": [str(p) for p in paths],
-                                              **options})
+        corpus = _make(
+            CorpusSpec, "corpus", {"dir": out, "source": [str(p) for p in paths], **options}
+        )
         if self.check_paths:
             for s, key, path in zip(raw, keys, paths, strict=True):
                 is_glob = any(c in s for c in "*?[")
                 if not is_glob and not path.is_file():
-                    raise FieldError(key, f"{path} does not exist; give the path of a "
-                                     + ("Posts.xml dump" if corpus.format == "posts"
-                                        else "text file"))
+                    raise FieldError(
+                        key,
+                        f"{path} does not exist; give the path of a "
+                        + ("Posts.xml dump" if corpus.format == "posts" else "text file"),
+                    )
         return corpus
 
     def path(self, value: Any, key: str) -> Path:
@@ -326,9 +411,12 @@ class _Parser:
         for name, body in value.items():
             if name not in TRAIN_FIELDS:
                 hint = closest(name, TRAIN_FIELDS)
-                raise FieldError(f"space.{name}", f"{name!r} is not a TrainConfig field"
-                                 + (f" (did you mean {hint!r}?)" if hint else "")
-                                 + "; search only training config fields")
+                raise FieldError(
+                    f"space.{name}",
+                    f"{name!r} is not a TrainConfig field"
+                    + (f" (did you mean {hint!r}?)" if hint else "")
+                    + "; search only training config fields",
+                )
             params.append(self.parse_param(name, body))
         check_fixed_and_space(fixed, params)
         ordered = order(params)
@@ -344,12 +432,14 @@ class _Parser:
             if "choices" in t:
                 t["type"] = "categorical"
             elif "low" in t and "high" in t:
-                ints = all(isinstance(t[k], int) and not isinstance(t[k], bool)
-                           for k in ("low", "high"))
+                ints = all(
+                    isinstance(t[k], int) and not isinstance(t[k], bool) for k in ("low", "high")
+                )
                 t["type"] = "int" if ints and not isinstance(t.get("step", 1), float) else "float"
             else:
-                raise FieldError(key, "give choices = [...], or low and high (with type = "
-                                 "\"int\" or \"float\")")
+                raise FieldError(
+                    key, 'give choices = [...], or low and high (with type = "int" or "float")'
+                )
         return _make(ParamSpec, key, {"name": name, **t})
 
     def enqueue_entries(self, value: Any) -> list[Any]:
@@ -365,19 +455,30 @@ class _Parser:
         if "vary" not in t:
             raise FieldError("ablation.vary", "missing; e.g. vary = {d_ff = [1, 64, 256]}")
         vary = _table(t["vary"], "ablation.vary", TRAIN_FIELDS)
-        return _make(Ablation, "ablation", {
-            "baseline": {k: normalise(v) for k, v in baseline.items()},
-            "vary": tuple((k, [normalise(x) for x in v] if isinstance(v, list) else v)
-                          for k, v in vary.items()),
-            "seeds": t.get("seeds"), "equal": t.get("equal"), "defaults": {**defaults}})
+        return _make(
+            Ablation,
+            "ablation",
+            {
+                "baseline": {k: normalise(v) for k, v in baseline.items()},
+                "vary": tuple(
+                    (k, [normalise(x) for x in v] if isinstance(v, list) else v)
+                    for k, v in vary.items()
+                ),
+                "seeds": t.get("seeds"),
+                "equal": t.get("equal"),
+                "defaults": {**defaults},
+            },
+        )
 
-    def parse_scaling(self, value: Any, fixed: dict[str, Any],
-                      defaults: dict[str, Any]) -> Scaling:
+    def parse_scaling(self, value: Any, fixed: dict[str, Any], defaults: dict[str, Any]) -> Scaling:
         t = _table(value, "scaling", _keys(Scaling))
         for key in ("budgets", "sizes"):
             if key not in t:
-                raise FieldError(f"scaling.{key}", "missing; e.g. budgets = [1e12, 3e12, 1e13] "
-                                 "and sizes = [{d_model = 32, n_layers = 1}, ...]")
+                raise FieldError(
+                    f"scaling.{key}",
+                    "missing; e.g. budgets = [1e12, 3e12, 1e13] "
+                    "and sizes = [{d_model = 32, n_layers = 1}, ...]",
+                )
         check_scaling_fixed(t, fixed)
         return _make(Scaling, "scaling", {**t, "defaults": {**defaults}})
 
@@ -390,9 +491,12 @@ class _Parser:
                 key = f"limits.{name}"
                 for old in ("warmup_evals", "warmup_tokens"):
                     if name == "collapse" and isinstance(t[name], dict) and old in t[name]:
-                        raise FieldError(f"{key}.{old}", "the verdicts' warm-up is now counted "
-                                         "in optimizer steps: write min_steps = N instead "
-                                         "(default 200)")
+                        raise FieldError(
+                            f"{key}.{old}",
+                            "the verdicts' warm-up is now counted "
+                            "in optimizer steps: write min_steps = N instead "
+                            "(default 200)",
+                        )
                 t[name] = _make(cls, key, _table(t[name], key, _keys(cls)))
         return _make(Limits, "limits", t)
 

@@ -27,15 +27,20 @@ if TYPE_CHECKING:
 def check_spec(spec: StudySpec) -> None:
     """Every rule between the sections of ``spec``: a ``FieldError`` naming the key."""
     check_fixed_and_space(spec.fixed, spec.space)
-    check_search(space=bool(spec.space), ablation=spec.ablation is not None,
-                 enqueue=bool(spec.enqueue), scaling=spec.scaling is not None)
+    check_search(
+        space=bool(spec.space),
+        ablation=spec.ablation is not None,
+        enqueue=bool(spec.enqueue),
+        scaling=spec.scaling is not None,
+    )
     if spec.scaling is not None:
         check_scaling_fixed(spec.scaling, spec.fixed)
     check_design(spec)
     check_grid(spec.space, spec.study.sampler.name)
     if spec.limits.max_wall_s is not None and "max_wall_s" in spec.fixed:
-        raise FieldError("fixed.max_wall_s", "also set as limits.max_wall_s; keep the one "
-                         "in [limits]")
+        raise FieldError(
+            "fixed.max_wall_s", "also set as limits.max_wall_s; keep the one in [limits]"
+        )
     if spec.limits.max_flops is not None:
         check_compute_limit(spec)
     if spec.study.pruner.by_tokens:
@@ -48,41 +53,60 @@ def check_cooldown_reads(spec: StudySpec) -> None:
     """``read = "cooldown"`` branches a decay from each rung, which only a WSD schedule can end
     (a cosine run is already decaying), and places the reads itself."""
     if spec.fixed.get("lr_schedule") != "wsd":
-        raise FieldError("study.pruner.read", "\"cooldown\" needs lr_schedule = \"wsd\" "
-                         "in [fixed] (a cosine run cannot be cooled down from a rung)")
+        raise FieldError(
+            "study.pruner.read",
+            '"cooldown" needs lr_schedule = "wsd" '
+            "in [fixed] (a cosine run cannot be cooled down from a rung)",
+        )
     if "cooldown_reads" in spec.fixed or any(p.name == "cooldown_reads" for p in spec.space):
-        raise FieldError("cooldown_reads", "is set by the pruner (one read per rung) with "
-                         "study.pruner.read = \"cooldown\"; remove it")
+        raise FieldError(
+            "cooldown_reads",
+            "is set by the pruner (one read per rung) with "
+            'study.pruner.read = "cooldown"; remove it',
+        )
     if spec.study.pruner.cooldown_fraction is None and "cooldown_fraction" not in spec.fixed:
         # The reads' decay follows decay_fraction (d / (1 - d)): bounded as cooldown_fraction
         # is (lm.config.MAX_COOLDOWN_FRACTION), said here rather than by every trial.
         searched = {p.name: p for p in spec.space}
-        fractions = (searched["decay_fraction"].probe_values() if "decay_fraction" in searched
-                     else [spec.base_values()["decay_fraction"]])
+        fractions = (
+            searched["decay_fraction"].probe_values()
+            if "decay_fraction" in searched
+            else [spec.base_values()["decay_fraction"]]
+        )
         d = max(fractions)
         c = d / (1 - d)
         if c > MAX_COOLDOWN_FRACTION:
-            raise FieldError("study.pruner.cooldown_fraction", f"is missing, so each read "
-                             f"decays over decay_fraction / (1 - decay_fraction) = {c:.3g}"
-                             f" x the tokens before it (decay_fraction = {d:g}), more than "
-                             f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction = 0.25, or "
-                             "decay_fraction <= 0.5")
+            raise FieldError(
+                "study.pruner.cooldown_fraction",
+                f"is missing, so each read "
+                f"decays over decay_fraction / (1 - decay_fraction) = {c:.3g}"
+                f" x the tokens before it (decay_fraction = {d:g}), more than "
+                f"{MAX_COOLDOWN_FRACTION:g}; set cooldown_fraction = 0.25, or "
+                "decay_fraction <= 0.5",
+            )
 
 
 def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:
     """What a ``[scaling]`` grid sets (sizes, ``max_tokens``, seeds) is not also ``[fixed]``;
     ``scaling`` is the ``[scaling]`` table (a ``Scaling`` or its TOML data)."""
-    get = (lambda k: scaling.get(k)) if isinstance(scaling, Mapping) else \
-        (lambda k: getattr(scaling, k, None))
+    get = (
+        (lambda k: scaling.get(k))
+        if isinstance(scaling, Mapping)
+        else (lambda k: getattr(scaling, k, None))
+    )
     if "max_tokens" in fixed:
-        raise FieldError("fixed.max_tokens", "each [scaling] cell's max_tokens is derived from "
-                         "its budget and model size; remove it from [fixed]")
+        raise FieldError(
+            "fixed.max_tokens",
+            "each [scaling] cell's max_tokens is derived from "
+            "its budget and model size; remove it from [fixed]",
+        )
     sizes = get("sizes")
     for size in sizes if isinstance(sizes, (list, tuple)) else ():
         for k in size if isinstance(size, Mapping) else ():
             if k in fixed and k in SIZE_FIELDS:  # another key is Scaling's to refuse
-                raise FieldError(f"fixed.{k}", f"{k} is set by scaling.sizes; remove it from "
-                                 "[fixed]")
+                raise FieldError(
+                    f"fixed.{k}", f"{k} is set by scaling.sizes; remove it from [fixed]"
+                )
     if get("seeds") is not None and "seed" in fixed:
         raise FieldError("fixed.seed", "conflicts with scaling.seeds; remove one")
 
@@ -132,24 +156,27 @@ def check_compute_limit(spec: StudySpec) -> None:
     limit = spec.limits.max_flops
     if cheapest is not None and limit is not None and cheapest[0] > limit:
         shown = ", ".join(f"{k}={v!r}" for k, v in cheapest[1].items()) or "the fixed config"
-        raise FieldError("limits.max_flops", f"every trial is over the limit of {limit:.3g} "
-                         f"training FLOPs: the cheapest ({shown}) needs {cheapest[0]:.3g}; "
-                         "raise max_flops or lower max_tokens or the model sizes")
-
+        raise FieldError(
+            "limits.max_flops",
+            f"every trial is over the limit of {limit:.3g} "
+            f"training FLOPs: the cheapest ({shown}) needs {cheapest[0]:.3g}; "
+            "raise max_flops or lower max_tokens or the model sizes",
+        )
 
 
 def check_fixed_and_space(fixed: Mapping[str, Any], space: Iterable[ParamSpec]) -> None:
     """A field is fixed or searched, not both; the corpus is neither (it is ``[corpus]``)."""
     if "corpus" in fixed:
-        raise FieldError("fixed.corpus", "set the corpus in [corpus] (dir = ...), not in "
-                         "[fixed]")
+        raise FieldError("fixed.corpus", "set the corpus in [corpus] (dir = ...), not in [fixed]")
     for p in space:
         if p.name == "corpus":
-            raise FieldError(f"space.{p.name}", "the corpus cannot be searched; run one study "
-                             "per corpus")
+            raise FieldError(
+                f"space.{p.name}", "the corpus cannot be searched; run one study per corpus"
+            )
         if p.name in fixed:
-            raise FieldError(f"space.{p.name}", f"{p.name} is also in [fixed]; remove it from "
-                             "one of them")
+            raise FieldError(
+                f"space.{p.name}", f"{p.name} is also in [fixed]; remove it from one of them"
+            )
 
 
 def check_design(spec: StudySpec) -> None:
@@ -160,19 +187,26 @@ def check_design(spec: StudySpec) -> None:
         return
     what = "an ablation" if spec.ablation is not None else "an IsoFLOP grid"
     if spec.study.sampler.name != "random":
-        raise FieldError("study.sampler", f"{what} enqueues every trial, so sampler "
-                         f"{spec.study.sampler.name!r} would never be used; remove "
-                         "study.sampler")
+        raise FieldError(
+            "study.sampler",
+            f"{what} enqueues every trial, so sampler "
+            f"{spec.study.sampler.name!r} would never be used; remove "
+            "study.sampler",
+        )
     if spec.scaling is None:
         return
     if spec.study.pruner.name != "none":
-        raise FieldError("study.pruner", f"pruner {spec.study.pruner.name!r} would stop IsoFLOP "
-                         "cells before their budget is spent (a stopped cell has no loss at its "
-                         "budget); use pruner = \"none\" or leave it out")
+        raise FieldError(
+            "study.pruner",
+            f"pruner {spec.study.pruner.name!r} would stop IsoFLOP "
+            "cells before their budget is spent (a stopped cell has no loss at its "
+            'budget); use pruner = "none" or leave it out',
+        )
     problem = too_many_cells(spec, spec.study.n_trials)
     if problem is not None:
-        raise FieldError("study.n_trials", f"is {spec.study.n_trials}, but {problem}; remove "
-                         "n_trials")
+        raise FieldError(
+            "study.n_trials", f"is {spec.study.n_trials}, but {problem}; remove n_trials"
+        )
 
 
 def too_many_cells(spec: StudySpec, n_trials: int) -> str | None:
@@ -183,8 +217,10 @@ def too_many_cells(spec: StudySpec, n_trials: int) -> str | None:
     cells = len(spec.scaling.expand())
     if n_trials <= cells:
         return None
-    return (f"the [scaling] grid has {cells} cells and more trials would be random mixes of "
-            "budgets and sizes")
+    return (
+        f"the [scaling] grid has {cells} cells and more trials would be random mixes of "
+        "budgets and sizes"
+    )
 
 
 def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
@@ -195,14 +231,20 @@ def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
     space = tuple(space)
     for p in space:
         if not p.finite:
-            raise FieldError(f"space.{p.name}", f"sampler {sampler} needs a finite set of "
-                             "values, but this float range has no step; add step or use choices")
+            raise FieldError(
+                f"space.{p.name}",
+                f"sampler {sampler} needs a finite set of "
+                "values, but this float range has no step; add step or use choices",
+            )
     if sampler == "grid":
         for p in space:
             if p.when is not None:
-                raise FieldError(f"space.{p.name}.when", "the grid sampler cannot skip "
-                                 "conditional parameters (points would repeat); use sampler = "
-                                 "\"bruteforce\", which walks conditions")
+                raise FieldError(
+                    f"space.{p.name}.when",
+                    "the grid sampler cannot skip "
+                    "conditional parameters (points would repeat); use sampler = "
+                    '"bruteforce", which walks conditions',
+                )
 
 
 def check_search(*, space: bool, ablation: bool, enqueue: bool, scaling: bool = False) -> None:
@@ -210,17 +252,32 @@ def check_search(*, space: bool, ablation: bool, enqueue: bool, scaling: bool = 
     ``[scaling]``."""
     if scaling and (space or ablation):
         other = "[space]" if space else "[ablation]"
-        raise FieldError("scaling", f"[scaling] and {other} cannot be combined; an IsoFLOP "
-                         f"grid's trials are its cells: remove one of them")
+        raise FieldError(
+            "scaling",
+            f"[scaling] and {other} cannot be combined; an IsoFLOP "
+            f"grid's trials are its cells: remove one of them",
+        )
     if scaling and enqueue:
-        raise FieldError("enqueue", "[[enqueue]] and [scaling] cannot be combined; the grid "
-                         "enqueues its own cells: remove [[enqueue]]")
+        raise FieldError(
+            "enqueue",
+            "[[enqueue]] and [scaling] cannot be combined; the grid "
+            "enqueues its own cells: remove [[enqueue]]",
+        )
     if ablation and space:
-        raise FieldError("ablation", "[ablation] and [space] cannot be combined; an ablation's "
-                         "trial list is its expansion: remove one of them")
+        raise FieldError(
+            "ablation",
+            "[ablation] and [space] cannot be combined; an ablation's "
+            "trial list is its expansion: remove one of them",
+        )
     if ablation and enqueue:
-        raise FieldError("enqueue", "[[enqueue]] and [ablation] cannot be combined; the "
-                         "ablation runs its baseline first: remove [[enqueue]]")
+        raise FieldError(
+            "enqueue",
+            "[[enqueue]] and [ablation] cannot be combined; the "
+            "ablation runs its baseline first: remove [[enqueue]]",
+        )
     if not space and not ablation and not enqueue and not scaling:
-        raise FieldError("space", "nothing to search: add [space.<field>] tables, an "
-                         "[ablation], a [scaling] grid, or [[enqueue]] configs")
+        raise FieldError(
+            "space",
+            "nothing to search: add [space.<field>] tables, an "
+            "[ablation], a [scaling] grid, or [[enqueue]] configs",
+        )

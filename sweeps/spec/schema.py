@@ -47,8 +47,9 @@ def value_schema(hint: Any) -> dict[str, Any]:
     return {"type": simple[hint]} if hint in simple else {}
 
 
-def table(cls: type, *, skip: tuple[str, ...] = (),
-          override: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def table(
+    cls: type, *, skip: tuple[str, ...] = (), override: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """A TOML table of ``cls``'s keys (its fields, less bookkeeping ones), each with its type,
     default and help; unknown keys refused, as the reader refuses them."""
     hints = typing.get_type_hints(cls)
@@ -73,8 +74,7 @@ def table(cls: type, *, skip: tuple[str, ...] = (),
 
 def _named(cls: type, names: tuple[str, ...]) -> dict[str, Any]:
     """A name alone (``sampler = "tpe"``) or a table with the name and options."""
-    return {"anyOf": [{"enum": list(names)},
-                      {**table(cls), "required": ["name"]}]}
+    return {"anyOf": [{"enum": list(names)}, {**table(cls), "required": ["name"]}]}
 
 
 def _rule(cls: type) -> dict[str, Any]:
@@ -88,9 +88,14 @@ def engine_schema() -> dict[str, Any]:
     text, count = {"type": "string"}, {"type": "integer", "minimum": 0}
     props: dict[str, Any] = {
         "name": {"enum": list(ENGINES), "default": "local"},
-        "partition": text, "time": text, "account": text, "qos": text,
-        "jobs": {"type": "integer", "minimum": 1, "default": 1}, "gpus_per_job": count,
-        "sbatch_args": {"type": "array", "items": {"type": "string", "pattern": "^--"}}}
+        "partition": text,
+        "time": text,
+        "account": text,
+        "qos": text,
+        "jobs": {"type": "integer", "minimum": 1, "default": 1},
+        "gpus_per_job": count,
+        "sbatch_args": {"type": "array", "items": {"type": "string", "pattern": "^--"}},
+    }
     assert set(props) == set(ENGINE_KEYS)
     return {"type": "object", "additionalProperties": False, "properties": props}
 
@@ -98,49 +103,102 @@ def engine_schema() -> dict[str, Any]:
 def spec_schema() -> dict[str, Any]:
     """The whole spec: its top-level tables, each from its type."""
     objective = {"anyOf": [{"enum": list(METRICS)}, {**table(Objective), "required": ["metric"]}]}
-    study = table(StudySection, override={
-        "objectives": {"type": "array", "items": objective, "default": ["val_bpb"]},
-        "sampler": _named(SamplerSpec, SAMPLERS), "pruner": _named(PrunerSpec, PRUNERS),
-        "n_trials": {"type": "integer"}, "seed": {"type": "integer"},
-        "timeout": {"type": "number"}})
+    study = table(
+        StudySection,
+        override={
+            "objectives": {"type": "array", "items": objective, "default": ["val_bpb"]},
+            "sampler": _named(SamplerSpec, SAMPLERS),
+            "pruner": _named(PrunerSpec, PRUNERS),
+            "n_trials": {"type": "integer"},
+            "seed": {"type": "integer"},
+            "timeout": {"type": "number"},
+        },
+    )
     study["required"] = ["name"]
-    corpus = {"type": "object", "additionalProperties": False, "properties": {
-        "dir": {"type": "string", "description": "A prepared corpus directory."},
-        "source": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
-                   "description": "A Posts.xml, or text files with format = \"text\"."},
-        "format": {"enum": list(CORPUS_FORMATS)},
-        "synthetic": {"type": "object", "additionalProperties": False,
-                      "properties": {"size": {"type": ["string", "integer"]},
-                                     "seed": {"type": "integer", "default": 0}}},
-        "out": {"type": "string", "description": "Where source or synthetic is prepared."},
-        "val_fraction": {"type": "number", "default": 0.05}}}
+    corpus = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "dir": {"type": "string", "description": "A prepared corpus directory."},
+            "source": {
+                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                "description": 'A Posts.xml, or text files with format = "text".',
+            },
+            "format": {"enum": list(CORPUS_FORMATS)},
+            "synthetic": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "size": {"type": ["string", "integer"]},
+                    "seed": {"type": "integer", "default": 0},
+                },
+            },
+            "out": {"type": "string", "description": "Where source or synthetic is prepared."},
+            "val_fraction": {"type": "number", "default": 0.05},
+        },
+    }
     assert set(corpus["properties"]) == set(_CORPUS_KEYS)
-    param = table(ParamSpec, skip=("name",), override={
-        "low": {"type": "number"}, "high": {"type": "number"}, "step": {"type": "number"},
-        "choices": {"type": "array"},
-        "when": {"type": "string", "description": "e.g. tokenizer == 'word'"}})
+    param = table(
+        ParamSpec,
+        skip=("name",),
+        override={
+            "low": {"type": "number"},
+            "high": {"type": "number"},
+            "step": {"type": "number"},
+            "choices": {"type": "array"},
+            "when": {"type": "string", "description": "e.g. tokenizer == 'word'"},
+        },
+    )
     assert set(param["properties"]) == set(_PARAM_KEYS)
-    limits = table(Limits, override={
-        "memory_budget": {"anyOf": [{"type": "integer"}, {"type": "string"}],
-                          "default": "auto"},
-        "collapse": _rule(CollapseLimits), "divergence": _rule(DivergenceLimits)})
+    limits = table(
+        Limits,
+        override={
+            "memory_budget": {
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "default": "auto",
+            },
+            "collapse": _rule(CollapseLimits),
+            "divergence": _rule(DivergenceLimits),
+        },
+    )
     fixed = table(TrainConfig, skip=("corpus",))
     top = {
-        "study": study, "corpus": corpus, "fixed": fixed,
-        "space": {"type": "object", "additionalProperties": {
-            "anyOf": [{"type": "array"}, param]}, "propertyNames": {"enum": list(
-                fixed["properties"])}},
+        "study": study,
+        "corpus": corpus,
+        "fixed": fixed,
+        "space": {
+            "type": "object",
+            "additionalProperties": {"anyOf": [{"type": "array"}, param]},
+            "propertyNames": {"enum": list(fixed["properties"])},
+        },
         "limits": limits,
         "enqueue": {"type": "array", "items": {"type": "object"}},
-        "ablation": {"type": "object", "additionalProperties": False, "properties": {
-            "baseline": {"type": "object"}, "vary": {"type": "object"},
-            "seeds": {"type": "array", "items": {"type": "integer"}}}},
-        "scaling": {"type": "object", "additionalProperties": False, "properties": {
-            "budgets": {"type": "array", "items": {"type": "number"}},
-            "sizes": {"type": "array", "items": {"type": "object"}},
-            "seeds": {"type": "array", "items": {"type": "integer"}}}},
+        "ablation": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "baseline": {"type": "object"},
+                "vary": {"type": "object"},
+                "seeds": {"type": "array", "items": {"type": "integer"}},
+            },
+        },
+        "scaling": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "budgets": {"type": "array", "items": {"type": "number"}},
+                "sizes": {"type": "array", "items": {"type": "object"}},
+                "seeds": {"type": "array", "items": {"type": "integer"}},
+            },
+        },
         "engine": engine_schema(),
     }
     assert set(top) == set(_TOP_KEYS)
-    return {"$schema": SCHEMA_URI, "title": "sweeps study spec", "type": "object",
-            "properties": top, "required": ["study", "corpus"], "additionalProperties": False}
+    return {
+        "$schema": SCHEMA_URI,
+        "title": "sweeps study spec",
+        "type": "object",
+        "properties": top,
+        "required": ["study", "corpus"],
+        "additionalProperties": False,
+    }

@@ -115,8 +115,11 @@ class SamplerSpec:
     def __post_init__(self) -> None:
         check_choice(self, "name", SAMPLERS)
         if self.name in ("qmc", "gp") and importlib.util.find_spec("scipy") is None:
-            raise FieldError("name", f"sampler {self.name!r} needs scipy, which is not installed; "
-                             "`pip install scipy`, or use sampler = \"random\" or \"tpe\"")
+            raise FieldError(
+                "name",
+                f"sampler {self.name!r} needs scipy, which is not installed; "
+                '`pip install scipy`, or use sampler = "random" or "tpe"',
+            )
         _optional_int(self, "n_startup_trials", 0)
         check_bool(self, "multivariate")
         _optional_int(self, "population_size", 2)
@@ -171,30 +174,46 @@ class PrunerSpec:
         check_choice(self, "read", RUNG_READS)
         given = [k for k in RUNG_FIELDS.values() if getattr(self, k) is not None]
         if len(given) > 1:
-            raise FieldError(given[1], f"give the first rung once ({' or '.join(given)}), in "
-                             "the unit of the study's budget")
+            raise FieldError(
+                given[1],
+                f"give the first rung once ({' or '.join(given)}), in "
+                "the unit of the study's budget",
+            )
         if self.min_flops is not None:
             if self.name not in FIDELITY_PRUNERS:
-                raise FieldError("min_flops", f"applies to {' and '.join(FIDELITY_PRUNERS)}, "
-                                 f"not to pruner {self.name!r}; remove it")
+                raise FieldError(
+                    "min_flops",
+                    f"applies to {' and '.join(FIDELITY_PRUNERS)}, "
+                    f"not to pruner {self.name!r}; remove it",
+                )
             check_number(self, "min_flops", positive=True)
-        for key, low in (("min_tokens", 1), ("min_bytes", 1), ("min_trials", 1),
-                         ("n_brackets", 1), ("read", None), ("cooldown_fraction", None)):
+        for key, low in (
+            ("min_tokens", 1),
+            ("min_bytes", 1),
+            ("min_trials", 1),
+            ("n_brackets", 1),
+            ("read", None),
+            ("cooldown_fraction", None),
+        ):
             if getattr(self, key) in (None, "loss"):
                 continue
             if self.name not in FIDELITY_PRUNERS:
-                raise FieldError(key, f"applies to {' and '.join(FIDELITY_PRUNERS)}, not to "
-                                 f"pruner {self.name!r}; remove it")
+                raise FieldError(
+                    key,
+                    f"applies to {' and '.join(FIDELITY_PRUNERS)}, not to "
+                    f"pruner {self.name!r}; remove it",
+                )
             if low is not None:
                 check_int(self, key, low)
         if self.cooldown_fraction is not None:
             if self.read != "cooldown":
-                raise FieldError("cooldown_fraction", "applies to read = \"cooldown\" only")
+                raise FieldError("cooldown_fraction", 'applies to read = "cooldown" only')
             check_number(self, "cooldown_fraction", positive=True)
             check_cooldown_fraction(self.cooldown_fraction)  # lm.config: why a read's is bounded
         if self.n_brackets is not None and self.name != "hyperband":
-            raise FieldError("n_brackets", "applies to hyperband only; remove it or use "
-                             "name = \"hyperband\"")
+            raise FieldError(
+                "n_brackets", 'applies to hyperband only; remove it or use name = "hyperband"'
+            )
 
     def first_rung(self, unit: str) -> float | None:
         """The first rung given in ``unit`` (None: not given in it)."""
@@ -222,28 +241,43 @@ class StudySection:
     def __post_init__(self) -> None:
         check_str(self, "name")
         if len(self.name) > MAX_NAME_LENGTH:
-            raise FieldError("name", f"is {len(self.name):,} characters long; it names a run "
-                             f"directory and a database key: use at most {MAX_NAME_LENGTH}")
+            raise FieldError(
+                "name",
+                f"is {len(self.name):,} characters long; it names a run "
+                f"directory and a database key: use at most {MAX_NAME_LENGTH}",
+            )
         if not STUDY_NAME.fullmatch(self.name):
-            raise FieldError("name", f"{self.name!r} may use only letters, digits, '_', '.' "
-                             "and '-' (it names run directories); rename it")
+            raise FieldError(
+                "name",
+                f"{self.name!r} may use only letters, digits, '_', '.' "
+                "and '-' (it names run directories); rename it",
+            )
         if self.storage is not None:
             check_str(self, "storage")
             if "://" not in self.storage:
-                raise FieldError("storage", f"{self.storage!r} is not a database URL; use e.g. "
-                                 "sqlite:///sweeps.db or postgresql://user@host/dbname")
+                raise FieldError(
+                    "storage",
+                    f"{self.storage!r} is not a database URL; use e.g. "
+                    "sqlite:///sweeps.db or postgresql://user@host/dbname",
+                )
         _as_tuple(self, "objectives")
         if not self.objectives:
-            raise FieldError("objectives", "must be a non-empty list such as [\"val_bpb\"], "
-                             f"got objectives={self.objectives!r}")
+            raise FieldError(
+                "objectives",
+                f'must be a non-empty list such as ["val_bpb"], got objectives={self.objectives!r}',
+            )
         for i, objective in enumerate(self.objectives):
             if any(o.metric == objective.metric for o in self.objectives[:i]):
-                raise FieldError(f"objectives[{i}]", f"metric {objective.metric!r} is listed "
-                                 "twice; list it once")
+                raise FieldError(
+                    f"objectives[{i}]", f"metric {objective.metric!r} is listed twice; list it once"
+                )
         if self.multi_objective and self.pruner.name == "median":
-            raise FieldError("pruner", "pruner 'median' needs a single objective; use pruner = "
-                             "\"successive_halving\" (any number of objectives) or \"none\" "
-                             "(OOM, collapse and divergence rules still apply)")
+            raise FieldError(
+                "pruner",
+                "pruner 'median' needs a single objective; use pruner = "
+                '"successive_halving" (any number of objectives) or "none" '
+                "(OOM, collapse and divergence rules still apply)",
+            )
         if self.seed is not None:
             check_int(self, "seed", 0, MAX_SAMPLER_SEED)
         check_int(self, "n_trials", 1)
@@ -296,11 +330,15 @@ class CorpusSpec:
         elif self.source:
             object.__setattr__(self, "format", "posts")
         if self.format == "posts" and len(self.source) != 1:
-            raise FieldError("source", f"format posts takes one Posts.xml, got "
-                             f"{len(self.source)} paths; use format = \"text\" for text files")
+            raise FieldError(
+                "source",
+                f"format posts takes one Posts.xml, got "
+                f'{len(self.source)} paths; use format = "text" for text files',
+            )
         if self.synthetic_size is not None:
-            object.__setattr__(self, "synthetic_size",
-                               parse_bytes(self.synthetic_size, key="synthetic_size"))
+            object.__setattr__(
+                self, "synthetic_size", parse_bytes(self.synthetic_size, key="synthetic_size")
+            )
         check_int(self, "synthetic_seed", 0)
         check_number(self, "val_fraction", positive=True, below=1.0)
 
@@ -351,8 +389,11 @@ class ParamSpec:
             except SweepsError as exc:
                 raise FieldError("when", str(exc)) from None
         if self.when is not None and self.name in self.when.fields:
-            raise FieldError("when", f"the condition of {self.name} refers to {self.name} "
-                             "itself; condition it on other fields")
+            raise FieldError(
+                "when",
+                f"the condition of {self.name} refers to {self.name} "
+                "itself; condition it on other fields",
+            )
         if self.type == "categorical":
             self._check_choices()
         else:
@@ -361,8 +402,11 @@ class ParamSpec:
     def _check_choices(self) -> None:
         for k in ("low", "high", "log", "step"):
             if getattr(self, k) is not (False if k == "log" else None):
-                raise FieldError(k, "does not apply to a categorical parameter; remove it or "
-                                 "use type = \"int\"/\"float\"")
+                raise FieldError(
+                    k,
+                    "does not apply to a categorical parameter; remove it or "
+                    'use type = "int"/"float"',
+                )
         if not isinstance(self.choices, (list, tuple)) or not self.choices:
             raise FieldError("choices", f"must be a non-empty list, got choices={self.choices!r}")
         _as_tuple(self, "choices")
@@ -370,13 +414,18 @@ class ParamSpec:
         twice = repeated(self.choices)
         if twice is not None:
             i, j = twice
-            raise FieldError("choices", f"lists {self.choices[j]!r} twice (choices[{i}] and "
-                             f"choices[{j}]); list each value once")
+            raise FieldError(
+                "choices",
+                f"lists {self.choices[j]!r} twice (choices[{i}] and "
+                f"choices[{j}]); list each value once",
+            )
 
     def _check_range(self) -> None:
         if self.choices is not None:
-            raise FieldError("choices", f"does not apply to type {self.type!r}; use "
-                             "type = \"categorical\" or low/high")
+            raise FieldError(
+                "choices",
+                f'does not apply to type {self.type!r}; use type = "categorical" or low/high',
+            )
         for k in ("low", "high"):
             if getattr(self, k) is None:
                 raise FieldError(k, f"missing; an {self.type} range needs low and high")
@@ -394,16 +443,21 @@ class ParamSpec:
         if low > high:
             raise FieldError("low", f"must be <= high, got low={low}, high={high}; swap them")
         if self.log and low <= 0:
-            raise FieldError("low", f"a log range needs low > 0, got low={low}; raise low or "
-                             "set log = false")
+            raise FieldError(
+                "low", f"a log range needs low > 0, got low={low}; raise low or set log = false"
+            )
         if self.log and step is not None and step != 1:
-            raise FieldError("step", f"cannot be combined with log = true (got step={step}); "
-                             "drop step or log")
+            raise FieldError(
+                "step", f"cannot be combined with log = true (got step={step}); drop step or log"
+            )
         if step is not None:
             span = (high - low) / step
             if not math.isclose(span, round(span), rel_tol=0, abs_tol=1e-9):
-                raise FieldError("step", f"step={step} does not divide high - low = "
-                                 f"{high - low}; adjust high to low + k * step")
+                raise FieldError(
+                    "step",
+                    f"step={step} does not divide high - low = "
+                    f"{high - low}; adjust high to low + k * step",
+                )
 
     @property
     def finite(self) -> bool:
@@ -421,9 +475,11 @@ class ParamSpec:
             return range(int(self.low), int(self.high) + 1, int(self.step or 1))
         if self.step is None:
             raise SweepsError(
-                f"space.{self.name}: a float range has no grid; give step or use choices")
-        return _FloatSteps(float(self.low), float(self.step),
-                           round((self.high - self.low) / self.step) + 1)
+                f"space.{self.name}: a float range has no grid; give step or use choices"
+            )
+        return _FloatSteps(
+            float(self.low), float(self.step), round((self.high - self.low) / self.step) + 1
+        )
 
     def probe_values(self) -> list[Any]:
         """A few values to validate: the bounds of the range, or the choices. A list of more
@@ -445,8 +501,9 @@ class ParamSpec:
             return tuple(choices)
         numbers, others = [], []
         for v in choices:
-            (numbers if isinstance(v, (int, float)) and v.__class__ is not bool
-             else others).append(v)
+            (numbers if isinstance(v, (int, float)) and v.__class__ is not bool else others).append(
+                v
+            )
         ends = unique((min(numbers), max(numbers))) if numbers else ()
         return (*ends, *others[:MAX_PROBED_CHOICES])
 
@@ -555,9 +612,12 @@ class Ablation:
 
     @staticmethod
     def label(params: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-        """"baseline" or the one field that differs from it (``d_ff=64``)."""
-        changed = [f"{k}={v!r}" for k, v in params.items()
-                   if k != "seed" and k in baseline and not same(v, baseline[k])]
+        """ "baseline" or the one field that differs from it (``d_ff=64``)."""
+        changed = [
+            f"{k}={v!r}"
+            for k, v in params.items()
+            if k != "seed" and k in baseline and not same(v, baseline[k])
+        ]
         return ", ".join(changed) or "baseline"
 
 
@@ -589,7 +649,8 @@ class Scaling:
     defaults: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: (budget, size, max_tokens) per cell, budget-major: worked out once, here.
     cells: tuple[tuple[float, dict[str, Any], int], ...] = field(
-        default=(), init=False, repr=False, compare=False)
+        default=(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self._check_budgets()
@@ -603,22 +664,33 @@ class Scaling:
                 tokens = budget_tokens(cfg, budget)
                 if tokens < 1:
                     shown = ", ".join(f"{k}={v}" for k, v in size.items())
-                    raise FieldError(f"budgets[{j}]", f"{budget:.3g} FLOPs is less than half an "
-                                     f"optimizer step of the size {shown} ({cfg.tokens_per_step}"
-                                     " tokens); raise the budget or shrink the model or batch")
+                    raise FieldError(
+                        f"budgets[{j}]",
+                        f"{budget:.3g} FLOPs is less than half an "
+                        f"optimizer step of the size {shown} ({cfg.tokens_per_step}"
+                        " tokens); raise the budget or shrink the model or batch",
+                    )
                 cells.append((budget, dict(size), tokens))
         object.__setattr__(self, "cells", tuple(cells))
 
     def _check_budgets(self) -> None:
         _as_tuple(self, "budgets")
         if not isinstance(self.budgets, tuple) or not self.budgets:
-            raise FieldError("budgets", "must be a non-empty list of training FLOPs such as "
-                             f"[1e12, 3e12, 1e13], got {self.budgets!r}")
+            raise FieldError(
+                "budgets",
+                "must be a non-empty list of training FLOPs such as "
+                f"[1e12, 3e12, 1e13], got {self.budgets!r}",
+            )
         for i, b in enumerate(self.budgets):
-            if (not isinstance(b, (int, float)) or isinstance(b, bool) or not math.isfinite(b)
-                    or b <= 0):
-                raise FieldError(f"budgets[{i}]", f"must be a finite number of FLOPs > 0, got "
-                                 f"{b!r}")
+            if (
+                not isinstance(b, (int, float))
+                or isinstance(b, bool)
+                or not math.isfinite(b)
+                or b <= 0
+            ):
+                raise FieldError(
+                    f"budgets[{i}]", f"must be a finite number of FLOPs > 0, got {b!r}"
+                )
         object.__setattr__(self, "budgets", tuple(float(b) for b in self.budgets))
         if len(set(self.budgets)) != len(self.budgets):
             raise FieldError("budgets", f"lists a budget twice: {list(self.budgets)}")
@@ -626,20 +698,29 @@ class Scaling:
     def _check_sizes(self) -> None:
         _as_tuple(self, "sizes")
         if not isinstance(self.sizes, tuple) or not self.sizes:
-            raise FieldError("sizes", "must be a non-empty list of model shapes such as "
-                             f"[{{d_model = 64, n_layers = 2}}], got {self.sizes!r}")
+            raise FieldError(
+                "sizes",
+                "must be a non-empty list of model shapes such as "
+                f"[{{d_model = 64, n_layers = 2}}], got {self.sizes!r}",
+            )
         for i, size in enumerate(self.sizes):
             if not isinstance(size, Mapping) or not size:
-                raise FieldError(f"sizes[{i}]", f"must be a table of {', '.join(SIZE_FIELDS)}, "
-                                 f"got {size!r}")
+                raise FieldError(
+                    f"sizes[{i}]", f"must be a table of {', '.join(SIZE_FIELDS)}, got {size!r}"
+                )
             for k in size:
                 if k not in SIZE_FIELDS:
-                    raise FieldError(f"sizes[{i}].{k}", f"a size sets only "
-                                     f"{', '.join(SIZE_FIELDS)}; put {k} in [fixed]")
+                    raise FieldError(
+                        f"sizes[{i}].{k}",
+                        f"a size sets only {', '.join(SIZE_FIELDS)}; put {k} in [fixed]",
+                    )
             if set(size) != set(self.sizes[0]):
-                raise FieldError(f"sizes[{i}]", f"sets {', '.join(sorted(size))} but sizes[0] "
-                                 f"sets {', '.join(sorted(self.sizes[0]))}; give every size the "
-                                 "same keys")
+                raise FieldError(
+                    f"sizes[{i}]",
+                    f"sets {', '.join(sorted(size))} but sizes[0] "
+                    f"sets {', '.join(sorted(self.sizes[0]))}; give every size the "
+                    "same keys",
+                )
             if any(dict(size) == dict(other) for other in self.sizes[:i]):
                 raise FieldError(f"sizes[{i}]", f"{dict(size)} is listed twice; list it once")
         object.__setattr__(self, "sizes", tuple(dict(s) for s in self.sizes))
@@ -671,8 +752,10 @@ class Scaling:
     def expand(self) -> list[dict[str, Any]]:
         """The trial list: each budget's sizes, budget by budget; seed-major, so the first pass
         over the seeds is a whole grid."""
-        points = [{FLOPS_BUDGET: budget, **{k: size[k] for k in self.size_fields},
-                   "max_tokens": tokens} for budget, size, tokens in self.cells]
+        points = [
+            {FLOPS_BUDGET: budget, **{k: size[k] for k in self.size_fields}, "max_tokens": tokens}
+            for budget, size, tokens in self.cells
+        ]
         if self.seeds is None:
             return points
         return [{**point, "seed": seed} for seed in self.seeds for point in points]
@@ -728,8 +811,10 @@ class StudySpec:
         for p in self.space:
             if p.name == name:
                 return p
-        raise SweepsError(f"{name!r} is not a searched parameter of study {self.name!r}; "
-                          f"searched: {', '.join(self.param_names) or 'none'}")
+        raise SweepsError(
+            f"{name!r} is not a searched parameter of study {self.name!r}; "
+            f"searched: {', '.join(self.param_names) or 'none'}"
+        )
 
     def base_values(self) -> dict[str, Any]:
         """Every ``TrainConfig`` field before a trial's parameters: defaults, then ``[fixed]``,

@@ -67,8 +67,9 @@ def parse_bytes(value: Any, *, key: str = "memory_budget") -> int:
     naming ``key`` (a spec field, or a CLI flag such as ``--budget``)."""
     number = size_in_bytes(value)
     if number is None:
-        raise FieldError(key, "must be a size such as 8GiB, 512MB or a number of bytes, "
-                         f"got {key}={value!r}")
+        raise FieldError(
+            key, f"must be a size such as 8GiB, 512MB or a number of bytes, got {key}={value!r}"
+        )
     return number
 
 

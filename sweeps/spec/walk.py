@@ -24,15 +24,20 @@ def order(params: list[ParamSpec]) -> tuple[ParamSpec, ...]:
         ready = [p for p in params if p.name not in placed and deps[p.name] <= placed]
         if not ready:
             stuck = [p.name for p in params if p.name not in placed]
-            raise FieldError(f"space.{stuck[0]}.when", "conditions form a cycle among "
-                             f"{', '.join(stuck)}; make one of them unconditional")
+            raise FieldError(
+                f"space.{stuck[0]}.when",
+                f"conditions form a cycle among {', '.join(stuck)}; make one of them unconditional",
+            )
         done.append(ready[0])
         placed.add(ready[0].name)
     return tuple(done)
 
 
-def walk_space(params: Iterable[ParamSpec], base: Mapping[str, Any],
-               values: Callable[[ParamSpec], Iterable[Any]]) -> Iterator[dict[str, Any]]:
+def walk_space(
+    params: Iterable[ParamSpec],
+    base: Mapping[str, Any],
+    values: Callable[[ParamSpec], Iterable[Any]],
+) -> Iterator[dict[str, Any]]:
     """Every point whose values come from ``values(p)``, conditions respected: a parameter whose
     condition does not hold (given ``base`` and the values chosen before it) is left out of that
     point, and ``values`` is not asked for it. ``params`` must be in suggestion order
@@ -57,8 +62,9 @@ def walk_space(params: Iterable[ParamSpec], base: Mapping[str, Any],
     yield from walk(0, dict(base), {})
 
 
-def walk_one(params: Iterable[ParamSpec], base: Mapping[str, Any],
-             value: Callable[[ParamSpec], Any]) -> dict[str, Any]:
+def walk_one(
+    params: Iterable[ParamSpec], base: Mapping[str, Any], value: Callable[[ParamSpec], Any]
+) -> dict[str, Any]:
     """The one point whose values are ``value(p)``, for each parameter whose condition holds."""
     return next(walk_space(params, base, lambda p: (value(p),)))
 

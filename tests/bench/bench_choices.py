@@ -30,7 +30,8 @@ def write_spec(directory: Path, n: int) -> Path:
     """A study whose one searched field, ``lr``, has ``n`` distinct choices."""
     lrs = ", ".join(repr(1e-4 + i * 1e-9) for i in range(n))
     path = directory / f"choices{n}.toml"
-    path.write_text(f"""
+    path.write_text(
+        f"""
 [study]
 name = "choices{n}"
 n_trials = 5
@@ -49,7 +50,9 @@ warmup_tokens = 2000
 eval_every_tokens = 5000
 [space]
 lr = [{lrs}]
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -57,8 +60,13 @@ def timed(args: list[str], cwd: Path) -> tuple[float, float, int]:
     """(wall s, CPU s of the child, lines it printed) of one ``sweeps`` command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, capture_output=True,
-                          text=True, env={**os.environ, "COLUMNS": "100"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):  # 1: estimate's "does not fit"; anything else is a bug
@@ -69,22 +77,43 @@ def timed(args: list[str], cwd: Path) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
-                        help="numbers of choices, comma-separated")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="numbers of choices, comma-separated"
+    )
     sizes = [int(s) for s in parser.parse_args().sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        subprocess.run([sys.executable, "-m", "sweeps", "prepare", "--synthetic", "--size", "200KB",
-                        "--out", str(work / "corpus")], check=True, capture_output=True)
-        print(f"{'choices':>8} {'dry run wall s':>15} {'cpu s':>6} {'lines':>6} "
-              f"{'estimate wall s':>16} {'cpu s':>6}")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sweeps",
+                "prepare",
+                "--synthetic",
+                "--size",
+                "200KB",
+                "--out",
+                str(work / "corpus"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        print(
+            f"{'choices':>8} {'dry run wall s':>15} {'cpu s':>6} {'lines':>6} "
+            f"{'estimate wall s':>16} {'cpu s':>6}"
+        )
         for n in sizes:
             spec = write_spec(work, n)
-            dry = timed(["run", str(spec), "--dry-run", "--storage",
-                         f"sqlite:///{work / 'db.sqlite'}"], work)
+            dry = timed(
+                ["run", str(spec), "--dry-run", "--storage", f"sqlite:///{work / 'db.sqlite'}"],
+                work,
+            )
             est = timed(["estimate", str(spec)], work)
-            print(f"{n:>8,} {dry[0]:>15.2f} {dry[1]:>6.2f} {dry[2]:>6} {est[0]:>16.2f} "
-                  f"{est[1]:>6.2f}", flush=True)
+            print(
+                f"{n:>8,} {dry[0]:>15.2f} {dry[1]:>6.2f} {dry[2]:>6} {est[0]:>16.2f} "
+                f"{est[1]:>6.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,7 @@ BATCH = 16
 
 
 def model_config(d_model: int) -> ModelConfig:
-    return ModelConfig(d_model=d_model, n_heads=max(1, d_model // 32), d_ff=4 * d_model,
-                       **SHAPE)
+    return ModelConfig(d_model=d_model, n_heads=max(1, d_model // 32), d_ff=4 * d_model, **SHAPE)
 
 
 # --- the fused model ------------------------------------------------------------------------------
@@ -77,8 +76,9 @@ class FusedGPT(nn.Module):
         self.cfg, self.k = cfg, len(models)
         by_name = [dict(m.named_parameters()) for m in models]
         self.names = list(by_name[0])
-        self.params = nn.ParameterDict({n.replace(".", "__"): _stack([p[n] for p in by_name])
-                                        for n in self.names})
+        self.params = nn.ParameterDict(
+            {n.replace(".", "__"): _stack([p[n] for p in by_name]) for n in self.names}
+        )
 
     def p(self, name: str) -> torch.Tensor:
         return self.params[name.replace(".", "__")]
@@ -91,26 +91,35 @@ class FusedGPT(nn.Module):
         x = wte[torch.arange(K, device=idx.device)[:, None, None], idx]  # (K, B, T, C)
         x = (x + self.p("wpe.weight")[:, None, :T, :]).reshape(K, B * T, C)
         for i in range(self.cfg.n_layers):
-            x = x + self._attention(i, _layer_norm(x, self.p(f"blocks.{i}.ln1.weight"),
-                                                   self.p(f"blocks.{i}.ln1.bias")), B, T, H)
+            x = x + self._attention(
+                i,
+                _layer_norm(x, self.p(f"blocks.{i}.ln1.weight"), self.p(f"blocks.{i}.ln1.bias")),
+                B,
+                T,
+                H,
+            )
             h = _layer_norm(x, self.p(f"blocks.{i}.ln2.weight"), self.p(f"blocks.{i}.ln2.bias"))
-            h = F.gelu(_linear(h, self.p(f"blocks.{i}.ffn.up.weight"),
-                               self.p(f"blocks.{i}.ffn.up.bias")))  # (K, BT, F)
-            x = x + _linear(h, self.p(f"blocks.{i}.ffn.down.weight"),
-                            self.p(f"blocks.{i}.ffn.down.bias"))
+            h = F.gelu(
+                _linear(h, self.p(f"blocks.{i}.ffn.up.weight"), self.p(f"blocks.{i}.ffn.up.bias"))
+            )  # (K, BT, F)
+            x = x + _linear(
+                h, self.p(f"blocks.{i}.ffn.down.weight"), self.p(f"blocks.{i}.ffn.down.bias")
+            )
         x = _layer_norm(x, self.p("ln_f.weight"), self.p("ln_f.bias"))
         return _linear(x, wte, None).reshape(K, B, T, -1)  # tied head: (K, BT, V)
 
     def _attention(self, i: int, x: torch.Tensor, B: int, T: int, H: int) -> torch.Tensor:
         K, _, C = x.shape
-        qkv = _linear(x, self.p(f"blocks.{i}.attn.qkv.weight"),
-                      self.p(f"blocks.{i}.attn.qkv.bias"))  # (K, BT, 3C)
+        qkv = _linear(
+            x, self.p(f"blocks.{i}.attn.qkv.weight"), self.p(f"blocks.{i}.attn.qkv.bias")
+        )  # (K, BT, 3C)
         # (K, BT, 3C) -> 3 x (K B, H, T, D): the K x B sequences in one attention call
         q, k, v = (t.reshape(K * B, T, H, C // H).transpose(1, 2) for t in qkv.split(C, dim=2))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (K B, H, T, D)
         y = y.transpose(1, 2).reshape(K, B * T, C)
-        return _linear(y, self.p(f"blocks.{i}.attn.proj.weight"),
-                       self.p(f"blocks.{i}.attn.proj.bias"))
+        return _linear(
+            y, self.p(f"blocks.{i}.attn.proj.weight"), self.p(f"blocks.{i}.attn.proj.bias")
+        )
 
 
 def fused_losses(model: FusedGPT, batch: torch.Tensor) -> torch.Tensor:
@@ -119,8 +128,9 @@ def fused_losses(model: FusedGPT, batch: torch.Tensor) -> torch.Tensor:
     x, y = batch[..., :-1], batch[..., 1:]
     logits = model(x).float()  # (K, B, T, V)
     K = logits.shape[0]
-    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                reduction="none")
+    per_token = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none"
+    )
     return per_token.reshape(K, -1).mean(dim=1)
 
 
@@ -138,8 +148,7 @@ def _autocast(device: torch.device) -> Any:
     return torch.autocast("cpu", enabled=False)
 
 
-def time_fused(models: list[GPT], batches: torch.Tensor, steps: int,
-               device: torch.device) -> float:
+def time_fused(models: list[GPT], batches: torch.Tensor, steps: int, device: torch.device) -> float:
     """Seconds for ``steps`` steps of the K models fused."""
     fused = FusedGPT(models).to(device)
     opt = torch.optim.AdamW(fused.parameters(), lr=1e-3)
@@ -160,8 +169,9 @@ def time_fused(models: list[GPT], batches: torch.Tensor, steps: int,
     return time.perf_counter() - t0
 
 
-def time_separate(models: list[GPT], batches: torch.Tensor, steps: int,
-                  device: torch.device) -> float:
+def time_separate(
+    models: list[GPT], batches: torch.Tensor, steps: int, device: torch.device
+) -> float:
     """Seconds for ``steps`` steps of each of the K models, one model after another."""
     from lm.train import lm_loss
 
@@ -198,14 +208,19 @@ def make_models(cfg: ModelConfig, k: int, seed: int = 0) -> list[GPT]:
 def probe(d_model: int, k: int, steps: int, device: torch.device) -> dict[str, Any]:
     cfg = model_config(d_model)
     gen = torch.Generator().manual_seed(d_model * 100 + k)
-    batches = torch.randint(0, cfg.vocab_size, (k, BATCH, cfg.seq_len + 1),
-                            generator=gen).to(device)  # (K, B, T + 1)
+    batches = torch.randint(0, cfg.vocab_size, (k, BATCH, cfg.seq_len + 1), generator=gen).to(
+        device
+    )  # (K, B, T + 1)
     fused_s = time_fused(make_models(cfg, k), batches, steps, device)
     separate_s = time_separate(make_models(cfg, k), batches, steps, device)
-    return {"d_model": d_model, "k": k, "steps": steps,
-            "fused_steps_per_s": steps / fused_s,  # one step trains all K models
-            "separate_steps_per_s": steps / separate_s,
-            "speedup": separate_s / fused_s}
+    return {
+        "d_model": d_model,
+        "k": k,
+        "steps": steps,
+        "fused_steps_per_s": steps / fused_s,  # one step trains all K models
+        "separate_steps_per_s": steps / separate_s,
+        "speedup": separate_s / fused_s,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,8 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--d-models", type=int, nargs="+", default=list(D_MODELS))
     ap.add_argument("--ks", type=int, nargs="+", default=list(KS))
-    ap.add_argument("--json", type=Path, default=None,
-                    help="rewritten after every point, so a run cut short keeps what it timed")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="rewritten after every point, so a run cut short keeps what it timed",
+    )
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     rows: list[dict[str, Any]] = []
@@ -224,12 +243,23 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.ks:
             row = probe(d_model, k, args.steps, device)
             rows.append(row)
-            print(f"{d_model:>8}{k:>4}{row['fused_steps_per_s']:>15.1f}"
-                  f"{row['separate_steps_per_s']:>18.1f}{row['speedup']:>10.2f}", flush=True)
+            print(
+                f"{d_model:>8}{k:>4}{row['fused_steps_per_s']:>15.1f}"
+                f"{row['separate_steps_per_s']:>18.1f}{row['speedup']:>10.2f}",
+                flush=True,
+            )
             if args.json is not None:
-                args.json.write_text(json.dumps({"device": str(device), "precision":
-                                                 "bf16" if device.type == "cuda" else "fp32",
-                                                 "points": rows}, indent=1), encoding="utf-8")
+                args.json.write_text(
+                    json.dumps(
+                        {
+                            "device": str(device),
+                            "precision": "bf16" if device.type == "cuda" else "fp32",
+                            "points": rows,
+                        },
+                        indent=1,
+                    ),
+                    encoding="utf-8",
+                )
     return 0
 
 

@@ -61,13 +61,20 @@ def timed(args: list[str], code: Path, cwd: Path) -> tuple[float, float]:
     """(seconds, peak MiB) of ``sweeps ARGS`` in a fresh process run from the tree ``code``."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=cwd, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     took = time.perf_counter() - started
     last = proc.stderr.strip().splitlines()[-1]
     if proc.returncode != 0 or not last.startswith("peak_rss_bytes "):
-        raise SystemExit(f"sweeps {' '.join(args)} failed ({proc.returncode}): "
-                         f"{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"sweeps {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}"
+        )
     return took, int(last.split()[1]) / 2**20
 
 
@@ -77,8 +84,11 @@ def measure(label: str, url: str, n: int, code: Path, tmp: Path) -> None:
     optuna.create_study(study_name="empty", storage=storage)
     storage.engine.dispose()
     seconds, mib = timed(["status", "--storage", url], code, tmp)
-    print(f"  {label:<11} {'start':<7} {seconds:>8.2f} {mib:>9.0f}   (status of a study with "
-          "no trials)", flush=True)
+    print(
+        f"  {label:<11} {'start':<7} {seconds:>8.2f} {mib:>9.0f}   (status of a study with "
+        "no trials)",
+        flush=True,
+    )
     fake_study.fabricate(url, "big", n, seed=2)
     for name, args in COMMANDS:
         argv = [a.format(tmp=tmp) for a in args] + ["--storage", url]
@@ -89,18 +99,27 @@ def measure(label: str, url: str, n: int, code: Path, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3000)
-    parser.add_argument("--code", type=Path, default=REPO,
-                        help="the source tree the commands run from [default: this one]")
+    parser.add_argument(
+        "--code",
+        type=Path,
+        default=REPO,
+        help="the source tree the commands run from [default: this one]",
+    )
     parser.add_argument("--storages", nargs="+", default=["sqlite", "postgresql"])
     args = parser.parse_args()
-    head = subprocess.run(["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"lifecycle commands on a {args.trials:,}-trial study, code {args.code}"
-              f"{f' ({head})' if head else ''}: wall seconds and peak MiB of each process "
-              f"(load average {load} on {os.cpu_count()} CPUs)")
+        print(
+            f"lifecycle commands on a {args.trials:,}-trial study, code {args.code}"
+            f"{f' ({head})' if head else ''}: wall seconds and peak MiB of each process "
+            f"(load average {load} on {os.cpu_count()} CPUs)"
+        )
         print(f"  {'storage':<11} {'command':<7} {'seconds':>8} {'peak MiB':>9}")
         for label, url, drop in bench_storages(f"sqlite:///{tmp / 'big.db'}"):
             try:

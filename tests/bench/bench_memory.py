@@ -58,8 +58,7 @@ GRID: list[tuple[str, int, int, int, int, int, int, str, str, dict[str, Any]]] =
     ("bpe", 1024, 64, 32, 2, 32, 1, "sdpa", "bf16", {}),
     ("bpe", 16384, 1024, 64, 4, 256, 4, "naive", "fp32", {}),
     ("word", 2000, 512, 192, 4, 768, 16, "sdpa", "fp32", {"grad_accum": 2}),
-    ("bpe", 4096, 256, 128, 4, 512, 32, "naive", "fp32", {"checkpointing": True,
-                                                          "dropout": 0.1}),
+    ("bpe", 4096, 256, 128, 4, 512, 32, "naive", "fp32", {"checkpointing": True, "dropout": 0.1}),
     ("bpe", 4096, 256, 384, 6, 1536, 16, "sdpa", "fp32", {"n_layers": 6}),
     ("word", 300, 254, 200, 4, 800, 128, "sdpa", "fp32", {"n_layers": 1}),
     ("bpe", 1024, 512, 256, 4, 1024, 8, "naive", "bf16", {"n_layers": 4}),
@@ -104,17 +103,30 @@ def corpus_dir(grid: list[tuple] = GRID) -> Path:
 def config(point: tuple, corpus: Path, device: str = "cpu") -> TrainConfig:
     kind, v, t, c, h, f, b, attention, precision, extra = point
     accum = extra.get("grad_accum", 1)
-    return TrainConfig.from_dict({
-        "corpus": str(corpus), "tokenizer": kind, "vocab_size": v, "d_model": c,
-        "n_layers": extra.get("n_layers", 2), "n_heads": h, "d_ff": f, "seq_len": t,
-        "batch_size": b,
-        "attention": attention, "precision": precision, "device": device,
-        # Two optimizer steps (the second runs with AdamW's states), then one evaluation of
-        # one full micro-batch of windows.
-        "max_tokens": 2 * b * t * accum, "eval_every_tokens": 10**12, "eval_tokens": b * t,
-        "warmup_tokens": 0, "sample_tokens": 4,
-        **{k: val for k, val in extra.items() if k != "n_layers"},
-    })
+    return TrainConfig.from_dict(
+        {
+            "corpus": str(corpus),
+            "tokenizer": kind,
+            "vocab_size": v,
+            "d_model": c,
+            "n_layers": extra.get("n_layers", 2),
+            "n_heads": h,
+            "d_ff": f,
+            "seq_len": t,
+            "batch_size": b,
+            "attention": attention,
+            "precision": precision,
+            "device": device,
+            # Two optimizer steps (the second runs with AdamW's states), then one evaluation of
+            # one full micro-batch of windows.
+            "max_tokens": 2 * b * t * accum,
+            "eval_every_tokens": 10**12,
+            "eval_tokens": b * t,
+            "warmup_tokens": 0,
+            "sample_tokens": 4,
+            **{k: val for k, val in extra.items() if k != "n_layers"},
+        }
+    )
 
 
 def measure(cfg: TrainConfig, run_dir: Path, threads: int, server: Any = None) -> dict[str, Any]:
@@ -127,28 +139,57 @@ def measure(cfg: TrainConfig, run_dir: Path, threads: int, server: Any = None) -
         child = server.launch(run_dir, log_path=run_dir / "log.txt", env=env)
         returncode, stderr = child.wait(), ""
     else:
-        proc = subprocess.run([sys.executable, "-m", "lm.train", str(run_dir)], cwd=REPO,
-                              env={**os.environ, **env}, capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "lm.train", str(run_dir)],
+            cwd=REPO,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         returncode, stderr = proc.returncode, proc.stderr
     wall = time.perf_counter() - started
     result_file = run_dir / "result.json"
     if not result_file.exists():
         raise RuntimeError(f"child wrote no result (exit {returncode}): {stderr[-400:]}")
     result = json.loads(result_file.read_text(encoding="utf-8"))
-    return {"peak": int(result["peak_mem_bytes"]), "outcome": result["outcome"], "wall": wall,
-            "reason": result["reason"]}
+    return {
+        "peak": int(result["peak_mem_bytes"]),
+        "outcome": result["outcome"],
+        "wall": wall,
+        "reason": result["reason"],
+    }
 
 
-POINT_KEYS = ("tokenizer", "vocab_size", "seq_len", "d_model", "n_heads", "d_ff", "batch_size",
-              "attention", "precision", "extra")
+POINT_KEYS = (
+    "tokenizer",
+    "vocab_size",
+    "seq_len",
+    "d_model",
+    "n_heads",
+    "d_ff",
+    "batch_size",
+    "attention",
+    "precision",
+    "extra",
+)
 
 
-def write_json(path: Path, device: str, configs: str, rows: list[dict[str, Any]],
-               worst: float) -> None:
-    path.write_text(json.dumps({"device": device, "configs": configs, "points": rows,
-                                "worst_ratio": worst if rows else None}, indent=1),
-                    encoding="utf-8")
+def write_json(
+    path: Path, device: str, configs: str, rows: list[dict[str, Any]], worst: float
+) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "device": device,
+                "configs": configs,
+                "points": rows,
+                "worst_ratio": worst if rows else None,
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
 
 
 def main() -> int:
@@ -156,12 +197,24 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help=f"only points {QUICK}")
     ap.add_argument("--only", help="comma-separated point numbers")
     ap.add_argument("--threads", type=int, default=2, help="SWEEPS_NUM_THREADS of the children")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                    help="cuda: compare the tensor peak (allocated) with max_memory_allocated")
-    ap.add_argument("--launcher", choices=("subprocess", "fork"), default="subprocess",
-                    help="fresh interpreters, or forks of sweeps.forkserver as the runner uses")
-    ap.add_argument("--configs", choices=tuple(GRIDS), default="cpu",
-                    help="the grid: sized for the CPU (GRID) or for a GPU (GPU_GRID)")
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: compare the tensor peak (allocated) with max_memory_allocated",
+    )
+    ap.add_argument(
+        "--launcher",
+        choices=("subprocess", "fork"),
+        default="subprocess",
+        help="fresh interpreters, or forks of sweeps.forkserver as the runner uses",
+    )
+    ap.add_argument(
+        "--configs",
+        choices=tuple(GRIDS),
+        default="cpu",
+        help="the grid: sized for the CPU (GRID) or for a GPU (GPU_GRID)",
+    )
     ap.add_argument("--json", type=Path, help="also write the points and the worst ratio here")
     args = ap.parse_args()
     grid = GRIDS[args.configs]
@@ -177,9 +230,11 @@ def main() -> int:
 
         server = ForkServer().start()
     runs = Path(tempfile.mkdtemp(prefix="runs-", dir=CACHE))
-    head = (f"{'#':>2} {'tok':5} {'V':>6} {'T':>5} {'C':>4} {'F':>5} {'B':>3} {'attn':5} "
-            f"{'prec':4} {'extra':18} {'predicted':>10} {'measured':>10} {'ratio':>6} "
-            f"{'peak at':16} {'outcome':8} {'s':>5}")
+    head = (
+        f"{'#':>2} {'tok':5} {'V':>6} {'T':>5} {'C':>4} {'F':>5} {'B':>3} {'attn':5} "
+        f"{'prec':4} {'extra':18} {'predicted':>10} {'measured':>10} {'ratio':>6} "
+        f"{'peak at':16} {'outcome':8} {'s':>5}"
+    )
     print(head)
     print("-" * len(head))
     worst = 1.0
@@ -190,8 +245,9 @@ def main() -> int:
         point = grid[i]
         cfg = config(point, corpus, args.device)
         counts = corpus_counts(corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
-        est = estimate(cfg, args.device, threads=args.threads, launcher=args.launcher,
-                       counts=counts)
+        est = estimate(
+            cfg, args.device, threads=args.threads, launcher=args.launcher, counts=counts
+        )
         predicted = est.total
         if args.device == "cpu":
             limit = cpu_child_limit(est.total, est.total)  # a budget equal to the prediction
@@ -202,28 +258,42 @@ def main() -> int:
         ratio = predicted / got["peak"]
         if abs(ratio - 1) > abs(worst - 1):
             worst = ratio
-        if got["outcome"] != "complete" or abs(ratio - 1) > (0.20 if args.device == "cpu"
-                                                             else 0.10):
+        if got["outcome"] != "complete" or abs(ratio - 1) > (
+            0.20 if args.device == "cpu" else 0.10
+        ):
             failures += 1
         kind, v, t, c, _, f, b, attention, precision, extra = point
         shown = ",".join(f"{k}={val}" for k, val in extra.items())
-        print(f"{i:>2} {kind:5} {v:>6} {t:>5} {c:>4} {f:>5} {b:>3} {attention:5} {precision:4} "
-              f"{shown:18} {predicted / 2**20:>8.1f}Mi {got['peak'] / 2**20:>8.1f}Mi "
-              f"{ratio:>6.3f} {est.peak_moment:16} {got['outcome']:8} {got['wall']:>5.1f}",
-              flush=True)
-        rows.append({"point": i, "config": dict(zip(POINT_KEYS, point, strict=True)),
-                     "predicted": predicted, "measured": got["peak"], "ratio": ratio,
-                     "peak_moment": est.peak_moment, "outcome": got["outcome"],
-                     "reason": got["reason"], "seconds": got["wall"]})
+        print(
+            f"{i:>2} {kind:5} {v:>6} {t:>5} {c:>4} {f:>5} {b:>3} {attention:5} {precision:4} "
+            f"{shown:18} {predicted / 2**20:>8.1f}Mi {got['peak'] / 2**20:>8.1f}Mi "
+            f"{ratio:>6.3f} {est.peak_moment:16} {got['outcome']:8} {got['wall']:>5.1f}",
+            flush=True,
+        )
+        rows.append(
+            {
+                "point": i,
+                "config": dict(zip(POINT_KEYS, point, strict=True)),
+                "predicted": predicted,
+                "measured": got["peak"],
+                "ratio": ratio,
+                "peak_moment": est.peak_moment,
+                "outcome": got["outcome"],
+                "reason": got["reason"],
+                "seconds": got["wall"],
+            }
+        )
         if args.json is not None:  # after every point: a killed run still leaves what it measured
             write_json(args.json, args.device, args.configs, rows, worst)
     if server is not None:
         server.close()
     shutil.rmtree(runs, ignore_errors=True)  # run dirs (checkpoints); the corpus stays cached
     target = "0.80-1.20" if args.device == "cpu" else "0.90-1.10"
-    print(f"\nworst ratio predicted/measured: {worst:.3f} (target within {target}); "
-          f"{failures} point(s) outside the target or not complete; "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"\nworst ratio predicted/measured: {worst:.3f} (target within {target}); "
+        f"{failures} point(s) outside the target or not complete; "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     return 1 if failures else 0
 
 

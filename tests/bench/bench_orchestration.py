@@ -48,21 +48,41 @@ from tests.sweeps.pg import bench_storages
 
 
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> StudySpec:
-    return read_spec({
-        "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
-                  "n_trials": trials},
-        "corpus": {"dir": str(corpus)},
-        "fixed": {"device": "cpu", "tokenizer": "word", "d_model": 16, "n_layers": 1,
-                  "n_heads": 2, "d_ff": 32, "seq_len": 16, "batch_size": 8, "lr": 3e-2,
-                  "max_tokens": tokens, "warmup_tokens": 500, "eval_every_tokens": tokens,
-                  "eval_tokens": 512, "sample_tokens": 4},
-        "space": {"vocab_size": {"choices": [300, 600]}},
-        "limits": {"memory_budget": "4GiB", "collapse": False},
-    })
+    return read_spec(
+        {
+            "study": {
+                "name": name,
+                "sampler": "random",
+                "seed": 0,
+                "pruner": "none",
+                "n_trials": trials,
+            },
+            "corpus": {"dir": str(corpus)},
+            "fixed": {
+                "device": "cpu",
+                "tokenizer": "word",
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 32,
+                "seq_len": 16,
+                "batch_size": 8,
+                "lr": 3e-2,
+                "max_tokens": tokens,
+                "warmup_tokens": 500,
+                "eval_every_tokens": tokens,
+                "eval_tokens": 512,
+                "sample_tokens": 4,
+            },
+            "space": {"vocab_size": {"choices": [300, 600]}},
+            "limits": {"memory_budget": "4GiB", "collapse": False},
+        }
+    )
 
 
-def sweep(url: str, launcher: str, corpus: Path, work: Path, trials: int,
-          tokens: int) -> dict[str, float]:
+def sweep(
+    url: str, launcher: str, corpus: Path, work: Path, trials: int, tokens: int
+) -> dict[str, float]:
     name = f"bench-{launcher}-{uuid.uuid4().hex[:6]}"
     s = spec(name, corpus, trials, tokens)
     storage = st.open_storage(url, heartbeat_interval=10, grace_period=60)
@@ -73,8 +93,7 @@ def sweep(url: str, launcher: str, corpus: Path, work: Path, trials: int,
     trial_launcher = make_launcher(launcher)  # the fork server's imports happen here
     start_s = time.perf_counter() - started
     try:
-        results = wk.run_workers(s, storage, study, work / name, options,
-                                 launcher=trial_launcher)
+        results = wk.run_workers(s, storage, study, work / name, options, launcher=trial_launcher)
     finally:
         trial_launcher.close()
     wall = time.perf_counter() - started
@@ -87,10 +106,16 @@ def sweep(url: str, launcher: str, corpus: Path, work: Path, trials: int,
     setup = [t.user_attrs["setup_s"] for t in done]
     per_trial = [t.user_attrs["wall_s"] - t.user_attrs["train_s"] for t in done]
     storage.engine.dispose()
-    return {"wall": wall, "start": start_s, "train": train, "overhead": (wall - train) / wall,
-            "cold_median": statistics.median(cold), "cold_max": max(cold),
-            "setup": statistics.median(setup),
-            "per_trial": statistics.median(per_trial)}
+    return {
+        "wall": wall,
+        "start": start_s,
+        "train": train,
+        "overhead": (wall - train) / wall,
+        "cold_median": statistics.median(cold),
+        "cold_max": max(cold),
+        "setup": statistics.median(setup),
+        "per_trial": statistics.median(per_trial),
+    }
 
 
 def main() -> None:
@@ -108,19 +133,25 @@ def main() -> None:
         for vocab in (300, 600):  # token caches built once, outside the timings
             load_tokens(corpus, "word", vocab)
         storages = bench_storages(f"sqlite:///{work / 'bench.db'}")
-        print(f"{args.trials} trials of {args.tokens:,} tokens each (d_model 16, one layer, "
-              f"one evaluation), one worker, {os.cpu_count()} cores")
-        print(f"{'storage':<11} {'launcher':<11} {'sweep wall':>10} {'launcher start':>14} "
-              f"{'in loops':>9} {'overhead':>9} {'cold start median / max':>24} "
-              f"{'setup':>7} {'child wall-train':>17}")
+        print(
+            f"{args.trials} trials of {args.tokens:,} tokens each (d_model 16, one layer, "
+            f"one evaluation), one worker, {os.cpu_count()} cores"
+        )
+        print(
+            f"{'storage':<11} {'launcher':<11} {'sweep wall':>10} {'launcher start':>14} "
+            f"{'in loops':>9} {'overhead':>9} {'cold start median / max':>24} "
+            f"{'setup':>7} {'child wall-train':>17}"
+        )
         try:
             for label, url, _ in storages:
                 for launcher in ("subprocess", "fork"):
                     r = sweep(url, launcher, corpus, work, args.trials, args.tokens)
-                    print(f"{label:<11} {launcher:<11} {r['wall']:>9.1f}s {r['start']:>13.2f}s "
-                          f"{r['train']:>8.1f}s {r['overhead']:>8.1%} "
-                          f"{r['cold_median']:>14.3f}s / {r['cold_max']:.3f}s "
-                          f"{r['setup']:>6.3f}s {r['per_trial']:>16.3f}s")
+                    print(
+                        f"{label:<11} {launcher:<11} {r['wall']:>9.1f}s {r['start']:>13.2f}s "
+                        f"{r['train']:>8.1f}s {r['overhead']:>8.1%} "
+                        f"{r['cold_median']:>14.3f}s / {r['cold_max']:.3f}s "
+                        f"{r['setup']:>6.3f}s {r['per_trial']:>16.3f}s"
+                    )
         finally:
             for _, _, drop in storages:
                 if drop is not None:

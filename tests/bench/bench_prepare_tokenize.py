@@ -40,8 +40,12 @@ print(json.dumps(args))
 
 
 def phase(name: str, **args: object) -> dict:
-    out = subprocess.run([sys.executable, "-c", PHASE, name, json.dumps(args)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PHASE, name, json.dumps(args)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -63,23 +67,29 @@ def main() -> None:
 
     prep = phase("prepare", xml=str(xml), out=str(corpus))
     manifest = json.loads((corpus / "manifest.json").read_text())
-    print(f"prepare: {xml_mb / prep['seconds']:.1f} MB/s of XML ({prep['seconds']:.1f} s), "
-          f"{manifest['pairs']:,} pairs, {manifest['bytes'] / 1e6:.1f} MB of text")
-    print(f"prepare peak RSS: {prep['peak_rss'] / 1e6:.0f} MB = "
-          f"{prep['peak_rss'] / xml.stat().st_size:.2f} x the file size "
-          "(the interpreter and its imports included)")
+    print(
+        f"prepare: {xml_mb / prep['seconds']:.1f} MB/s of XML ({prep['seconds']:.1f} s), "
+        f"{manifest['pairs']:,} pairs, {manifest['bytes'] / 1e6:.1f} MB of text"
+    )
+    print(
+        f"prepare peak RSS: {prep['peak_rss'] / 1e6:.0f} MB = "
+        f"{prep['peak_rss'] / xml.stat().st_size:.2f} x the file size "
+        "(the interpreter and its imports included)"
+    )
 
     text_mb = manifest["bytes"] / 1e6
     for kind, vocab in (("byte", 260), ("word", 8192), ("bpe", 4096)):
         first = phase("tokenize", corpus=str(corpus), kind=kind, vocab=vocab)
         second = phase("tokenize", corpus=str(corpus), kind=kind, vocab=vocab)
         encode_s = first["encode_seconds"] or first["seconds"]
-        print(f"tokenize {kind:>4}-{vocab:<5}: encode {text_mb / encode_s:6.1f} MB/s "
-              f"({encode_s:.1f} s encode, {first['seconds']:.1f} s with training), "
-              f"{first['bytes_per_token']:.2f} bytes/token, "
-              f"peak RSS {first['peak_rss'] / 1e6:.0f} MB; "
-              f"cache hit {second['seconds']:.3f} s = {second['seconds'] / first['seconds']:.4f} "
-              f"of the first (hit={second['hit']})")
+        print(
+            f"tokenize {kind:>4}-{vocab:<5}: encode {text_mb / encode_s:6.1f} MB/s "
+            f"({encode_s:.1f} s encode, {first['seconds']:.1f} s with training), "
+            f"{first['bytes_per_token']:.2f} bytes/token, "
+            f"peak RSS {first['peak_rss'] / 1e6:.0f} MB; "
+            f"cache hit {second['seconds']:.3f} s = {second['seconds'] / first['seconds']:.4f} "
+            f"of the first (hit={second['hit']})"
+        )
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     print(f"largest child peak RSS: {children / 1e6:.0f} MB")
     if args.keep is None:

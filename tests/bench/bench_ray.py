@@ -65,28 +65,45 @@ def outside(args: argparse.Namespace) -> int:
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
         print("bench_ray: skipped: a private network namespace needs root, unshare and ip")
         return 0
-    probe = subprocess.run(["unshare", "--net", "ip", "link", "set", "lo", "up"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "--net", "ip", "link", "set", "lo", "up"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
-        print(f"bench_ray: skipped: cannot make a network namespace: "
-              f"{probe.stderr.strip()[:200]}")
+        print(f"bench_ray: skipped: cannot make a network namespace: {probe.stderr.strip()[:200]}")
         return 0
     from tests.sweeps.pg import PG_ADMIN, create_database
 
     try:
         url, drop = create_database("sweeps_bench_ray")
     except Exception as exc:  # psycopg missing or the server unreachable
-        print(f"bench_ray: skipped: no PostgreSQL database at {PG_ADMIN} "
-              f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
+        print(
+            f"bench_ray: skipped: no PostgreSQL database at {PG_ADMIN} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        )
         return 0
     try:
         socket_url = f"postgresql://{url.username}@/{url.database}?host={SOCKET_DIR}"
-        env = {**os.environ, INNER_ENV: "1", URL_ENV: socket_url,
-               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            INNER_ENV: "1",
+            URL_ENV: socket_url,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        }
         done = subprocess.run(
-            ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
-             sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]],
-            cwd=REPO, env=env, timeout=900)
+            [
+                "unshare",
+                "--net",
+                "sh",
+                "-c",
+                'ip link set lo up && exec "$0" "$@"',
+                sys.executable,
+                str(Path(__file__).resolve()),
+                *sys.argv[1:],
+            ],
+            cwd=REPO,
+            env=env,
+            timeout=900,
+        )
         return done.returncode
     finally:
         drop()
@@ -98,22 +115,47 @@ def outside(args: argparse.Namespace) -> int:
 def spec(name: str, corpus: Path, trials: int, tokens: int) -> Any:
     from sweeps.spec import read_spec
 
-    return read_spec({
-        "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
-                  "n_trials": trials},
-        "corpus": {"dir": str(corpus)},
-        "fixed": {"device": "cpu", "tokenizer": "word", "d_model": 16, "n_layers": 1,
-                  "n_heads": 2, "d_ff": 32, "seq_len": 16, "batch_size": 8, "lr": 3e-2,
-                  "max_tokens": tokens, "warmup_tokens": 500, "eval_every_tokens": tokens,
-                  "eval_tokens": 512, "sample_tokens": 4},
-        "space": {"vocab_size": {"choices": list(VOCABS)}},
-        "limits": {"memory_budget": "auto", "max_wall_s": 300, "collapse": False},
-        "enqueue": [{"vocab_size": VOCABS[i % len(VOCABS)]} for i in range(trials)],
-    })
+    return read_spec(
+        {
+            "study": {
+                "name": name,
+                "sampler": "random",
+                "seed": 0,
+                "pruner": "none",
+                "n_trials": trials,
+            },
+            "corpus": {"dir": str(corpus)},
+            "fixed": {
+                "device": "cpu",
+                "tokenizer": "word",
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 32,
+                "seq_len": 16,
+                "batch_size": 8,
+                "lr": 3e-2,
+                "max_tokens": tokens,
+                "warmup_tokens": 500,
+                "eval_every_tokens": tokens,
+                "eval_tokens": 512,
+                "sample_tokens": 4,
+            },
+            "space": {"vocab_size": {"choices": list(VOCABS)}},
+            "limits": {"memory_budget": "auto", "max_wall_s": 300, "collapse": False},
+            "enqueue": [{"vocab_size": VOCABS[i % len(VOCABS)]} for i in range(trials)],
+        }
+    )
 
 
-def one_sweep(engine: str, corpus: Path, work: Path, url: str, args: argparse.Namespace,
-              cluster_address: str | None = None) -> dict[str, Any]:
+def one_sweep(
+    engine: str,
+    corpus: Path,
+    work: Path,
+    url: str,
+    args: argparse.Namespace,
+    cluster_address: str | None = None,
+) -> dict[str, Any]:
     from sweeps import storage as st
     from sweeps import workers as wk
 
@@ -128,8 +170,9 @@ def one_sweep(engine: str, corpus: Path, work: Path, url: str, args: argparse.Na
         if kind == "start":
             ready.setdefault(int(data["number"]), time.time())
 
-    options = wk.RunOptions(n_workers=WORKERS, launcher="subprocess", poll_s=0.05,
-                            on_event=on_event)
+    options = wk.RunOptions(
+        n_workers=WORKERS, launcher="subprocess", poll_s=0.05, on_event=on_event
+    )
     study_dir = work / name
     started = time.perf_counter()
     if engine == "local":
@@ -150,9 +193,14 @@ def one_sweep(engine: str, corpus: Path, work: Path, url: str, args: argparse.Na
         launched = tokenizer.stat().st_mtime - t.user_attrs["setup_s"]
         latency.append(launched - ready[t.number])
     storage.engine.dispose()
-    return {"engine": engine, "wall": wall, "per_trial": wall / args.trials,
-            "lat_med": statistics.median(latency), "lat_max": max(latency),
-            "setup": statistics.median(t.user_attrs.get("setup_s", float("nan")) for t in done)}
+    return {
+        "engine": engine,
+        "wall": wall,
+        "per_trial": wall / args.trials,
+        "lat_med": statistics.median(latency),
+        "lat_max": max(latency),
+        "setup": statistics.median(t.user_attrs.get("setup_s", float("nan")) for t in done),
+    }
 
 
 def inside(args: argparse.Namespace) -> int:
@@ -176,8 +224,7 @@ def inside(args: argparse.Namespace) -> int:
             load_tokens(corpus, "word", v)
         local_row = one_sweep("local", corpus, work, url, args)
         t0 = time.perf_counter()
-        cluster = Cluster(initialize_head=True,
-                          head_node_args={"num_cpus": 1, "memory": 2 * GiB})
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "memory": 2 * GiB})
         cluster.add_node(num_cpus=1, memory=2 * GiB)
         cluster.wait_for_nodes()
         cluster_s = time.perf_counter() - t0
@@ -187,18 +234,28 @@ def inside(args: argparse.Namespace) -> int:
             cluster.shutdown()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{args.trials} trials of {args.tokens} tokens (d_model 16, 1 layer) on the CPU, "
-          f"{WORKERS} at a time, {len(host.cpu_ids())} cores; PostgreSQL over its unix socket; "
-          f"subprocess launcher")
-    print(f"ray: a head and one node (1 CPU each), started in {cluster_s:.1f} s "
-          f"(not in its wall time)")
-    print(f"{'engine':<8}{'trials':>7}{'wall s':>9}{'s/trial':>9}{'launch med s':>14}"
-          f"{'launch max s':>14}{'child setup s':>15}")
+    print(
+        f"{args.trials} trials of {args.tokens} tokens (d_model 16, 1 layer) on the CPU, "
+        f"{WORKERS} at a time, {len(host.cpu_ids())} cores; PostgreSQL over its unix socket; "
+        f"subprocess launcher"
+    )
+    print(
+        f"ray: a head and one node (1 CPU each), started in {cluster_s:.1f} s "
+        f"(not in its wall time)"
+    )
+    print(
+        f"{'engine':<8}{'trials':>7}{'wall s':>9}{'s/trial':>9}{'launch med s':>14}"
+        f"{'launch max s':>14}{'child setup s':>15}"
+    )
     for r in (local_row, ray_row):
-        print(f"{r['engine']:<8}{args.trials:>7}{r['wall']:>9.1f}{r['per_trial']:>9.2f}"
-              f"{r['lat_med']:>14.3f}{r['lat_max']:>14.3f}{r['setup']:>15.2f}")
-    print(f"ray/local: wall {ray_row['wall'] / local_row['wall']:.2f}x, launch latency "
-          f"+{ray_row['lat_med'] - local_row['lat_med']:.3f} s (median) per trial")
+        print(
+            f"{r['engine']:<8}{args.trials:>7}{r['wall']:>9.1f}{r['per_trial']:>9.2f}"
+            f"{r['lat_med']:>14.3f}{r['lat_max']:>14.3f}{r['setup']:>15.2f}"
+        )
+    print(
+        f"ray/local: wall {ray_row['wall'] / local_row['wall']:.2f}x, launch latency "
+        f"+{ray_row['lat_med'] - local_row['lat_med']:.3f} s (median) per trial"
+    )
     return 0
 
 

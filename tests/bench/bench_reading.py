@@ -37,8 +37,11 @@ def measure(base: Path, n: int) -> dict[str, float]:
     report.write(url, "big", out)
     report_s = time.perf_counter() - started
     plotly_js = len(report.plotly.offline.get_plotlyjs().encode())
-    return {"load_s": load_s, "report_s": report_s,
-            "data_mib": (out.stat().st_size - plotly_js) / 2**20}
+    return {
+        "load_s": load_s,
+        "report_s": report_s,
+        "data_mib": (out.stat().st_size - plotly_js) / 2**20,
+    }
 
 
 def main() -> None:
@@ -47,11 +50,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [(n, measure(Path(tmp), n)) for n in args.trials]
-    print(f"{'trials':>7}  {'load s':>7}  {'report s':>8}  {'data MiB':>8}  "
-          f"{'load s/1k':>9}  {'report s/1k':>11}")
+    print(
+        f"{'trials':>7}  {'load s':>7}  {'report s':>8}  {'data MiB':>8}  "
+        f"{'load s/1k':>9}  {'report s/1k':>11}"
+    )
     for n, m in rows:
-        print(f"{n:>7,}  {m['load_s']:>7.2f}  {m['report_s']:>8.2f}  {m['data_mib']:>8.2f}  "
-              f"{m['load_s'] * 1000 / n:>9.2f}  {m['report_s'] * 1000 / n:>11.2f}")
+        print(
+            f"{n:>7,}  {m['load_s']:>7.2f}  {m['report_s']:>8.2f}  {m['data_mib']:>8.2f}  "
+            f"{m['load_s'] * 1000 / n:>9.2f}  {m['report_s'] * 1000 / n:>11.2f}"
+        )
 
 
 if __name__ == "__main__":

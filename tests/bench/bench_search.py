@@ -125,16 +125,37 @@ STRATEGIES: tuple[tuple[str, str, dict[str, Any], int], ...] = (
     # Optuna's Gaussian-process sampler, unpruned: a second reference, the other model family.
     ("gp", "gp", {"name": "none"}, 1),
     ("tpe+median", "tpe", {"name": "median"}, 1),
-    ("tpe+halving", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
-                            "reduction_factor": 3}, 2),
-    ("tpe+hyperband", "tpe", {"name": "hyperband", "min_tokens": FIRST_RUNG,
-                              "reduction_factor": 3}, 2),
+    (
+        "tpe+halving",
+        "tpe",
+        {"name": "successive_halving", "min_tokens": FIRST_RUNG, "reduction_factor": 3},
+        2,
+    ),
+    (
+        "tpe+hyperband",
+        "tpe",
+        {"name": "hyperband", "min_tokens": FIRST_RUNG, "reduction_factor": 3},
+        2,
+    ),
     # Halving under WSD with its rungs read as they are: the schedule without the read.
-    ("tpe+halving+wsd", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
-                                "reduction_factor": 3}, 2),
+    (
+        "tpe+halving+wsd",
+        "tpe",
+        {"name": "successive_halving", "min_tokens": FIRST_RUNG, "reduction_factor": 3},
+        2,
+    ),
     # Halving whose rungs are read after a cooldown branched from them (WSD schedule).
-    ("tpe+halving+cd", "tpe", {"name": "successive_halving", "min_tokens": FIRST_RUNG,
-                               "reduction_factor": 3, "read": "cooldown"}, 2),
+    (
+        "tpe+halving+cd",
+        "tpe",
+        {
+            "name": "successive_halving",
+            "min_tokens": FIRST_RUNG,
+            "reduction_factor": 3,
+            "read": "cooldown",
+        },
+        2,
+    ),
     # Unpruned TPE under WSD with a cooldown read at every rung: the reference's twin, for the
     # rank correlation of a cooldown read with the end over every trial (no range restriction).
     ("tpe-wsd-reads", "tpe", {"name": "none"}, 1),
@@ -162,8 +183,13 @@ DATA = Path(__file__).resolve().parents[3] / "shared/data/stackexchange"
 POSTS = "history.Posts.xml"
 
 FIXED: dict[str, Any] = {
-    "device": "cpu", "tokenizer": "bpe", "vocab_size": VOCAB, "n_heads": 4, "seq_len": 32,
-    "eval_tokens": 2048, "sample_tokens": 0,
+    "device": "cpu",
+    "tokenizer": "bpe",
+    "vocab_size": VOCAB,
+    "n_heads": 4,
+    "seq_len": 32,
+    "eval_tokens": 2048,
+    "sample_tokens": 0,
 }
 SPACE: dict[str, dict[str, Any]] = {
     "lr": {"type": "float", "low": 1e-4, "high": 3e-1, "log": True},
@@ -205,25 +231,42 @@ def pruner_table(pruner: dict[str, Any], budget: Budget) -> dict[str, Any]:
     return {k: budget.min_tokens if v == FIRST_RUNG else v for k, v in pruner.items()}
 
 
-def spec_for(strategy: tuple[str, str, dict[str, Any], int], rep: int, corpus: Path,
-             trials: int, budget: Budget) -> StudySpec:
+def spec_for(
+    strategy: tuple[str, str, dict[str, Any], int],
+    rep: int,
+    corpus: Path,
+    trials: int,
+    budget: Budget,
+) -> StudySpec:
     name, sampler, pruner, factor = strategy
     trials *= factor
-    return read_spec({
-        "study": {"name": study_name(name, rep), "sampler": sampler, "seed": SEED_BASE + rep,
-                  "pruner": pruner_table(pruner, budget), "n_trials": trials},
-        "corpus": {"dir": str(corpus)},
-        "fixed": {**FIXED, "seed": rep, "max_tokens": budget.max_tokens,
-                  "eval_every_tokens": budget.eval_every,
-                  **{k: budget.rungs() if v == RUNGS else v
-                     for k, v in FIXED_OF.get(name, {}).items()}},
-        "space": SPACE,
-        "limits": {"memory_budget": "4GiB"},
-    })
+    return read_spec(
+        {
+            "study": {
+                "name": study_name(name, rep),
+                "sampler": sampler,
+                "seed": SEED_BASE + rep,
+                "pruner": pruner_table(pruner, budget),
+                "n_trials": trials,
+            },
+            "corpus": {"dir": str(corpus)},
+            "fixed": {
+                **FIXED,
+                "seed": rep,
+                "max_tokens": budget.max_tokens,
+                "eval_every_tokens": budget.eval_every,
+                **{
+                    k: budget.rungs() if v == RUNGS else v
+                    for k, v in FIXED_OF.get(name, {}).items()
+                },
+            },
+            "space": SPACE,
+            "limits": {"memory_budget": "4GiB"},
+        }
+    )
 
 
-def choose(wanted: str | None, corpus: Path,
-           budget: Budget) -> list[tuple[str, str, dict, int]]:
+def choose(wanted: str | None, corpus: Path, budget: Budget) -> list[tuple[str, str, dict, int]]:
     """The strategies to run, the reference first; those this checkout's spec refuses are
     skipped (said) by default, an error when ``--strategies`` names them."""
     names = [s[0] for s in STRATEGIES]
@@ -248,15 +291,22 @@ def choose(wanted: str | None, corpus: Path,
     return sorted(chosen, key=lambda s: s[0] != REFERENCE)
 
 
-def run_study(spec: StudySpec, url: str, work: Path, launcher: Any,
-              workers: int) -> tuple[list[optuna.trial.FrozenTrial], float]:
+def run_study(
+    spec: StudySpec, url: str, work: Path, launcher: Any, workers: int
+) -> tuple[list[optuna.trial.FrozenTrial], float]:
     """One study to its end: its finished trials and its wall-clock seconds."""
     storage = st.open_storage(url, heartbeat_interval=10, grace_period=60)
     wk.create_or_resume(spec, storage)
     study = wk.load_for_workers(spec, storage)
     started = time.perf_counter()
-    results = wk.run_workers(spec, storage, study, work / spec.name,
-                             wk.RunOptions(n_workers=workers, poll_s=0.05), launcher=launcher)
+    results = wk.run_workers(
+        spec,
+        storage,
+        study,
+        work / spec.name,
+        wk.RunOptions(n_workers=workers, poll_s=0.05),
+        launcher=launcher,
+    )
     wall = time.perf_counter() - started
     errors = [r.error for r in results if r.error]
     if errors:
@@ -266,9 +316,11 @@ def run_study(spec: StudySpec, url: str, work: Path, launcher: Any,
     return trials, wall
 
 
-def records(trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int,
-            workers: int) -> list[dict[str, Any]]:
+def records(
+    trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int, workers: int
+) -> list[dict[str, Any]]:
     """One record per trial, in the order the compute was spent (see the module docstring)."""
+
     def order(t: optuna.trial.FrozenTrial) -> tuple[float, int]:
         done = t.datetime_complete.timestamp() if t.datetime_complete else float("inf")
         return (0.0 if workers == 1 else done, t.number)
@@ -277,14 +329,22 @@ def records(trials: list[optuna.trial.FrozenTrial], strategy: str, rep: int,
     for t in sorted(trials, key=order):
         a = t.user_attrs
         outcome = a.get("outcome") or t.state.name.lower()
-        out.append({
-            "strategy": strategy, "rep": rep, "number": t.number, "outcome": outcome,
-            "wall_s": float(a.get("wall_s") or 0.0), "train_s": a.get("train_s"),
-            "flops": float(a.get("flops") or 0.0),
-            "val_bpb": a.get("val_bpb"), "tokens_seen": a.get("tokens_seen"),
-            "reason": a.get("reason"), "params": t.params,
-            "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
-        })
+        out.append(
+            {
+                "strategy": strategy,
+                "rep": rep,
+                "number": t.number,
+                "outcome": outcome,
+                "wall_s": float(a.get("wall_s") or 0.0),
+                "train_s": a.get("train_s"),
+                "flops": float(a.get("flops") or 0.0),
+                "val_bpb": a.get("val_bpb"),
+                "tokens_seen": a.get("tokens_seen"),
+                "reason": a.get("reason"),
+                "params": t.params,
+                "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
+            }
+        )
     return out
 
 
@@ -327,24 +387,33 @@ class RankCorrelation:
         out = f"rung {self.rung:,}: {self.rho:+.2f}"
         if self.plain is not None and self.diff_ci is not None:
             lo, hi = self.diff_ci
-            out += (f" (as it was {self.plain:+.2f}; difference {self.rho - self.plain:+.2f}, "
-                    f"95% CI {lo:+.2f} .. {hi:+.2f})")
+            out += (
+                f" (as it was {self.plain:+.2f}; difference {self.rho - self.plain:+.2f}, "
+                f"95% CI {lo:+.2f} .. {hi:+.2f})"
+            )
         return out + f" (n {self.n})"
 
 
-def rank_correlations(trials: list[optuna.trial.FrozenTrial],
-                      budget: Budget) -> list[RankCorrelation]:
+def rank_correlations(
+    trials: list[optuna.trial.FrozenTrial], budget: Budget
+) -> list[RankCorrelation]:
     """Per rung, what the value read there predicts of the end, over the trials that completed
     their budget (``RankCorrelation``)."""
     out = []
-    done = [(rows, t.user_attrs["val_bpb"]) for t in trials
-            if t.user_attrs.get("outcome") == outcomes.COMPLETE
-            and isinstance(t.user_attrs.get("val_bpb"), float)
-            and (rows := metrics_rows(t)) is not None]
+    done = [
+        (rows, t.user_attrs["val_bpb"])
+        for t in trials
+        if t.user_attrs.get("outcome") == outcomes.COMPLETE
+        and isinstance(t.user_attrs.get("val_bpb"), float)
+        and (rows := metrics_rows(t)) is not None
+    ]
     for rung in budget.rungs():
-        triples = [(v, p, end) for rows, end in done
-                   if (v := rung_read(rows, rung)) is not None
-                   and (p := rung_read(rows, rung, cooldown=False)) is not None]
+        triples = [
+            (v, p, end)
+            for rows, end in done
+            if (v := rung_read(rows, rung)) is not None
+            and (p := rung_read(rows, rung, cooldown=False)) is not None
+        ]
         if len(triples) < 3:
             continue
         read, plain, end = ([x[i] for x in triples] for i in range(3))
@@ -356,11 +425,23 @@ def rank_correlations(trials: list[optuna.trial.FrozenTrial],
         def gain(a: Any, b: Any, c: Any) -> float:
             return float(stats.spearmanr(a, c).statistic - stats.spearmanr(b, c).statistic)
 
-        ci = stats.bootstrap((read, plain, end), gain, paired=True, vectorized=False,
-                             n_resamples=2000, random_state=0).confidence_interval
-        out.append(RankCorrelation(rung, rho, len(triples),
-                                   float(stats.spearmanr(plain, end).statistic),
-                                   (float(ci.low), float(ci.high))))
+        ci = stats.bootstrap(
+            (read, plain, end),
+            gain,
+            paired=True,
+            vectorized=False,
+            n_resamples=2000,
+            random_state=0,
+        ).confidence_interval
+        out.append(
+            RankCorrelation(
+                rung,
+                rho,
+                len(triples),
+                float(stats.spearmanr(plain, end).statistic),
+                (float(ci.low), float(ci.high)),
+            )
+        )
     return out
 
 
@@ -384,13 +465,19 @@ def compare(recs: list[dict[str, Any]], ref: list[dict[str, Any]]) -> dict[str, 
     final = mine[-1] if mine else (0.0, 0.0, float("inf"))
     reached = next(((s, f) for s, f, b in mine if b <= ref_best), None)
     out: dict[str, Any] = {
-        "best": final[2], "seconds": final[0], "flops": final[1], "ref_best": ref_best,
-        "ref_seconds": ref_s, "ref_flops": ref_flops,
+        "best": final[2],
+        "seconds": final[0],
+        "flops": final[1],
+        "ref_best": ref_best,
+        "ref_seconds": ref_s,
+        "ref_flops": ref_flops,
         "reached_s": None if reached is None or not ref_s else reached[0] / ref_s,
         "reached_flops": None if reached is None or not ref_flops else reached[1] / ref_flops,
         "gap": final[2] - ref_best,
-        "at": [min((b for s, _, b in mine if s <= share * ref_s), default=float("inf"))
-               for share in SHARES],
+        "at": [
+            min((b for s, _, b in mine if s <= share * ref_s), default=float("inf"))
+            for share in SHARES
+        ],
         "outcomes": Counter(r["outcome"] for r in recs),
         "full_s": [r["wall_s"] for r in recs if r["outcome"] == outcomes.COMPLETE],
     }
@@ -410,17 +497,23 @@ def fmt_reached(c: dict[str, Any]) -> str:
 
 def print_rep(rep: int, rows: dict[str, dict[str, Any]], walls: dict[str, float]) -> None:
     ref = rows[REFERENCE]
-    print(f"\nrep {rep} (sampler seed {SEED_BASE + rep}, training seed {rep}): reference "
-          f"{REFERENCE} best {fmt_bpb(ref['ref_best'])} bpb, {ref['ref_seconds']:.1f} "
-          f"trial-s, {ref['ref_flops']:.3g} FLOPs")
+    print(
+        f"\nrep {rep} (sampler seed {SEED_BASE + rep}, training seed {rep}): reference "
+        f"{REFERENCE} best {fmt_bpb(ref['ref_best'])} bpb, {ref['ref_seconds']:.1f} "
+        f"trial-s, {ref['ref_flops']:.3g} FLOPs"
+    )
     shares = " ".join(f"{s:>7.0%}" for s in SHARES)
-    print(f"  {'strategy':<14} {'best':>7} {'trial-s':>8} {'FLOPs':>9} {'study wall':>10}  "
-          f"{'reached the reference at':<28} best at {shares}   target")
+    print(
+        f"  {'strategy':<14} {'best':>7} {'trial-s':>8} {'FLOPs':>9} {'study wall':>10}  "
+        f"{'reached the reference at':<28} best at {shares}   target"
+    )
     for name, c in rows.items():
         at = " ".join(f"{fmt_bpb(b):>7}" for b in c["at"])
-        print(f"  {name:<14} {fmt_bpb(c['best']):>7} {c['seconds']:>8.1f} {c['flops']:>9.3g} "
-              f"{walls[name]:>9.1f}s  {fmt_reached(c):<28}         {at}   "
-              f"{'met' if c['met'] else 'no'}")
+        print(
+            f"  {name:<14} {fmt_bpb(c['best']):>7} {c['seconds']:>8.1f} {c['flops']:>9.3g} "
+            f"{walls[name]:>9.1f}s  {fmt_reached(c):<28}         {at}   "
+            f"{'met' if c['met'] else 'no'}"
+        )
 
 
 def mean(values: list[float], *, strict: bool = False) -> float:
@@ -434,39 +527,56 @@ def mean(values: list[float], *, strict: bool = False) -> float:
 def print_summary(by_rep: list[dict[str, dict[str, Any]]]) -> None:
     """The mean over reps of every strategy, and the target's verdict per rep."""
     n = len(by_rep)
-    print(f"\nmean over {n} rep(s) ('best at': '-' unless every rep had a complete trial by "
-          "then; 'reached': over the reps that reached the reference); target: the "
-          f"reference's best within {TARGET_SHARE:.0%} of its trial-seconds, per rep")
+    print(
+        f"\nmean over {n} rep(s) ('best at': '-' unless every rep had a complete trial by "
+        "then; 'reached': over the reps that reached the reference); target: the "
+        f"reference's best within {TARGET_SHARE:.0%} of its trial-seconds, per rep"
+    )
     shares = " ".join(f"{s:>7.0%}" for s in SHARES)
-    print(f"  {'strategy':<14} {'best':>7} {'trial-s':>8} {'FLOPs':>9} {'s/full trial':>12}  "
-          f"{'reached (reps) at':<30} best at {shares}   target met   outcomes (all reps)")
+    print(
+        f"  {'strategy':<14} {'best':>7} {'trial-s':>8} {'FLOPs':>9} {'s/full trial':>12}  "
+        f"{'reached (reps) at':<30} best at {shares}   target met   outcomes (all reps)"
+    )
     for name in by_rep[0]:
         cs = [rows[name] for rows in by_rep]
         hit = [c for c in cs if c["reached_s"] is not None]
-        reached = (f"{len(hit)}/{n}: {mean([c['reached_s'] for c in hit]):.0%} s / "
-                   f"{mean([c['reached_flops'] for c in hit]):.0%} FLOPs") if hit else \
-            f"0/{n} (gap +{mean([c['gap'] for c in cs]):.4f})"
-        at = " ".join(f"{fmt_bpb(mean([c['at'][i] for c in cs], strict=True)):>7}"
-                      for i in range(len(SHARES)))
+        reached = (
+            (
+                f"{len(hit)}/{n}: {mean([c['reached_s'] for c in hit]):.0%} s / "
+                f"{mean([c['reached_flops'] for c in hit]):.0%} FLOPs"
+            )
+            if hit
+            else f"0/{n} (gap +{mean([c['gap'] for c in cs]):.4f})"
+        )
+        at = " ".join(
+            f"{fmt_bpb(mean([c['at'][i] for c in cs], strict=True)):>7}" for i in range(len(SHARES))
+        )
         full = [s for c in cs for s in c["full_s"]]
         per_trial = f"{statistics.median(full):.2f}s" if full else "-"
         met = "".join("Y" if c["met"] else "n" for c in cs)
         counts = sum((c["outcomes"] for c in cs), Counter())
         shown = ", ".join(f"{o} {counts[o]}" for o in outcomes.ENDINGS if counts[o])
-        print(f"  {name:<14} {fmt_bpb(mean([c['best'] for c in cs])):>7} "
-              f"{mean([c['seconds'] for c in cs]):>8.1f} {mean([c['flops'] for c in cs]):>9.3g} "
-              f"{per_trial:>12}  {reached:<30}         {at}   {met:<10}   {shown}")
+        print(
+            f"  {name:<14} {fmt_bpb(mean([c['best'] for c in cs])):>7} "
+            f"{mean([c['seconds'] for c in cs]):>8.1f} {mean([c['flops'] for c in cs]):>9.3g} "
+            f"{per_trial:>12}  {reached:<30}         {at}   {met:<10}   {shown}"
+        )
 
 
 def print_correlations(corr: dict[str, list[list[RankCorrelation]]]) -> None:
     """What a rung read predicts: Spearman's rho between each rung's value and the end, over
     the trials that completed (in a halving study only the promoted ones: a narrower range).
     Under cooldown reads, beside it the same trials' loss as it was at the rung."""
-    print("\nrank correlation of the value read at a rung with the end val_bpb (Spearman's rho, "
-          "completed trials; one line per rep)")
+    print(
+        "\nrank correlation of the value read at a rung with the end val_bpb (Spearman's rho, "
+        "completed trials; one line per rep)"
+    )
     for name, reps in corr.items():
-        read = ("cooldown" if any(c.plain is not None for rows in reps for c in rows)
-                else f"{FIXED_OF.get(name, {}).get('lr_schedule', 'cosine')}, as it is")
+        read = (
+            "cooldown"
+            if any(c.plain is not None for rows in reps for c in rows)
+            else f"{FIXED_OF.get(name, {}).get('lr_schedule', 'cosine')}, as it is"
+        )
         for rep, rows in enumerate(reps):
             cells = ", ".join(c.text() for c in rows) or "-"
             print(f"  {name:<14} rep {rep} [{read}] {cells}")
@@ -483,17 +593,23 @@ def print_schedule_pairs(recs: list[dict[str, Any]]) -> None:
     def key(r: dict[str, Any]) -> str:
         return json.dumps([r["rep"], r["params"]], sort_keys=True)
 
-    cosine = {key(r): r for r in recs if r["strategy"] == REFERENCE
-              and r["outcome"] == outcomes.COMPLETE}
-    diffs = [r["val_bpb"] - cosine[key(r)]["val_bpb"] for r in recs
-             if r["strategy"] == twin and r["outcome"] == outcomes.COMPLETE and key(r) in cosine]
+    cosine = {
+        key(r): r for r in recs if r["strategy"] == REFERENCE and r["outcome"] == outcomes.COMPLETE
+    }
+    diffs = [
+        r["val_bpb"] - cosine[key(r)]["val_bpb"]
+        for r in recs
+        if r["strategy"] == twin and r["outcome"] == outcomes.COMPLETE and key(r) in cosine
+    ]
     if len(diffs) < 6:
         return
     test = stats.wilcoxon(diffs)
-    print(f"\nthe same configuration and seed under WSD and under cosine ({twin} against "
-          f"{REFERENCE}, {len(diffs)} pairs): WSD ends lower in {sum(d < 0 for d in diffs)}; "
-          f"median difference {statistics.median(diffs):+.4f} bpb (range {min(diffs):+.4f} .. "
-          f"{max(diffs):+.4f}); Wilcoxon p = {test.pvalue:.2g}")
+    print(
+        f"\nthe same configuration and seed under WSD and under cosine ({twin} against "
+        f"{REFERENCE}, {len(diffs)} pairs): WSD ends lower in {sum(d < 0 for d in diffs)}; "
+        f"median difference {statistics.median(diffs):+.4f} bpb (range {min(diffs):+.4f} .. "
+        f"{max(diffs):+.4f}); Wilcoxon p = {test.pvalue:.2g}"
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -502,18 +618,33 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=None, help="trials per study (default 40)")
     parser.add_argument("--workers", type=int, default=2, help="trials at once (default 2)")
     parser.add_argument("--tokens", type=int, default=TOKENS, help="training tokens per trial")
-    parser.add_argument("--strategies", default=None,
-                        help="comma-separated names (default: every one this checkout runs)")
-    parser.add_argument("--first-rung", type=int, default=9,
-                        help="the halving strategies' first rung: max_tokens / this (default 9)")
+    parser.add_argument(
+        "--strategies",
+        default=None,
+        help="comma-separated names (default: every one this checkout runs)",
+    )
+    parser.add_argument(
+        "--first-rung",
+        type=int,
+        default=9,
+        help="the halving strategies' first rung: max_tokens / this (default 9)",
+    )
     parser.add_argument("--quick", action="store_true", help="one rep of 8 trials")
     parser.add_argument("--json", type=Path, default=None, help="write every trial record here")
-    parser.add_argument("--reread", type=Path, default=None,
-                        help="run nothing: print the rank correlations of the studies a run "
-                             "with --keep kept in this directory (give its --tokens)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="work in this new directory and keep it (the studies' database "
-                             "bench.db and run directories, for bench_verdicts)")
+    parser.add_argument(
+        "--reread",
+        type=Path,
+        default=None,
+        help="run nothing: print the rank correlations of the studies a run "
+        "with --keep kept in this directory (give its --tokens)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="work in this new directory and keep it (the studies' database "
+        "bench.db and run directories, for bench_verdicts)",
+    )
     args = parser.parse_args()
     args.reps = args.reps or (1 if args.quick else 3)
     args.trials = args.trials or (8 if args.quick else 40)
@@ -530,13 +661,17 @@ def prepare_data(work: Path) -> Path:
     """The corpus in ``work`` and its token cache, built once, outside every timing."""
     source = DATA / POSTS
     if not source.is_file():
-        sys.exit(f"{source} is missing: this benchmark reads the real history.stackexchange.com "
-                 "dump beside the repository (../shared/data/stackexchange)")
+        sys.exit(
+            f"{source} is missing: this benchmark reads the real history.stackexchange.com "
+            "dump beside the repository (../shared/data/stackexchange)"
+        )
     corpus = work / "corpus"
     manifest = prepare(corpus, sources=[str(source)])
     cache = load_tokens(corpus, "bpe", VOCAB)
-    print(f"corpus: {source} -> {manifest['train_bytes']:,} training bytes, "
-          f"{len(cache.train):,} training tokens (BPE {VOCAB})")
+    print(
+        f"corpus: {source} -> {manifest['train_bytes']:,} training bytes, "
+        f"{len(cache.train):,} training tokens (BPE {VOCAB})"
+    )
     return corpus
 
 
@@ -579,15 +714,20 @@ def main() -> None:
     started = time.perf_counter()
     if args.keep is not None:
         args.keep.mkdir(parents=True)  # a new directory: its studies must not resume old ones
-    with (contextlib.nullcontext(str(args.keep)) if args.keep is not None
-          else tempfile.TemporaryDirectory(prefix="sweeps-bench-search-")) as tmp:
+    with (
+        contextlib.nullcontext(str(args.keep))
+        if args.keep is not None
+        else tempfile.TemporaryDirectory(prefix="sweeps-bench-search-")
+    ) as tmp:
         work = Path(tmp).resolve()
         corpus = prepare_data(work)
         chosen = choose(args.strategies, corpus, budget)
-        print(f"{len(chosen)} strategies x {args.reps} rep(s) x {args.trials} trials of "
-              f"{budget.max_tokens:,} tokens (evaluated every {budget.eval_every:,}; first rung "
-              f"{budget.min_tokens:,}), {args.workers} worker(s) of "
-              f"{os.environ['SWEEPS_NUM_THREADS']} thread(s), {os.cpu_count()} cores")
+        print(
+            f"{len(chosen)} strategies x {args.reps} rep(s) x {args.trials} trials of "
+            f"{budget.max_tokens:,} tokens (evaluated every {budget.eval_every:,}; first rung "
+            f"{budget.min_tokens:,}), {args.workers} worker(s) of "
+            f"{os.environ['SWEEPS_NUM_THREADS']} thread(s), {os.cpu_count()} cores"
+        )
         launcher = make_launcher("fork")  # one fork server for every study
         try:
             for rep in range(args.reps):
@@ -595,7 +735,8 @@ def main() -> None:
                 for strategy in chosen:
                     spec = spec_for(strategy, rep, corpus, args.trials, budget)
                     trials, walls[strategy[0]] = run_study(
-                        spec, f"sqlite:///{work / 'bench.db'}", work, launcher, args.workers)
+                        spec, f"sqlite:///{work / 'bench.db'}", work, launcher, args.workers
+                    )
                     recs[strategy[0]] = records(trials, strategy[0], rep, args.workers)
                     all_records += recs[strategy[0]]
                     corr[strategy[0]].append(rank_correlations(trials, budget))
@@ -610,9 +751,17 @@ def main() -> None:
     print_schedule_pairs(all_records)
     print(f"\ntotal wall {time.perf_counter() - started:.0f} s")
     if args.json is not None:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "space": SPACE, "fixed": FIXED,
-                                         "records": all_records}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "space": SPACE,
+                    "fixed": FIXED,
+                    "records": all_records,
+                },
+                indent=1,
+            )
+        )
         print(f"records: {args.json}")
 
 

@@ -61,16 +61,33 @@ SAMPLE = "<Q>How do I" + " keep a toddler asleep" * 3
 
 
 def spec(name: str, trials: int) -> StudySpec:
-    return read_spec({
-        "study": {"name": name, "sampler": "random", "seed": 0, "pruner": "none",
-                  "n_trials": trials},
-        "corpus": {"dir": "/nonexistent-corpus"},  # never read: no child is launched
-        "fixed": {"device": "cpu", "tokenizer": "byte", "vocab_size": 260, "d_model": 16,
-                  "n_layers": 1, "n_heads": 2, "d_ff": 32, "seq_len": 16, "batch_size": 8,
-                  "max_tokens": 4096},
-        "space": {"lr": {"low": 1e-3, "high": 3e-2, "log": True}},
-        "limits": {"memory_budget": "4GiB", "collapse": False},
-    }, check_paths=False)
+    return read_spec(
+        {
+            "study": {
+                "name": name,
+                "sampler": "random",
+                "seed": 0,
+                "pruner": "none",
+                "n_trials": trials,
+            },
+            "corpus": {"dir": "/nonexistent-corpus"},  # never read: no child is launched
+            "fixed": {
+                "device": "cpu",
+                "tokenizer": "byte",
+                "vocab_size": 260,
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 32,
+                "seq_len": 16,
+                "batch_size": 8,
+                "max_tokens": 4096,
+            },
+            "space": {"lr": {"low": 1e-3, "high": 3e-2, "log": True}},
+            "limits": {"memory_budget": "4GiB", "collapse": False},
+        },
+        check_paths=False,
+    )
 
 
 class Counted:
@@ -94,32 +111,56 @@ class Counted:
         raise AssertionError("unreachable")
 
 
-def fake_trial(ctx: runner.RunnerContext, trial: optuna.Trial, db: Counted, evals: int,
-               train_s: float) -> None:
+def fake_trial(
+    ctx: runner.RunnerContext, trial: optuna.Trial, db: Counted, evals: int, train_s: float
+) -> None:
     """A trial's storage traffic, its training replaced by a sleep."""
     name, number, tid = ctx.spec.name, trial.number, trial._trial_id
     lr = trial.suggest_float("lr", 1e-3, 3e-2, log=True)
     with liveness.heartbeat(ctx.storage, tid):
         for step in range(1, evals + 1):
             time.sleep(train_s / evals)
-            metrics = {"step": step, "tokens": step * 1024, "val_loss": 3.0 / step,
-                       "val_bpb": 4.0 / step, "unigram_gap": 0.1, "tokens_per_s": 1e4,
-                       "peak_mem_bytes": 2**27, "elapsed_s": step * 0.1,
-                       "kl_mean_to_unigram": 0.2, "top20_overlap": 0.5, "train_loss": 3.1}
+            metrics = {
+                "step": step,
+                "tokens": step * 1024,
+                "val_loss": 3.0 / step,
+                "val_bpb": 4.0 / step,
+                "unigram_gap": 0.1,
+                "tokens_per_s": 1e4,
+                "peak_mem_bytes": 2**27,
+                "elapsed_s": step * 0.1,
+                "kl_mean_to_unigram": 0.2,
+                "top20_overlap": 0.5,
+                "train_loss": 3.1,
+            }
             started = time.perf_counter()
             db(records.record_eval, ctx.storage, name, number, tid, metrics)
-            db(records.record_samples, ctx.storage, name, number, tid,
-               {"<Q>How do I": SAMPLE, "<Q>What is": SAMPLE}, tokens=step * 1024, step=step)
+            db(
+                records.record_samples,
+                ctx.storage,
+                name,
+                number,
+                tid,
+                {"<Q>How do I": SAMPLE, "<Q>What is": SAMPLE},
+                tokens=step * 1024,
+                step=step,
+            )
             db(trial.report, 4.0 / step, step - 1)
             db.write_ms.append((time.perf_counter() - started) * 1000)
     attrs = {f"note_{i}": i * lr for i in range(30)}
-    attrs.update(host="bench", pid=os.getpid(), started_at=time.time(), run_dir="/tmp/x",
-                 config={"lr": lr, "d_model": 16})
+    attrs.update(
+        host="bench",
+        pid=os.getpid(),
+        started_at=time.time(),
+        run_dir="/tmp/x",
+        config={"lr": lr, "d_model": 16},
+    )
     db(runner.finish, ctx, trial, outcomes.COMPLETE, "done", attrs, [4.0 / evals])
 
 
-def worker(url: str, name: str, trials: int, evals: int, train_s: float, ready: Any,
-           out: Any) -> None:
+def worker(
+    url: str, name: str, trials: int, evals: int, train_s: float, ready: Any, out: Any
+) -> None:
     """One worker process: the worker's loop with fake trials; its counts onto ``out``."""
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -129,8 +170,13 @@ def worker(url: str, name: str, trials: int, evals: int, train_s: float, ready: 
         storage = st.open_storage(url, heartbeat_interval=10, grace_period=60)
         the_spec = spec(name, trials)
         study = wk.load_for_workers(the_spec, storage, seed_offset=os.getpid())
-        ctx = runner.RunnerContext(spec=the_spec, study=study, storage=storage,
-                                   study_dir=Path("/nonexistent"), launcher=None)
+        ctx = runner.RunnerContext(
+            spec=the_spec,
+            study=study,
+            storage=storage,
+            study_dir=Path("/nonexistent"),
+            launcher=None,
+        )
     finally:
         ready.wait(timeout=600)  # the others start together, whatever happened here
     try:
@@ -147,24 +193,30 @@ def worker(url: str, name: str, trials: int, evals: int, train_s: float, ready: 
         storage.engine.dispose()
     except Exception as exc:  # a worker that would have stopped: reported, not raised
         error = st.describe_error(exc)
-    out.put({"done": done, "errors": db.errors, "retries": db.retries,
-             "write_ms": db.write_ms, "error": error})
+    out.put(
+        {
+            "done": done,
+            "errors": db.errors,
+            "retries": db.retries,
+            "write_ms": db.write_ms,
+            "error": error,
+        }
+    )
 
 
 def pg_stats(url: str) -> dict[str, int]:
     engine = sa.create_engine(st.normalize_url(url), poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as conn:
-            row = conn.execute(sa.text(
-                "SELECT deadlocks FROM pg_stat_database "
-                "WHERE datname = current_database()")).one()
+            row = conn.execute(
+                sa.text("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+            ).one()
     finally:
         engine.dispose()
     return {"deadlocks": int(row[0])}
 
 
-def one_run(url: str, n_workers: int, trials: int, evals: int,
-            train_s: float) -> dict[str, Any]:
+def one_run(url: str, n_workers: int, trials: int, evals: int, train_s: float) -> dict[str, Any]:
     name = f"bench-{n_workers}-{uuid.uuid4().hex[:6]}"
     storage = st.open_storage(url)
     wk.create_or_resume(spec(name, trials), storage)
@@ -173,8 +225,10 @@ def one_run(url: str, n_workers: int, trials: int, evals: int,
     before = pg_stats(url) if pg else None
     mp = multiprocessing.get_context("spawn")
     ready, out = mp.Barrier(n_workers + 1), mp.Queue()
-    procs = [mp.Process(target=worker, args=(url, name, trials, evals, train_s, ready, out))
-             for _ in range(n_workers)]
+    procs = [
+        mp.Process(target=worker, args=(url, name, trials, evals, train_s, ready, out))
+        for _ in range(n_workers)
+    ]
     for p in procs:
         p.start()
     ready.wait(timeout=600)  # every process has its storage open and the study loaded
@@ -185,12 +239,13 @@ def one_run(url: str, n_workers: int, trials: int, evals: int,
         p.join()
     after = pg_stats(url) if pg else None
     check = st.open_storage(url)
-    state = wk.budget_state(optuna.load_study(study_name=name, storage=check).get_trials(),
-                            trials)
+    state = wk.budget_state(optuna.load_study(study_name=name, storage=check).get_trials(), trials)
     check.engine.dispose()
     ms = sorted(m for r in results for m in r["write_ms"])
     return {
-        "per_min": state.finished / wall * 60, "finished": state.finished, "wall": wall,
+        "per_min": state.finished / wall * 60,
+        "finished": state.finished,
+        "wall": wall,
         "errors": sum(r["errors"] for r in results),
         "retries": sum(r["retries"] for r in results),
         "stopped": sum(r["error"] is not None for r in results),
@@ -204,9 +259,11 @@ def one_run(url: str, n_workers: int, trials: int, evals: int,
 def row(label: str, n: int, r: dict[str, Any]) -> str:
     deadlocks = "-" if r["deadlocks"] is None else str(r["deadlocks"])
     done = f"{r['finished']} in {r['wall']:.1f}s"
-    line = (f"{label:<11} {n:>7} {r['per_min']:>11.0f} {done:>14} {r['errors']:>9} "
-            f"{r['retries']:>7} {r['stopped']:>7} {deadlocks:>9} {r['p50']:>9.1f} "
-            f"{r['p95']:>9.1f}")
+    line = (
+        f"{label:<11} {n:>7} {r['per_min']:>11.0f} {done:>14} {r['errors']:>9} "
+        f"{r['retries']:>7} {r['stopped']:>7} {deadlocks:>9} {r['p50']:>9.1f} "
+        f"{r['p95']:>9.1f}"
+    )
     return line + (f"  first error: {r['first_error']}" if r["first_error"] else "")
 
 
@@ -221,16 +278,22 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="sweeps-bench-") as tmp:
         storages = bench_storages(f"sqlite:///{Path(tmp) / 'bench.db'}")
-        print(f"{args.trials} trials per run, {args.evals} evaluations each, "
-              f"{args.train_s:g} s of simulated training per trial, {os.cpu_count()} cores")
-        print(f"{'storage':<11} {'workers':>7} {'trials/min':>11} {'finished':>14} "
-              f"{'db errors':>9} {'retries':>7} {'stopped':>7} {'deadlocks':>9} "
-              f"{'write p50':>9} {'p95 (ms)':>9}")
+        print(
+            f"{args.trials} trials per run, {args.evals} evaluations each, "
+            f"{args.train_s:g} s of simulated training per trial, {os.cpu_count()} cores"
+        )
+        print(
+            f"{'storage':<11} {'workers':>7} {'trials/min':>11} {'finished':>14} "
+            f"{'db errors':>9} {'retries':>7} {'stopped':>7} {'deadlocks':>9} "
+            f"{'write p50':>9} {'p95 (ms)':>9}"
+        )
         try:
             for label, url, _ in storages:
                 for n in args.workers:
-                    print(row(label, n, one_run(url, n, args.trials, args.evals, args.train_s)),
-                          flush=True)
+                    print(
+                        row(label, n, one_run(url, n, args.trials, args.evals, args.train_s)),
+                        flush=True,
+                    )
         finally:
             for _, _, drop in storages:
                 if drop is not None:

@@ -58,9 +58,14 @@ print(json.dumps({"tokens_per_s": steps * B * T / (time.perf_counter() - started
 
 def tokens_per_s(threads: int, steps: int, size: tuple) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(threads), str(steps), json.dumps(size)],
-                         env=env, capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2]).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(threads), str(steps), json.dumps(size)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])["tokens_per_s"]
 
 
@@ -71,21 +76,27 @@ def main() -> None:
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     print(f"{cores} cores; load before: {os.getloadavg()[0]:.2f}")
-    print(f"{'model':<18} {'idle 1':>9} {'idle ' + str(cores):>9} {'ratio':>6}  "
-          f"{'busy 1':>9} {'busy ' + str(cores):>9} {'ratio':>6}   tokens/s")
+    print(
+        f"{'model':<18} {'idle 1':>9} {'idle ' + str(cores):>9} {'ratio':>6}  "
+        f"{'busy 1':>9} {'busy ' + str(cores):>9} {'ratio':>6}   tokens/s"
+    )
     with tempfile.TemporaryDirectory():
         for name, size in SIZES.items():
             idle = [tokens_per_s(n, args.steps, size) for n in (1, cores)]
-            hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])
-                    for _ in range(args.hogs)]
+            hogs = [
+                subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.hogs)
+            ]
             try:
                 busy = [tokens_per_s(n, max(5, args.steps // 4), size) for n in (1, cores)]
             finally:
                 for hog in hogs:
                     hog.kill()
                     hog.wait()
-            print(f"{name:<18} {idle[0]:>9,.0f} {idle[1]:>9,.0f} {idle[1] / idle[0]:>6.2f}  "
-                  f"{busy[0]:>9,.0f} {busy[1]:>9,.0f} {busy[1] / busy[0]:>6.2f}", flush=True)
+            print(
+                f"{name:<18} {idle[0]:>9,.0f} {idle[1]:>9,.0f} {idle[1] / idle[0]:>6.2f}  "
+                f"{busy[0]:>9,.0f} {busy[1]:>9,.0f} {busy[1] / busy[0]:>6.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,12 @@ def hand_loop(cfg: TrainConfig, train_ids: np.ndarray, steps: int) -> float:
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model_config()).to(device)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=device.type == "cuda" or None)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        fused=device.type == "cuda" or None,
+    )
     autocast = autocast_for(device, cfg.precision)
     rng = np.random.default_rng(cfg.seed)
     data = torch.from_numpy(np.asarray(train_ids, dtype=np.int64))
@@ -110,11 +114,24 @@ def flops_per_token(cfg: TrainConfig) -> float:
 def train_config(corpus: Path, device: str, size: tuple, steps: int) -> TrainConfig:
     d_model, n_layers, n_heads, seq_len, batch, accum, precision = size
     return TrainConfig(
-        corpus=str(corpus), tokenizer="bpe", vocab_size=VOCAB[device], d_model=d_model,
-        n_layers=n_layers, n_heads=n_heads, d_ff=4 * d_model, seq_len=seq_len,
-        batch_size=batch, grad_accum=accum, lr=1e-3, precision=precision,
-        max_tokens=steps * batch * accum * seq_len, eval_every_tokens=10**12,
-        eval_tokens=seq_len, sample_prompts=(), sample_tokens=0, device=device,
+        corpus=str(corpus),
+        tokenizer="bpe",
+        vocab_size=VOCAB[device],
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_ff=4 * d_model,
+        seq_len=seq_len,
+        batch_size=batch,
+        grad_accum=accum,
+        lr=1e-3,
+        precision=precision,
+        max_tokens=steps * batch * accum * seq_len,
+        eval_every_tokens=10**12,
+        eval_tokens=seq_len,
+        sample_prompts=(),
+        sample_tokens=0,
+        device=device,
         warmup_tokens=0,
     )
 
@@ -124,8 +141,12 @@ def main() -> None:
     parser.add_argument("--device", choices=tuple(SIZES), default="cpu")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS,
-                        help="CUDA: the device's dense peak for the precision, for the MFU")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=H200_BF16_DENSE_TFLOPS,
+        help="CUDA: the device's dense peak for the precision, for the MFU",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))
@@ -133,12 +154,13 @@ def main() -> None:
     prepare_synthetic(corpus, size_bytes=3_000_000, seed=0)
     if args.device == "cpu":
         peak_gflops = matmul_gflops()
-        print(f"fp32 matmul 2048^3: {peak_gflops:.1f} GFLOP/s on {torch.get_num_threads()} "
-              f"threads")
+        print(f"fp32 matmul 2048^3: {peak_gflops:.1f} GFLOP/s on {torch.get_num_threads()} threads")
     else:
         peak_gflops = args.peak_tflops * 1e3
-        print(f"{torch.cuda.get_device_name()}: MFU against {args.peak_tflops:g} TFLOP/s; "
-              f"torch.compile not measured (the project does not offer it)")
+        print(
+            f"{torch.cuda.get_device_name()}: MFU against {args.peak_tflops:g} TFLOP/s; "
+            f"torch.compile not measured (the project does not offer it)"
+        )
     results: list[dict[str, Any]] = []
     for size in SIZES[args.device]:
         cfg = train_config(corpus, args.device, size, args.steps)
@@ -153,25 +175,46 @@ def main() -> None:
         best_hand, best_ours = max(hand), max(ours)
         per_token = flops_per_token(cfg)
         gflops = best_ours * per_token / 1e9
-        results.append({
-            "d_model": cfg.d_model, "n_layers": cfg.n_layers, "seq_len": cfg.seq_len,
-            "batch_size": cfg.batch_size, "precision": cfg.precision,
-            "hand_tokens_per_s": best_hand, "run_tokens_per_s": best_ours,
-            "ratio": best_ours / best_hand, "flops_per_token": per_token,
-            "tflops": gflops / 1e3, "utilization": gflops / peak_gflops,
-            "rounds_hand": hand, "rounds_run": ours,
-        })
+        results.append(
+            {
+                "d_model": cfg.d_model,
+                "n_layers": cfg.n_layers,
+                "seq_len": cfg.seq_len,
+                "batch_size": cfg.batch_size,
+                "precision": cfg.precision,
+                "hand_tokens_per_s": best_hand,
+                "run_tokens_per_s": best_ours,
+                "ratio": best_ours / best_hand,
+                "flops_per_token": per_token,
+                "tflops": gflops / 1e3,
+                "utilization": gflops / peak_gflops,
+                "rounds_hand": hand,
+                "rounds_run": ours,
+            }
+        )
         share = "MFU" if args.device == "cuda" else "of matmul"
-        print(f"d_model {cfg.d_model} x {cfg.n_layers} layers, T {cfg.seq_len}, "
-              f"{cfg.precision}: hand loop {best_hand:,.0f} tok/s, sweeps train "
-              f"{best_ours:,.0f} tok/s, ratio {best_ours / best_hand:.3f} "
-              f"(rounds: hand {[round(h) for h in hand]}, ours {[round(o) for o in ours]}); "
-              f"{gflops:.1f} GFLOP/s = {gflops / peak_gflops:.3f} {share}", flush=True)
+        print(
+            f"d_model {cfg.d_model} x {cfg.n_layers} layers, T {cfg.seq_len}, "
+            f"{cfg.precision}: hand loop {best_hand:,.0f} tok/s, sweeps train "
+            f"{best_ours:,.0f} tok/s, ratio {best_ours / best_hand:.3f} "
+            f"(rounds: hand {[round(h) for h in hand]}, ours {[round(o) for o in ours]}); "
+            f"{gflops:.1f} GFLOP/s = {gflops / peak_gflops:.3f} {share}",
+            flush=True,
+        )
     if args.json is not None:
-        args.json.write_text(json.dumps({
-            "device": args.device, "peak_gflops": peak_gflops, "compile": "not offered",
-            "flops_per_token": "6N + 12 * n_layers * seq_len * d_model", "sizes": results,
-        }, indent=1), encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "device": args.device,
+                    "peak_gflops": peak_gflops,
+                    "compile": "not offered",
+                    "flops_per_token": "6N + 12 * n_layers * seq_len * d_model",
+                    "sizes": results,
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

@@ -86,8 +86,11 @@ class Stopped:
 def rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [r for r in (loads_child(line) for line in path.read_text().splitlines()
-                        if line.strip()) if isinstance(r, dict) and "val_loss" in r]
+    return [
+        r
+        for r in (loads_child(line) for line in path.read_text().splitlines() if line.strip())
+        if isinstance(r, dict) and "val_loss" in r
+    ]
 
 
 def limits_of(study: optuna.Study) -> CollapseLimits:
@@ -98,8 +101,10 @@ def limits_of(study: optuna.Study) -> CollapseLimits:
 def with_lr_sum(history: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows with ``lr_sum`` (a child before it logged it: from the schedule)."""
     cfg = TrainConfig.from_dict(config)
-    return [r if _number(r.get("lr_sum")) else {**r, "lr_sum": lr_sum(int(r["tokens"]), cfg)}
-            for r in history]
+    return [
+        r if _number(r.get("lr_sum")) else {**r, "lr_sum": lr_sum(int(r["tokens"]), cfg)}
+        for r in history
+    ]
 
 
 def _number(value: Any) -> bool:
@@ -108,9 +113,17 @@ def _number(value: Any) -> bool:
 
 def left_plateau(history: list[dict[str, Any]], limits: CollapseLimits) -> dict[str, Any] | None:
     """The first evaluation that uses its context and beats the unigram, or None."""
-    return next((r for r in history if _number(r.get("mean_kl_to_mean"))
-                 and _number(r.get("unigram_gap")) and r["mean_kl_to_mean"] >= limits.max_context_kl
-                 and r["unigram_gap"] >= limits.min_unigram_gap), None)
+    return next(
+        (
+            r
+            for r in history
+            if _number(r.get("mean_kl_to_mean"))
+            and _number(r.get("unigram_gap"))
+            and r["mean_kl_to_mean"] >= limits.max_context_kl
+            and r["unigram_gap"] >= limits.min_unigram_gap
+        ),
+        None,
+    )
 
 
 def rerun(config: dict[str, Any], max_tokens: int, out: Path) -> list[dict[str, Any]]:
@@ -123,9 +136,13 @@ def rerun(config: dict[str, Any], max_tokens: int, out: Path) -> list[dict[str, 
         # No wall limit: a longer rerun on a busy machine must not end as a timeout.
         cfg.write_text(json.dumps({**config, "max_tokens": max_tokens, "max_wall_s": None}))
         env = {**os.environ, "SWEEPS_NUM_THREADS": os.environ.get("SWEEPS_NUM_THREADS", "1")}
-        proc = subprocess.run([sys.executable, "-m", "sweeps", "train", "--config", str(cfg),
-                               "--out", str(out)], cwd=REPO, env=env, capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "sweeps", "train", "--config", str(cfg), "--out", str(out)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0 or not done.exists():
             raise SystemExit(f"rerun {out} failed ({proc.returncode}): {proc.stderr[-400:]}")
     return with_lr_sum(rows(out / METRICS_FILE), {**config, "max_tokens": max_tokens})
@@ -135,8 +152,9 @@ def judge(row: dict[str, Any], limits: CollapseLimits) -> str | None:
     """What the rules say of ``row``, however early it is (``min_steps`` and ``min_lr_sum``
     waived: the ground truth is what the model predicts at the end, not whether it may be
     judged yet)."""
-    return prediction_verdict({**row, "step": max(int(row["step"]), limits.min_steps),
-                               "lr_sum": None}, limits)
+    return prediction_verdict(
+        {**row, "step": max(int(row["step"]), limits.min_steps), "lr_sum": None}, limits
+    )
 
 
 def gated(row: dict[str, Any], limits: CollapseLimits) -> str | None:
@@ -144,9 +162,9 @@ def gated(row: dict[str, Any], limits: CollapseLimits) -> str | None:
     return prediction_verdict({**row, "step": max(int(row["step"]), limits.min_steps)}, limits)
 
 
-def histories(study: optuna.Study, runs_dir: Path,
-              ended: Collection[str]) -> Iterator[tuple[FrozenTrial, dict[str, Any],
-                                                      list[dict[str, Any]]]]:
+def histories(
+    study: optuna.Study, runs_dir: Path, ended: Collection[str]
+) -> Iterator[tuple[FrozenTrial, dict[str, Any], list[dict[str, Any]]]]:
     """Each trial of ``study`` that ended as one of ``ended``, with its config and its
     evaluations (``lr_sum`` filled in, ``with_lr_sum``)."""
     name = study.study_name
@@ -162,8 +180,7 @@ def histories(study: optuna.Study, runs_dir: Path,
         yield t, config, with_lr_sum(history, config)
 
 
-def stopped_trials(study: optuna.Study, runs_dir: Path, longer: int,
-                   out: Path) -> list[Stopped]:
+def stopped_trials(study: optuna.Study, runs_dir: Path, longer: int, out: Path) -> list[Stopped]:
     name, limits = study.study_name, limits_of(study)
     found = []
     for t, config, history in histories(study, runs_dir, outcomes.PREDICTION_VERDICTS):
@@ -177,10 +194,10 @@ def stopped_trials(study: optuna.Study, runs_dir: Path, longer: int,
         reruns = []
         for tokens in (budget, budget * longer):
             evals = rerun(config, tokens, out / name / f"{t.number}-{tokens}")
-            reruns.append(Rerun(tokens, evals[-1], judge(evals[-1], limits),
-                                left_plateau(evals, limits)))
-        found.append(Stopped(name, t.number, outcome, dict(t.params), history[-1], limits,
-                             reruns))
+            reruns.append(
+                Rerun(tokens, evals[-1], judge(evals[-1], limits), left_plateau(evals, limits))
+            )
+        found.append(Stopped(name, t.number, outcome, dict(t.params), history[-1], limits, reruns))
     return found
 
 
@@ -206,31 +223,51 @@ def spared_trials(study: optuna.Study, runs_dir: Path) -> list[Spared]:
         for i in range(1, len(history) + 1):
             verdict = collapse(history[:i], ungated)
             if verdict is not None and collapse(history[:i], limits) is None:
-                found.append(Spared(name, t.number, dict(t.params), verdict.outcome,
-                                    history[i - 1], left_plateau(history[i:], limits),
-                                    history[-1]))
+                found.append(
+                    Spared(
+                        name,
+                        t.number,
+                        dict(t.params),
+                        verdict.outcome,
+                        history[i - 1],
+                        left_plateau(history[i:], limits),
+                        history[-1],
+                    )
+                )
                 break
     return found
 
 
 def report_spared(spared: list[Spared]) -> None:
-    print(f"\nSpared by min_lr_sum: {len(spared)} complete trials the rules without it would "
-          "have stopped, and what each did in the rest of its own budget:")
+    print(
+        f"\nSpared by min_lr_sum: {len(spared)} complete trials the rules without it would "
+        "have stopped, and what each did in the rest of its own budget:"
+    )
     for s in sorted(spared, key=lambda s: s.at["lr_sum"]):
         lr = f" lr {s.params['lr']:.3g}" if _number(s.params.get("lr")) else ""
-        where = (f"used its context from step {s.left['step']:,} (lr sum "
-                 f"{s.left['lr_sum']:.3g})" if s.left else "never used its context")
-        print(f"  {s.study} #{s.number}{lr}: would be `{s.verdict}` at step {s.at['step']:,} "
-              f"(lr sum {s.at['lr_sum']:.3g}); {where}; ended at {fmt(s.last)}")
+        where = (
+            f"used its context from step {s.left['step']:,} (lr sum {s.left['lr_sum']:.3g})"
+            if s.left
+            else "never used its context"
+        )
+        print(
+            f"  {s.study} #{s.number}{lr}: would be `{s.verdict}` at step {s.at['step']:,} "
+            f"(lr sum {s.at['lr_sum']:.3g}); {where}; ended at {fmt(s.last)}"
+        )
     left = sum(s.left is not None for s in spared)
     print(f"  {left} of {len(spared)} left the plateau within their own budget")
 
 
 def fmt(row: dict[str, Any]) -> str:
-    return (f"step {row['step']:,} (lr sum {row['lr_sum']:.3g}): val_bpb {row['val_bpb']:.3f}, "
-            f"gap {row['unigram_gap']:+.3f}, ctx {row['mean_kl_to_mean']:.3f}"
-            + (f", unk argmax {row['unk_argmax_rate']:.0%}"
-               if row.get("unk_argmax_rate") is not None else ""))
+    return (
+        f"step {row['step']:,} (lr sum {row['lr_sum']:.3g}): val_bpb {row['val_bpb']:.3f}, "
+        f"gap {row['unigram_gap']:+.3f}, ctx {row['mean_kl_to_mean']:.3f}"
+        + (
+            f", unk argmax {row['unk_argmax_rate']:.0%}"
+            if row.get("unk_argmax_rate") is not None
+            else ""
+        )
+    )
 
 
 def failed(s: Stopped, r: Rerun) -> bool:
@@ -243,55 +280,81 @@ def right(s: Stopped) -> bool:
 
 
 def report(found: list[Stopped], gaps: list[float], sums: list[float]) -> None:
-    print("\n| study | trial | params | verdict | judged at | rerun to its budget | "
-          "rerun to x longer | right? |")
+    print(
+        "\n| study | trial | params | verdict | judged at | rerun to its budget | "
+        "rerun to x longer | right? |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for s in found:
-        print(f"| {s.study} | {s.number} | {s.params} | `{s.outcome}` | {fmt(s.judged)} | "
-              + " | ".join(f"{r.tokens:,} tokens, {fmt(r.last)}: {r.verdict or 'no verdict'}"
-                           + ("" if r.left is None else f", used its context from step "
-                                                        f"{r.left['step']:,}")
-                           for r in s.reruns)
-              + f" | {'right' if right(s) else 'wrong'} |")
-    print("\nPer verdict (right: both reruns still show the failure; by the rules: their last "
-          "evaluations still get a verdict):")
+        print(
+            f"| {s.study} | {s.number} | {s.params} | `{s.outcome}` | {fmt(s.judged)} | "
+            + " | ".join(
+                f"{r.tokens:,} tokens, {fmt(r.last)}: {r.verdict or 'no verdict'}"
+                + ("" if r.left is None else f", used its context from step {r.left['step']:,}")
+                for r in s.reruns
+            )
+            + f" | {'right' if right(s) else 'wrong'} |"
+        )
+    print(
+        "\nPer verdict (right: both reruns still show the failure; by the rules: their last "
+        "evaluations still get a verdict):"
+    )
     for outcome in outcomes.PREDICTION_VERDICTS:
         mine = [s for s in found if s.outcome == outcome]
         if mine:
             n_right = sum(right(s) for s in mine)
             by_rules = sum(all(r.verdict is not None for r in s.reruns) for s in mine)
-            print(f"  {outcome}: {n_right} right, {len(mine) - n_right} wrong; by the rules "
-                  f"{by_rules} right, {len(mine) - by_rules} wrong")
-    print("\nThe learning rate summed when judged, and when the longer rerun left the plateau "
-          "(its first evaluation using its context above the unigram):")
+            print(
+                f"  {outcome}: {n_right} right, {len(mine) - n_right} wrong; by the rules "
+                f"{by_rules} right, {len(mine) - by_rules} wrong"
+            )
+    print(
+        "\nThe learning rate summed when judged, and when the longer rerun left the plateau "
+        "(its first evaluation using its context above the unigram):"
+    )
     for s in sorted(found, key=lambda s: s.judged["lr_sum"]):
         left = s.reruns[-1].left
-        where = (f"left at step {left['step']:,}, lr sum {left['lr_sum']:.3g}" if left
-                 else "never left it")
+        where = (
+            f"left at step {left['step']:,}, lr sum {left['lr_sum']:.3g}"
+            if left
+            else "never left it"
+        )
         lr = f" lr {s.params['lr']:.3g}" if _number(s.params.get("lr")) else ""
-        print(f"  {s.study} #{s.number}{lr}: `{s.outcome}` at step "
-              f"{s.judged['step']:,}, lr sum {s.judged['lr_sum']:.3g}; {where}; "
-              f"{'right' if right(s) else 'wrong'}")
-    print("\nRe-judging each stopped trial's own evaluation with min_unigram_gap set to "
-          "(min_lr_sum waived):")
+        print(
+            f"  {s.study} #{s.number}{lr}: `{s.outcome}` at step "
+            f"{s.judged['step']:,}, lr sum {s.judged['lr_sum']:.3g}; {where}; "
+            f"{'right' if right(s) else 'wrong'}"
+        )
+    print(
+        "\nRe-judging each stopped trial's own evaluation with min_unigram_gap set to "
+        "(min_lr_sum waived):"
+    )
     for gap in gaps:
-        kept = [s for s in found
-                if judge(s.judged, dataclasses.replace(s.limits, min_unigram_gap=gap))]
+        kept = [
+            s for s in found if judge(s.judged, dataclasses.replace(s.limits, min_unigram_gap=gap))
+        ]
         tally(gap, found, kept)
-    print("\nRe-judging each stopped trial's own evaluation with min_lr_sum set to (at its "
-          "study's min_unigram_gap; spared: no longer stopped there):")
+    print(
+        "\nRe-judging each stopped trial's own evaluation with min_lr_sum set to (at its "
+        "study's min_unigram_gap; spared: no longer stopped there):"
+    )
     for bound in sums:
-        tally(bound, found, [s for s in found
-                             if gated(s.judged, dataclasses.replace(s.limits, min_lr_sum=bound))])
+        tally(
+            bound,
+            found,
+            [s for s in found if gated(s.judged, dataclasses.replace(s.limits, min_lr_sum=bound))],
+        )
 
 
 def tally(setting: float, found: list[Stopped], kept: list[Stopped]) -> None:
     spared = [s for s in found if s not in kept]
     n_right = sum(right(s) for s in kept)
     learned = sum(not right(s) for s in spared)
-    print(f"  {setting:g}: {len(kept)} of {len(found)} still stopped, {n_right} of them right "
-          f"and {len(kept) - n_right} wrong; of the {len(spared)} spared, {learned} learned in "
-          "a rerun")
+    print(
+        f"  {setting:g}: {len(kept)} of {len(found)} still stopped, {n_right} of them right "
+        f"and {len(kept) - n_right} wrong; of the {len(spared)} spared, {learned} learned in "
+        "a rerun"
+    )
 
 
 def main() -> None:
@@ -313,8 +376,11 @@ def main() -> None:
     if missing:
         raise SystemExit(f"no study matches {', '.join(missing)} in {url}")
     studies = [optuna.load_study(study_name=name, storage=storage) for name in sorted(chosen)]
-    report([s for study in studies for s in stopped_trials(study, a.runs_dir, a.longer, a.out)],
-           a.gaps, a.lr_sums)
+    report(
+        [s for study in studies for s in stopped_trials(study, a.runs_dir, a.longer, a.out)],
+        a.gaps,
+        a.lr_sums,
+    )
     report_spared([s for study in studies for s in spared_trials(study, a.runs_dir)])
 
 

@@ -17,8 +17,9 @@ from lm.train import lm_loss
 def test_the_fused_loss_is_each_models_own_loss() -> None:
     cfg = bf.model_config(64)
     models = bf.make_models(cfg, 3)
-    batch = torch.randint(0, cfg.vocab_size, (3, 2, cfg.seq_len + 1),
-                          generator=torch.Generator().manual_seed(0))  # (K, B, T + 1)
+    batch = torch.randint(
+        0, cfg.vocab_size, (3, 2, cfg.seq_len + 1), generator=torch.Generator().manual_seed(0)
+    )  # (K, B, T + 1)
     fused = bf.FusedGPT(models)
     losses = bf.fused_losses(fused, batch)
     separate = torch.stack([lm_loss(m, batch[k]) for k, m in enumerate(models)])
@@ -31,8 +32,9 @@ def test_the_fused_loss_is_each_models_own_loss() -> None:
 def test_one_fused_step_trains_each_model_as_its_own_step_would() -> None:
     cfg = bf.model_config(32)
     models = bf.make_models(cfg, 2)
-    batch = torch.randint(0, cfg.vocab_size, (2, 2, cfg.seq_len + 1),
-                          generator=torch.Generator().manual_seed(1))
+    batch = torch.randint(
+        0, cfg.vocab_size, (2, 2, cfg.seq_len + 1), generator=torch.Generator().manual_seed(1)
+    )
     fused = bf.FusedGPT(models)
     opt = torch.optim.AdamW(fused.parameters(), lr=1e-2)
     bf.fused_losses(fused, batch).sum().backward()
@@ -47,8 +49,24 @@ def test_one_fused_step_trains_each_model_as_its_own_step_would() -> None:
 
 def test_the_probe_runs_and_writes_its_points(tmp_path: Path) -> None:
     out = tmp_path / "fusion.json"
-    assert bf.main(["--device", "cpu", "--steps", "1", "--d-models", "32", "--ks", "1", "2",
-                    "--json", str(out)]) == 0
+    assert (
+        bf.main(
+            [
+                "--device",
+                "cpu",
+                "--steps",
+                "1",
+                "--d-models",
+                "32",
+                "--ks",
+                "1",
+                "2",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     import json
 
     data = json.loads(out.read_text(encoding="utf-8"))

@@ -59,8 +59,10 @@ GRACE_S = 3
 MEMORY_TARGET = 0.10  # |predicted / measured - 1| for every point of the GPU grid
 THROUGHPUT_TARGET = 0.95  # lm.train.run's tokens/s over the hand-written loop's
 #: Where the classic step looks for a real dump, in order (the device gets only the repo).
-DUMP_DIRS = (REPO / "shared" / "data" / "stackexchange",
-             REPO.parent / "shared" / "data" / "stackexchange")
+DUMP_DIRS = (
+    REPO / "shared" / "data" / "stackexchange",
+    REPO.parent / "shared" / "data" / "stackexchange",
+)
 #: The dump the studies' findings were measured on, taken first when there are several.
 PREFERRED_DUMP = "history.Posts.xml"
 CLASSIC_SPEC = REPO / "studies" / "classic_parenting.toml"
@@ -79,21 +81,56 @@ class Step:
 STEPS = (
     Step("env", 20, False, "python, torch, CUDA and the GPU as this host has them (nvidia-smi)"),
     Step("wheels", 25, False, "check the carried .whl/ set and pip-install it --no-index"),
-    Step("pytest", 85, True, "pytest -m gpu tests/gpu: fp16/bf16 against fp32, OOM then a "
-                             "trial (its memory released), fork-server children on CUDA, "
-                             "CUDA_VISIBLE_DEVICES, a run over its reservation ends oom"),
-    Step("memory", 100, True, "bench_memory --device cuda --configs gpu: predicted allocated "
-                             "against torch.cuda.max_memory_allocated, worst ratio"),
-    Step("throughput", 60, True, "bench_train --device cuda: lm.train.run against a hand loop "
-                                 "(d_model 768, 12 layers, T 1024, bf16), tokens/s and MFU"),
-    Step("study", 45, True, "tests/gpu/study.toml end to end (device cuda, budget auto), its "
-                            "trials and `sweeps report`"),
-    Step("packing", 60, True, "bench_packing --device cuda: trials per hour of 16 small trials "
-                              "one at a time against packed by memory, and whether MPS runs"),
-    Step("fusion", 25, True, "bench_fusion: K models fused into one batched model against K "
-                             "one after another, steps/s at d_model 32/64/128, K 1/4/16, bf16"),
-    Step("classic", 55, True, "studies/classic_parenting.toml's baseline (word 300, d_ff 1, "
-                              "batch 1000 x 254) on a real dump: outcome, reason, steps"),
+    Step(
+        "pytest",
+        85,
+        True,
+        "pytest -m gpu tests/gpu: fp16/bf16 against fp32, OOM then a "
+        "trial (its memory released), fork-server children on CUDA, "
+        "CUDA_VISIBLE_DEVICES, a run over its reservation ends oom",
+    ),
+    Step(
+        "memory",
+        100,
+        True,
+        "bench_memory --device cuda --configs gpu: predicted allocated "
+        "against torch.cuda.max_memory_allocated, worst ratio",
+    ),
+    Step(
+        "throughput",
+        60,
+        True,
+        "bench_train --device cuda: lm.train.run against a hand loop "
+        "(d_model 768, 12 layers, T 1024, bf16), tokens/s and MFU",
+    ),
+    Step(
+        "study",
+        45,
+        True,
+        "tests/gpu/study.toml end to end (device cuda, budget auto), its "
+        "trials and `sweeps report`",
+    ),
+    Step(
+        "packing",
+        60,
+        True,
+        "bench_packing --device cuda: trials per hour of 16 small trials "
+        "one at a time against packed by memory, and whether MPS runs",
+    ),
+    Step(
+        "fusion",
+        25,
+        True,
+        "bench_fusion: K models fused into one batched model against K "
+        "one after another, steps/s at d_model 32/64/128, K 1/4/16, bf16",
+    ),
+    Step(
+        "classic",
+        55,
+        True,
+        "studies/classic_parenting.toml's baseline (word 300, d_ff 1, "
+        "batch 1000 x 254) on a real dump: outcome, reason, steps",
+    ),
 )
 #: Why a CUDA step is skipped when the env step found no device.
 NO_CUDA = "no CUDA device: torch.cuda.is_available() is False"
@@ -133,9 +170,16 @@ class Kit:
         left = self.deadline - time.monotonic() - 2 * GRACE_S
         if left < 1:
             return 124, "no time left in the step's budget"
-        proc = subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace",
-                                start_new_session=True)  # its own group: the timeout ends it all
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )  # its own group: the timeout ends it all
         try:
             text, _ = proc.communicate(timeout=left)
             rc = proc.returncode
@@ -167,13 +211,15 @@ def _last_line(text: str) -> str:
 
 
 def step_env(kit: Kit) -> Outcome:
-    probe = ("import json, platform, torch\n"
-             "ok = torch.cuda.is_available()\n"
-             "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__,"
-             " 'cuda_available': ok, 'devices': torch.cuda.device_count() if ok else 0,"
-             " 'name': torch.cuda.get_device_name(0) if ok else None,"
-             " 'memory_bytes': torch.cuda.get_device_properties(0).total_memory if ok else 0,"
-             " 'bf16': bool(ok and torch.cuda.is_bf16_supported())}))")
+    probe = (
+        "import json, platform, torch\n"
+        "ok = torch.cuda.is_available()\n"
+        "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__,"
+        " 'cuda_available': ok, 'devices': torch.cuda.device_count() if ok else 0,"
+        " 'name': torch.cuda.get_device_name(0) if ok else None,"
+        " 'memory_bytes': torch.cuda.get_device_properties(0).total_memory if ok else 0,"
+        " 'bf16': bool(ok and torch.cuda.is_bf16_supported())}))"
+    )
     rc, text = kit.sh([sys.executable, "-c", probe])
     if rc != 0:
         reason = f"the torch probe failed (exit {rc}): {_last_line(text)}"
@@ -181,54 +227,89 @@ def step_env(kit: Kit) -> Outcome:
         return Outcome("fail", reason)
     numbers = json.loads(text.strip().splitlines()[-1])
     if shutil.which("nvidia-smi"):
-        rc, smi = kit.sh(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                          "--format=csv,noheader"])
+        rc, smi = kit.sh(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+        )
         numbers["nvidia_smi"] = smi.strip() if rc == 0 else f"exit {rc}"
     # What the orchestrator reads of this host without a CUDA context: the pools' free memory
     # (nvidia-smi, lm.host.gpu_memory) and whether MPS runs.
-    rc, read = kit.sh([sys.executable, "-c", "import json; from lm import host; "
-                       "m = host.gpu_memory('0'); print(json.dumps({'gpu_memory': m and "
-                       "m._asdict(), 'mps_pipe': host.mps_pipe()}))"])
+    rc, read = kit.sh(
+        [
+            sys.executable,
+            "-c",
+            "import json; from lm import host; "
+            "m = host.gpu_memory('0'); print(json.dumps({'gpu_memory': m and "
+            "m._asdict(), 'mps_pipe': host.mps_pipe()}))",
+        ]
+    )
     if rc == 0:
         numbers.update(json.loads(read.strip().splitlines()[-1]))
     kit.cuda = bool(numbers["cuda_available"])
-    return Outcome("pass", "CUDA available" if kit.cuda else
-                   "no CUDA device: torch.cuda.is_available() is False", numbers)
+    return Outcome(
+        "pass",
+        "CUDA available" if kit.cuda else "no CUDA device: torch.cuda.is_available() is False",
+        numbers,
+    )
 
 
 def step_wheels(kit: Kit) -> Outcome:
     wheels = sorted(kit.wheels.glob("*.whl")) if kit.wheels.is_dir() else []
     if not wheels:
         missing = missing_pins(kit)
-        where = (f"no wheels in {kit.wheels} (run tests/gpu/prepare.sh, then carry .whl): "
-                 f"the host's own packages are used")
+        where = (
+            f"no wheels in {kit.wheels} (run tests/gpu/prepare.sh, then carry .whl): "
+            f"the host's own packages are used"
+        )
         if missing:
-            return Outcome("fail", f"{where}, and it lacks {', '.join(missing)}: the steps "
-                                   f"that run sweeps will fail", {"missing": missing})
+            return Outcome(
+                "fail",
+                f"{where}, and it lacks {', '.join(missing)}: the steps that run sweeps will fail",
+                {"missing": missing},
+            )
         return Outcome("skip", f"{where}; it has every pinned one")
     problems = wheelset.check(kit.wheels)
     if problems:
-        return Outcome("fail", f"the wheel set is incomplete: {problems[0]}",
-                       {"problems": problems})
-    rc, text = kit.sh([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                       "--no-compile", "--no-cache-dir", "--upgrade", "--target",
-                       str(kit.site), *map(str, wheels)])
+        return Outcome(
+            "fail", f"the wheel set is incomplete: {problems[0]}", {"problems": problems}
+        )
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--upgrade",
+            "--target",
+            str(kit.site),
+            *map(str, wheels),
+        ]
+    )
     if rc != 0:
         return Outcome("fail", f"pip install failed (exit {rc}): {_last_line(text)}")
     kit.env["PYTHONPATH"] = os.pathsep.join([str(kit.site), kit.env["PYTHONPATH"]])
-    return Outcome("pass", f"{len(wheels)} wheels installed in {kit.site}",
-                   {"wheels": [w.name for w in wheels]})
+    return Outcome(
+        "pass",
+        f"{len(wheels)} wheels installed in {kit.site}",
+        {"wheels": [w.name for w in wheels]},
+    )
 
 
 def missing_pins(kit: Kit) -> list[str]:
     """The packages wheels.txt pins that the kit's interpreter cannot find (by distribution
     name): what this host lacks when no wheels were carried."""
     names = sorted(wheelset.pins())
-    probe = ("import importlib.metadata as m, json, sys\n"
-             "def has(n):\n"
-             "    try:\n        m.version(n)\n        return True\n"
-             "    except m.PackageNotFoundError:\n        return False\n"
-             "print(json.dumps([n for n in sys.argv[1:] if not has(n)]))")
+    probe = (
+        "import importlib.metadata as m, json, sys\n"
+        "def has(n):\n"
+        "    try:\n        m.version(n)\n        return True\n"
+        "    except m.PackageNotFoundError:\n        return False\n"
+        "print(json.dumps([n for n in sys.argv[1:] if not has(n)]))"
+    )
     rc, text = kit.sh([sys.executable, "-c", probe, *names])
     if rc != 0:
         return [f"(cannot tell: the probe failed, exit {rc})"]
@@ -237,8 +318,21 @@ def missing_pins(kit: Kit) -> list[str]:
 
 def step_pytest(kit: Kit) -> Outcome:
     xml = kit.out / "pytest.xml"
-    rc, text = kit.sh([sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu", "-q", "-rs",
-                       "-p", "no:cacheprovider", f"--junitxml={xml}"])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "tests/gpu",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+        ]
+    )
     numbers = junit_counts(xml)
     if rc == 124:
         return Outcome("fail", "timed out", numbers)
@@ -256,48 +350,98 @@ def junit_counts(xml: Path) -> dict[str, Any]:
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     if suite is None:
         return {}
-    counts: dict[str, Any] = {k: int(suite.get(k, 0))
-                              for k in ("tests", "failures", "errors", "skipped")}
-    counts["failed"] = [f"{case.get('classname')}::{case.get('name')}"
-                        for case in suite.iter("testcase")
-                        if case.find("failure") is not None or case.find("error") is not None]
+    counts: dict[str, Any] = {
+        k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")
+    }
+    counts["failed"] = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for case in suite.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
     return counts
 
 
 def step_memory(kit: Kit) -> Outcome:
     path = kit.out / "memory.json"
-    rc, text = kit.sh([sys.executable, "tests/bench/bench_memory.py", "--device", "cuda",
-                       "--configs", "gpu", "--launcher", "fork", "--threads", "4",
-                       "--json", str(path)])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "tests/bench/bench_memory.py",
+            "--device",
+            "cuda",
+            "--configs",
+            "gpu",
+            "--launcher",
+            "fork",
+            "--threads",
+            "4",
+            "--json",
+            str(path),
+        ]
+    )
     if not path.exists():
         return Outcome("fail", f"bench_memory wrote no results (exit {rc}): {_last_line(text)}")
     data = json.loads(path.read_text(encoding="utf-8"))
     points = data["points"]
-    outside = [p["point"] for p in points
-               if p["outcome"] != "complete" or abs(p["ratio"] - 1) > MEMORY_TARGET]
-    numbers = {"points": len(points), "worst_ratio": data["worst_ratio"], "outside": outside,
-               "ratios": {str(p["point"]): round(p["ratio"], 4) for p in points}}
+    outside = [
+        p["point"]
+        for p in points
+        if p["outcome"] != "complete" or abs(p["ratio"] - 1) > MEMORY_TARGET
+    ]
+    numbers = {
+        "points": len(points),
+        "worst_ratio": data["worst_ratio"],
+        "outside": outside,
+        "ratios": {str(p["point"]): round(p["ratio"], 4) for p in points},
+    }
     if rc == 124:
         return Outcome("fail", f"timed out after {len(points)} points", numbers)
     if rc != 0 or outside:
-        return Outcome("fail", f"worst ratio {data['worst_ratio']:.3f}; points outside "
-                               f"{MEMORY_TARGET:.0%} or not complete: {outside}", numbers)
-    return Outcome("pass", f"worst ratio {data['worst_ratio']:.3f} over {len(points)} points",
-                   numbers)
+        return Outcome(
+            "fail",
+            f"worst ratio {data['worst_ratio']:.3f}; points outside "
+            f"{MEMORY_TARGET:.0%} or not complete: {outside}",
+            numbers,
+        )
+    return Outcome(
+        "pass", f"worst ratio {data['worst_ratio']:.3f} over {len(points)} points", numbers
+    )
 
 
 def step_throughput(kit: Kit) -> Outcome:
     path = kit.out / "throughput.json"
-    rc, text = kit.sh([sys.executable, "tests/bench/bench_train.py", "--device", "cuda",
-                       "--steps", "20", "--rounds", "2", "--json", str(path)])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "tests/bench/bench_train.py",
+            "--device",
+            "cuda",
+            "--steps",
+            "20",
+            "--rounds",
+            "2",
+            "--json",
+            str(path),
+        ]
+    )
     if rc != 0 or not path.exists():
         return Outcome("fail", f"bench_train exit {rc}: {_last_line(text)}")
     size = json.loads(path.read_text(encoding="utf-8"))["sizes"][0]
-    numbers = {k: size[k] for k in ("ratio", "utilization", "tflops", "hand_tokens_per_s",
-                                    "run_tokens_per_s", "flops_per_token")}
+    numbers = {
+        k: size[k]
+        for k in (
+            "ratio",
+            "utilization",
+            "tflops",
+            "hand_tokens_per_s",
+            "run_tokens_per_s",
+            "flops_per_token",
+        )
+    }
     numbers["compile"] = "not offered by the project"
-    reason = (f"ratio {size['ratio']:.3f} (target >= {THROUGHPUT_TARGET}), "
-              f"MFU {size['utilization']:.3f}")
+    reason = (
+        f"ratio {size['ratio']:.3f} (target >= {THROUGHPUT_TARGET}), MFU {size['utilization']:.3f}"
+    )
     return Outcome("pass" if size["ratio"] >= THROUGHPUT_TARGET else "fail", reason, numbers)
 
 
@@ -306,19 +450,31 @@ def run_study(kit: Kit, spec: Path, name: str, extra: list[str]) -> tuple[int, s
     with its ``result.json`` under ``result``."""
     db = f"sqlite:///{kit.work / (name + '.db')}"
     runs = kit.work / "runs"
-    rc, text = kit.sh([sys.executable, "-m", "sweeps", "run", str(spec), "--storage", db,
-                       "--runs-dir", str(runs), *extra])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "-m",
+            "sweeps",
+            "run",
+            str(spec),
+            "--storage",
+            db,
+            "--runs-dir",
+            str(runs),
+            *extra,
+        ]
+    )
     if rc != 0:
         return rc, text, []
-    rc, rows_text = kit.sh([sys.executable, "-m", "sweeps", "trials", name, "--storage", db,
-                            "--json"])
+    rc, rows_text = kit.sh(
+        [sys.executable, "-m", "sweeps", "trials", name, "--storage", db, "--json"]
+    )
     if rc != 0:
         return rc, rows_text, []
     rows = json.loads(rows_text)
     for row in rows:
         result = runs / name / "trials" / str(row["number"]) / "result.json"
-        row["result"] = (json.loads(result.read_text(encoding="utf-8"))
-                         if result.exists() else None)
+        row["result"] = json.loads(result.read_text(encoding="utf-8")) if result.exists() else None
     return 0, text, rows
 
 
@@ -329,36 +485,71 @@ def step_study(kit: Kit) -> Outcome:
     outcomes: dict[str, int] = {}
     for row in rows:
         outcomes[row["outcome"]] = outcomes.get(row["outcome"], 0) + 1
-    numbers = {"trials": [{k: row[k] for k in ("number", "params", "outcome", "reason",
-                                               "val_bpb", "peak_mem_bytes", "wall_s")}
-                          for row in rows], "outcomes": outcomes}
+    numbers = {
+        "trials": [
+            {
+                k: row[k]
+                for k in (
+                    "number",
+                    "params",
+                    "outcome",
+                    "reason",
+                    "val_bpb",
+                    "peak_mem_bytes",
+                    "wall_s",
+                )
+            }
+            for row in rows
+        ],
+        "outcomes": outcomes,
+    }
     db = f"sqlite:///{kit.work / 'gpu_kit.db'}"
     ratios = calibration_ratios(kit, db, "gpu_kit")
     numbers["calibration_ratios"] = ratios
-    rc, text = kit.sh([sys.executable, "-m", "sweeps", "report", "gpu_kit", "--storage", db,
-                       "--out", str(kit.out / "report.html")])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "-m",
+            "sweeps",
+            "report",
+            "gpu_kit",
+            "--storage",
+            db,
+            "--out",
+            str(kit.out / "report.html"),
+        ]
+    )
     if rc != 0:
         return Outcome("fail", f"sweeps report exit {rc}: {_last_line(text)}", numbers)
     if outcomes != {"complete": len(rows)} or not rows:
         return Outcome("fail", f"not every trial completed: {outcomes}", numbers)
     if not isinstance(ratios, list) or len(ratios) != len(rows):
-        return Outcome("fail", f"calibration pairs {ratios} for {len(rows)} complete trials: "
-                               "each CUDA peak must be paired with its tensor prediction",
-                       numbers)
-    return Outcome("pass", f"{len(rows)} trials complete; calibration ratios (tensors against "
-                           f"tensors) {', '.join(f'{r:.2f}' for r in ratios)}; report.html "
-                           f"written", numbers)
+        return Outcome(
+            "fail",
+            f"calibration pairs {ratios} for {len(rows)} complete trials: "
+            "each CUDA peak must be paired with its tensor prediction",
+            numbers,
+        )
+    return Outcome(
+        "pass",
+        f"{len(rows)} trials complete; calibration ratios (tensors against "
+        f"tensors) {', '.join(f'{r:.2f}' for r in ratios)}; report.html "
+        f"written",
+        numbers,
+    )
 
 
 def calibration_ratios(kit: Kit, db: str, name: str) -> list[float] | str:
     """The study's measured / predicted pairs as calibration reads them
     (``sweeps.preflight.calibration_ratios``): on CUDA max_memory_allocated against the
     predicted tensors, one per complete trial. Why not, when they cannot be read."""
-    probe = ("import json, sys, optuna\n"
-             "from sweeps import preflight\n"
-             "optuna.logging.set_verbosity(optuna.logging.WARNING)\n"
-             "study = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2])\n"
-             "print(json.dumps([round(r, 4) for r in preflight.calibration_ratios(study)]))")
+    probe = (
+        "import json, sys, optuna\n"
+        "from sweeps import preflight\n"
+        "optuna.logging.set_verbosity(optuna.logging.WARNING)\n"
+        "study = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2])\n"
+        "print(json.dumps([round(r, 4) for r in preflight.calibration_ratios(study)]))"
+    )
     rc, text = kit.sh([sys.executable, "-c", probe, name, db])
     if rc != 0:
         return f"not read (exit {rc}): {_last_line(text)}"
@@ -367,38 +558,83 @@ def calibration_ratios(kit: Kit, db: str, name: str) -> list[float] | str:
 
 def step_packing(kit: Kit) -> Outcome:
     path = kit.work / "packing.json"  # its numbers go to the summary; the file stays behind
-    rc, text = kit.sh([sys.executable, "tests/bench/bench_packing.py", "--device", "cuda",
-                       "--trials", "16", "--tokens", "2048", "--json", str(path)])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "tests/bench/bench_packing.py",
+            "--device",
+            "cuda",
+            "--trials",
+            "16",
+            "--tokens",
+            "2048",
+            "--json",
+            str(path),
+        ]
+    )
     if not path.exists():
         return Outcome("fail", f"bench_packing wrote no results (exit {rc}): {_last_line(text)}")
     data = json.loads(path.read_text(encoding="utf-8"))
-    rows = {r["label"]: {k: round(r[k], 1) for k in ("wall", "per_hour", "workers", "peak_mib",
-                                                     "reserved_mib")} for r in data["rows"]}
-    numbers = {"trials": data["trials"], "tokens": data["tokens"], "mps": data["mps"],
-               "rows": rows, "speedup": data.get("speedup")}
+    rows = {
+        r["label"]: {
+            k: round(r[k], 1) for k in ("wall", "per_hour", "workers", "peak_mib", "reserved_mib")
+        }
+        for r in data["rows"]
+    }
+    numbers = {
+        "trials": data["trials"],
+        "tokens": data["tokens"],
+        "mps": data["mps"],
+        "rows": rows,
+        "speedup": data.get("speedup"),
+    }
     if rc != 0 or "speedup" not in data:
         return Outcome("fail", f"bench_packing exit {rc}: {_last_line(text)}", numbers)
     one, packed = rows["one at a time"], rows["packed by memory"]
-    return Outcome("pass", f"{one['per_hour']:.0f} trials/h one at a time, {packed['per_hour']:.0f}"
-                           f" packed ({data['speedup']:.2f}x, {packed['workers']:.0f} workers, "
-                           f"MPS {'on' if data['mps'] else 'off'})", numbers)
+    return Outcome(
+        "pass",
+        f"{one['per_hour']:.0f} trials/h one at a time, {packed['per_hour']:.0f}"
+        f" packed ({data['speedup']:.2f}x, {packed['workers']:.0f} workers, "
+        f"MPS {'on' if data['mps'] else 'off'})",
+        numbers,
+    )
 
 
 def step_fusion(kit: Kit) -> Outcome:
     path = kit.work / "fusion.json"
-    rc, text = kit.sh([sys.executable, "tests/bench/bench_fusion.py", "--device", "cuda",
-                       "--steps", "10", "--json", str(path)])
+    rc, text = kit.sh(
+        [
+            sys.executable,
+            "tests/bench/bench_fusion.py",
+            "--device",
+            "cuda",
+            "--steps",
+            "10",
+            "--json",
+            str(path),
+        ]
+    )
     if not path.exists():
         return Outcome("fail", f"bench_fusion wrote no results (exit {rc}): {_last_line(text)}")
     points = json.loads(path.read_text(encoding="utf-8"))["points"]
-    numbers = {"points": [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()}
-                          for p in points]}
+    numbers = {
+        "points": [
+            {k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()} for p in points
+        ]
+    }
     if rc != 0:
-        return Outcome("fail", f"bench_fusion exit {rc} after {len(points)} points: "
-                               f"{_last_line(text)}", numbers)
+        return Outcome(
+            "fail",
+            f"bench_fusion exit {rc} after {len(points)} points: {_last_line(text)}",
+            numbers,
+        )
     best = max(points, key=lambda p: p["speedup"])
-    return Outcome("pass", f"fused over separate: best {best['speedup']:.2f}x at d_model "
-                           f"{best['d_model']}, K {best['k']}", numbers)
+    return Outcome(
+        "pass",
+        f"fused over separate: best {best['speedup']:.2f}x at d_model "
+        f"{best['d_model']}, K {best['k']}",
+        numbers,
+    )
 
 
 def find_dump(dirs: tuple[Path, ...] = DUMP_DIRS) -> Path | None:
@@ -425,8 +661,11 @@ def classic_spec(dump: Path, corpus_out: Path) -> str:
 def step_classic(kit: Kit) -> Outcome:
     dump = find_dump()
     if dump is None:
-        return Outcome("skip", "no *.Posts.xml dump in shared/data/stackexchange/ inside the "
-                               "repo or beside it; copy one in before the device run")
+        return Outcome(
+            "skip",
+            "no *.Posts.xml dump in shared/data/stackexchange/ inside the "
+            "repo or beside it; copy one in before the device run",
+        )
     spec = kit.work / "classic_parenting.toml"
     spec.write_text(classic_spec(dump, kit.work / "corpora" / "classic"), encoding="utf-8")
     # The baseline only (the ablation's first trial; the other two stay enqueued in a database
@@ -434,29 +673,47 @@ def step_classic(kit: Kit) -> Outcome:
     rc, text, rows = run_study(kit, spec, "classic_parenting", ["--n-trials", "1"])
     ran = [r for r in rows if r["result"] is not None]
     if rc != 0 or not ran:
-        return Outcome("fail", f"sweeps run/trials exit {rc}: {_last_line(text)}",
-                       {"dump": dump.name})
+        return Outcome(
+            "fail", f"sweeps run/trials exit {rc}: {_last_line(text)}", {"dump": dump.name}
+        )
     row, result = ran[0], ran[0]["result"]
-    if {k: row["params"].get(k) for k in ("vocab_size", "d_ff")} != {"vocab_size": 300,
-                                                                     "d_ff": 1}:
+    if {k: row["params"].get(k) for k in ("vocab_size", "d_ff")} != {"vocab_size": 300, "d_ff": 1}:
         return Outcome("fail", f"the trial that ran is not the baseline: {row['params']}")
     final = result.get("final_metrics") or {}
-    numbers = {"dump": dump.name, "params": row["params"], "outcome": row["outcome"],
-               "reason": row["reason"], "steps": result.get("steps"),
-               "tokens_seen": result.get("tokens_seen"), "unk_rate": result.get("unk_rate"),
-               "val_bpb": row["val_bpb"], "peak_mem_bytes": row["peak_mem_bytes"],
-               **{k: final.get(k) for k in ("unigram_gap", "mean_kl_to_mean", "kl_to_unigram",
-                                            "val_loss")}}
+    numbers = {
+        "dump": dump.name,
+        "params": row["params"],
+        "outcome": row["outcome"],
+        "reason": row["reason"],
+        "steps": result.get("steps"),
+        "tokens_seen": result.get("tokens_seen"),
+        "unk_rate": result.get("unk_rate"),
+        "val_bpb": row["val_bpb"],
+        "peak_mem_bytes": row["peak_mem_bytes"],
+        **{
+            k: final.get(k) for k in ("unigram_gap", "mean_kl_to_mean", "kl_to_unigram", "val_loss")
+        },
+    }
     collapsed = row["outcome"] == "unigram_collapse"
-    return Outcome("pass", f"vocab 300, batch 1000 x 254 on {dump.name}: {row['outcome']} "
-                           f"after {result.get('steps')} steps"
-                           f"{' (collapsed)' if collapsed else ''}: {row['reason']}", numbers)
+    return Outcome(
+        "pass",
+        f"vocab 300, batch 1000 x 254 on {dump.name}: {row['outcome']} "
+        f"after {result.get('steps')} steps"
+        f"{' (collapsed)' if collapsed else ''}: {row['reason']}",
+        numbers,
+    )
 
 
 RUNNERS: dict[str, Callable[[Kit], Outcome]] = {
-    "env": step_env, "wheels": step_wheels, "pytest": step_pytest, "memory": step_memory,
-    "throughput": step_throughput, "study": step_study, "packing": step_packing,
-    "fusion": step_fusion, "classic": step_classic,
+    "env": step_env,
+    "wheels": step_wheels,
+    "pytest": step_pytest,
+    "memory": step_memory,
+    "throughput": step_throughput,
+    "study": step_study,
+    "packing": step_packing,
+    "fusion": step_fusion,
+    "classic": step_classic,
 }
 
 
@@ -464,15 +721,23 @@ RUNNERS: dict[str, Callable[[Kit], Outcome]] = {
 
 
 def plan() -> list[dict[str, Any]]:
-    return [{"name": s.name, "budget_s": s.budget_s, "needs_cuda": s.needs_cuda, "what": s.what}
-            for s in STEPS]
+    return [
+        {"name": s.name, "budget_s": s.budget_s, "needs_cuda": s.needs_cuda, "what": s.what}
+        for s in STEPS
+    ]
 
 
 def write_summary(kit: Kit, started: str, steps: list[dict[str, Any]], wall: float) -> None:
-    summary = {"kit": "sweeps GPU acceptance kit", "started": started, "cuda": kit.cuda,
-               "total_budget_s": TOTAL_BUDGET_S, "plan": plan(), "steps": steps,
-               "seconds": round(wall, 1),
-               "targets": {"memory_within": MEMORY_TARGET, "throughput_ratio": THROUGHPUT_TARGET}}
+    summary = {
+        "kit": "sweeps GPU acceptance kit",
+        "started": started,
+        "cuda": kit.cuda,
+        "total_budget_s": TOTAL_BUDGET_S,
+        "plan": plan(),
+        "steps": steps,
+        "seconds": round(wall, 1),
+        "targets": {"memory_within": MEMORY_TARGET, "throughput_ratio": THROUGHPUT_TARGET},
+    }
     tmp = kit.out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     tmp.replace(kit.out / "summary.json")
@@ -481,9 +746,11 @@ def write_summary(kit: Kit, started: str, steps: list[dict[str, Any]], wall: flo
 def run_kit(out: Path, wheels: Path, site: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sweeps-gpu-kit-"))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
-                                         if p)}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
     kit = Kit(out=out, work=work, wheels=wheels, site=site, env=env)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
@@ -502,13 +769,25 @@ def run_kit(out: Path, wheels: Path, site: Path) -> int:
                 except Exception as exc:  # a broken step is that step's failure, not the kit's
                     outcome = Outcome("fail", f"{type(exc).__name__}: {exc}")
             seconds = round(time.monotonic() - begun, 1)
-            steps.append({"name": step.name, "status": outcome.status, "reason": outcome.reason,
-                          "seconds": seconds, "budget_s": step.budget_s,
-                          "numbers": outcome.numbers})
+            steps.append(
+                {
+                    "name": step.name,
+                    "status": outcome.status,
+                    "reason": outcome.reason,
+                    "seconds": seconds,
+                    "budget_s": step.budget_s,
+                    "numbers": outcome.numbers,
+                }
+            )
             kit.say(f"--- {step.name}: {outcome.status} in {seconds} s: {outcome.reason}")
             write_summary(kit, started, steps, time.monotonic() - t0)
-        kit.say("\n" + "\n".join(f"{s['name']:10} {s['status']:4} {s['seconds']:6.1f} s  "
-                                 f"{s['reason']}" for s in steps))
+        kit.say(
+            "\n"
+            + "\n".join(
+                f"{s['name']:10} {s['status']:4} {s['seconds']:6.1f} s  {s['reason']}"
+                for s in steps
+            )
+        )
     shutil.rmtree(work, ignore_errors=True)
     return 1 if any(s["status"] == "fail" for s in steps) else 0
 
@@ -526,8 +805,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         for s in STEPS:
             print(f"{s.name:10} {s.budget_s:4d} s  {'cuda' if s.needs_cuda else '    '}  {s.what}")
-        print(f"{'total':10} {sum(s.budget_s for s in STEPS):4d} s  (limit {TOTAL_BUDGET_S} s, "
-              f"{DRIVER_S} s of it for the driver)")
+        print(
+            f"{'total':10} {sum(s.budget_s for s in STEPS):4d} s  (limit {TOTAL_BUDGET_S} s, "
+            f"{DRIVER_S} s of it for the driver)"
+        )
         return 0
     return run_kit(args.out.resolve(), args.wheels.resolve(), args.site.resolve())
 

@@ -38,8 +38,10 @@ from lm.train import lm_loss, run
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="needs a CUDA device (torch.cuda.is_available() is False)"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA device (torch.cuda.is_available() is False)",
+    ),
 ]
 
 #: |loss / fp32 loss - 1| after one step from the same weights and batch. fp16 keeps 10 mantissa
@@ -51,10 +53,21 @@ GRAD_COSINE = 0.99
 RUN_TOLERANCE = 0.03
 
 SMALL: dict[str, Any] = {
-    "tokenizer": "bpe", "vocab_size": 1024, "d_model": 128, "n_layers": 2, "n_heads": 4,
-    "d_ff": 512, "seq_len": 128, "batch_size": 16, "lr": 3e-3, "device": "cuda",
-    "max_tokens": 40 * 16 * 128, "warmup_tokens": 5 * 16 * 128,
-    "eval_every_tokens": 20 * 16 * 128, "eval_tokens": 8 * 128, "sample_tokens": 4,
+    "tokenizer": "bpe",
+    "vocab_size": 1024,
+    "d_model": 128,
+    "n_layers": 2,
+    "n_heads": 4,
+    "d_ff": 512,
+    "seq_len": 128,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "device": "cuda",
+    "max_tokens": 40 * 16 * 128,
+    "warmup_tokens": 5 * 16 * 128,
+    "eval_every_tokens": 20 * 16 * 128,
+    "eval_tokens": 8 * 128,
+    "sample_tokens": 4,
 }
 
 
@@ -118,9 +131,20 @@ def test_short_runs_match_fp32(gpu_corpus: Path, tmp_path: Path) -> None:
 def huge(gpu_corpus: Path) -> TrainConfig:
     """A batch far beyond any GPU: one (B, T, C) activation alone is 8192 x 1024 x 2048 x 4 B =
     64 GiB, and the forward keeps several."""
-    return config(gpu_corpus, tokenizer="byte", vocab_size=260, d_model=2048, n_heads=16,
-                  d_ff=8192, seq_len=1024, batch_size=8192, max_tokens=8192 * 1024,
-                  warmup_tokens=0, eval_every_tokens=10**12, eval_tokens=1024)
+    return config(
+        gpu_corpus,
+        tokenizer="byte",
+        vocab_size=260,
+        d_model=2048,
+        n_heads=16,
+        d_ff=8192,
+        seq_len=1024,
+        batch_size=8192,
+        max_tokens=8192 * 1024,
+        warmup_tokens=0,
+        eval_every_tokens=10**12,
+        eval_tokens=1024,
+    )
 
 
 def assert_complete_oom_result(run_dir: Path) -> None:
@@ -152,8 +176,9 @@ def cuda_mapped(pid: int) -> bool:
     return "libcuda.so" in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
 
 
-def test_fork_server_children_train_on_cuda_and_survive_an_oom(gpu_corpus: Path,
-                                                                tmp_path: Path) -> None:
+def test_fork_server_children_train_on_cuda_and_survive_an_oom(
+    gpu_corpus: Path, tmp_path: Path
+) -> None:
     from sweeps.forkserver import ForkServer
 
     with ForkServer() as server:
@@ -188,8 +213,9 @@ def test_visible_devices_pins_a_child_to_one_device(gpu_corpus: Path, tmp_path: 
         assert "only 1 CUDA device(s) exist" in (second / "log.txt").read_text()
         # A CPU worker's children get CUDA_VISIBLE_DEVICES="" and see none.
         hidden = write_run(tmp_path / "hidden", config(gpu_corpus))
-        rc = server.launch(hidden, log_path=hidden / "log.txt",
-                           env={host.VISIBLE_DEVICES_ENV: ""}).wait(timeout=120)
+        rc = server.launch(
+            hidden, log_path=hidden / "log.txt", env={host.VISIBLE_DEVICES_ENV: ""}
+        ).wait(timeout=120)
         assert rc != 0
         assert "CUDA" in (hidden / "log.txt").read_text()
     assert os.environ.get(host.VISIBLE_DEVICES_ENV) != ""  # the test's own process is untouched

@@ -39,16 +39,37 @@ HOST_PACKAGES = HERE / "host-packages.txt"
 MAX_BYTES = 40 * 2**20
 #: The GPU host's interpreter and platform, as environment markers see them.
 HOST_MARKERS = {
-    "python_version": "3.12", "python_full_version": "3.12.3", "implementation_name": "cpython",
-    "platform_python_implementation": "CPython", "implementation_version": "3.12.3",
-    "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-    "os_name": "posix", "platform_release": "", "platform_version": "", "extra": "",
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "implementation_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "platform_release": "",
+    "platform_version": "",
+    "extra": "",
 }
 #: ``pip download`` flags for those wheels (pip matches each manylinux tag exactly).
 PLATFORM_FLAGS = [
-    "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-    *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-                  "manylinux2014_x86_64", "manylinux1_x86_64") for a in ("--platform", p)],
+    "--only-binary=:all:",
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    *[
+        a
+        for p in (
+            "manylinux_2_28_x86_64",
+            "manylinux_2_27_x86_64",
+            "manylinux_2_17_x86_64",
+            "manylinux2014_x86_64",
+            "manylinux1_x86_64",
+        )
+        for a in ("--platform", p)
+    ],
 ]
 
 
@@ -86,26 +107,34 @@ def _tag_fits(filename: str) -> bool:
     pythons, abis, platforms = python.split("."), abi.split("."), platform.split(".")
     if "any" in platforms:
         return any(p in ("py3", "cp312") for p in pythons)
-    on_host = any(p.endswith("_x86_64") and ("manylinux" in p or p.startswith("linux"))
-                  for p in platforms)
+    on_host = any(
+        p.endswith("_x86_64") and ("manylinux" in p or p.startswith("linux")) for p in platforms
+    )
     cpython3 = [int(p[3:]) for p in pythons if re.fullmatch(r"cp3\d+", p)]
-    return on_host and (("cp312" in pythons and "cp312" in abis)
-                        or ("abi3" in abis and any(minor <= 12 for minor in cpython3)))
+    return on_host and (
+        ("cp312" in pythons and "cp312" in abis)
+        or ("abi3" in abis and any(minor <= 12 for minor in cpython3))
+    )
 
 
 def metadata(wheel: Path) -> tuple[str, str, list[str]]:
     """(name, version, Requires-Dist lines) from a wheel's ``*.dist-info/METADATA``."""
     with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist()
-                 if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        names = [
+            n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        ]
         if len(names) != 1:
             raise ValueError(f"{wheel.name} has {len(names)} .dist-info/METADATA files, not 1")
         headers = HeaderParser().parsestr(zf.read(names[0]).decode("utf-8"))
     return headers["Name"], headers["Version"], headers.get_all("Requires-Dist") or []
 
 
-def check(folder: Path, pinned: dict[str, str] | None = None,
-          host: set[str] | None = None, max_bytes: int = MAX_BYTES) -> list[str]:
+def check(
+    folder: Path,
+    pinned: dict[str, str] | None = None,
+    host: set[str] | None = None,
+    max_bytes: int = MAX_BYTES,
+) -> list[str]:
     """Every problem of the wheel set in ``folder``, one line each; empty when it is whole."""
     pinned = pins() if pinned is None else pinned
     host = host_packages() if host is None else host
@@ -127,8 +156,10 @@ def check(folder: Path, pinned: dict[str, str] | None = None,
         requires += [(name, r) for r in reqs]
     for name, versions in sorted(found.items()):
         if len(versions) > 1:
-            problems.append(f"{name} is there in {len(versions)} versions "
-                            f"({', '.join(sorted(versions))}); keep one")
+            problems.append(
+                f"{name} is there in {len(versions)} versions "
+                f"({', '.join(sorted(versions))}); keep one"
+            )
     for name, version in sorted(pinned.items()):
         if name not in found:
             problems.append(f"{name}=={version} is pinned in wheels.txt but has no wheel")
@@ -148,12 +179,15 @@ def check(folder: Path, pinned: dict[str, str] | None = None,
             if bad:
                 problems.append(f"{owner} needs {line!r}, the set has {dep} {', '.join(bad)}")
         elif dep not in host:
-            problems.append(f"{owner} needs {req.name}, neither in the set nor on the host "
-                            f"(tests/gpu/host-packages.txt); add it to wheels.txt")
+            problems.append(
+                f"{owner} needs {req.name}, neither in the set nor on the host "
+                f"(tests/gpu/host-packages.txt); add it to wheels.txt"
+            )
     size = sum(w.stat().st_size for w in wheels)
     if size > max_bytes:
-        problems.append(f"the wheels weigh {size / 2**20:.1f} MiB, "
-                        f"over {max_bytes / 2**20:.0f} MiB")
+        problems.append(
+            f"the wheels weigh {size / 2**20:.1f} MiB, over {max_bytes / 2**20:.0f} MiB"
+        )
     return problems
 
 
@@ -168,9 +202,21 @@ def download(folder: Path) -> None:
             continue
         if normalize(name) in wanted and wanted[normalize(name)] != version:
             wheel.unlink()
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                    *PLATFORM_FLAGS, "-d", str(folder),
-                    *[f"{n}=={v}" for n, v in wanted.items()]], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            *PLATFORM_FLAGS,
+            "-d",
+            str(folder),
+            *[f"{n}=={v}" for n, v in wanted.items()],
+        ],
+        check=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wheel set: {problem}")
     if not problems:
         size = sum(w.stat().st_size for w in wheels)
-        print(f"wheel set complete: {len(wheels)} wheels, {size / 2**20:.1f} MiB, one version "
-              f"each, every requirement in the set or on the host")
+        print(
+            f"wheel set complete: {len(wheels)} wheels, {size / 2**20:.1f} MiB, one version "
+            f"each, every requirement in the set or on the host"
+        )
     return 1 if problems else 0
 
 

@@ -14,22 +14,43 @@ from lm import budget, flops
 from lm.config import BUDGET_DEFAULTS, TrainConfig
 from lm.errors import SweepsError
 
-SMALL = {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "seq_len": 16,
-         "batch_size": 8, "warmup_tokens": 200, "sample_tokens": 2, "device": "cpu"}
+SMALL = {
+    "d_model": 16,
+    "n_layers": 1,
+    "n_heads": 2,
+    "d_ff": 32,
+    "seq_len": 16,
+    "batch_size": 8,
+    "warmup_tokens": 200,
+    "sample_tokens": 2,
+    "device": "cpu",
+}
 
 
 def test_one_unit_governs_each_quantity_and_tokens_are_the_default() -> None:
     cfg = TrainConfig(corpus="c")
     assert (cfg.max_tokens, cfg.eval_every_tokens, cfg.warmup_tokens, cfg.eval_tokens) == (
-        BUDGET_DEFAULTS["max"], BUDGET_DEFAULTS["eval_every"], BUDGET_DEFAULTS["warmup"],
-        BUDGET_DEFAULTS["eval"])
+        BUDGET_DEFAULTS["max"],
+        BUDGET_DEFAULTS["eval_every"],
+        BUDGET_DEFAULTS["warmup"],
+        BUDGET_DEFAULTS["eval"],
+    )
     assert cfg.resolved and cfg.budget_unit() == "tokens"
-    for given in ({"max_tokens": 10, "max_bytes": 40}, {"max_bytes": 40, "max_flops": 1e9},
-                  {"eval_every_tokens": 5, "eval_every_flops": 1e6}):
+    for given in (
+        {"max_tokens": 10, "max_bytes": 40},
+        {"max_bytes": 40, "max_flops": 1e9},
+        {"eval_every_tokens": 5, "eval_every_flops": 1e6},
+    ):
         with pytest.raises(SweepsError, match="give one of"):
             TrainConfig(corpus="c", **given)
-    for bad in ({"max_bytes": 0}, {"max_flops": -1.0}, {"max_flops": math.inf},
-                {"eval_bytes": 1}, {"derived": ["max_tokens"]}, {"derived": ["lr"]}):
+    for bad in (
+        {"max_bytes": 0},
+        {"max_flops": -1.0},
+        {"max_flops": math.inf},
+        {"eval_bytes": 1},
+        {"derived": ["max_tokens"]},
+        {"derived": ["lr"]},
+    ):
         with pytest.raises(SweepsError):
             TrainConfig(corpus="c", **bad)
     unresolved = TrainConfig(corpus="c", max_bytes=400_000)
@@ -38,16 +59,20 @@ def test_one_unit_governs_each_quantity_and_tokens_are_the_default() -> None:
 
 
 def test_bytes_are_worked_out_in_whole_sequences_at_the_tokenizers_rate() -> None:
-    cfg = TrainConfig(corpus="c", seq_len=64, max_bytes=400_000, eval_every_bytes=100_000,
-                      warmup_bytes=20_000, eval_bytes=30_000)
+    cfg = TrainConfig(
+        corpus="c",
+        seq_len=64,
+        max_bytes=400_000,
+        eval_every_bytes=100_000,
+        warmup_bytes=20_000,
+        eval_bytes=30_000,
+    )
     rate = budget.TextRate(train=4.4, val=4.3, measured=True)
     out = budget.resolve(cfg, rate)
     assert out.max_tokens == round(400_000 / 4.4 / 64) * 64 == 90_880
-    assert (out.eval_every_tokens, out.warmup_tokens) == (round(100_000 / 4.4),
-                                                          round(20_000 / 4.4))
+    assert (out.eval_every_tokens, out.warmup_tokens) == (round(100_000 / 4.4), round(20_000 / 4.4))
     assert out.eval_tokens == math.ceil(30_000 / 4.3)
-    assert set(out.derived) == {"max_tokens", "eval_every_tokens", "warmup_tokens",
-                                "eval_tokens"}
+    assert set(out.derived) == {"max_tokens", "eval_every_tokens", "warmup_tokens", "eval_tokens"}
     assert out.bytes_per_token == 4.4 and out.budget_unit() == "bytes"
     assert budget.max_amount(out) == 400_000
     # config.json round trip: the given bytes and the derived tokens both kept, one governing.
@@ -86,13 +111,23 @@ def runs(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[int, di
 
     out = {}
     for vocab in (260, 1024):
-        cfg = TrainConfig(corpus=str(corpus), tokenizer="bpe", vocab_size=vocab, **SMALL,
-                          max_bytes=24_000, eval_every_bytes=12_000, eval_bytes=4_000)
+        cfg = TrainConfig(
+            corpus=str(corpus),
+            tokenizer="bpe",
+            vocab_size=vocab,
+            **SMALL,
+            max_bytes=24_000,
+            eval_every_bytes=12_000,
+            eval_bytes=4_000,
+        )
         run_dir = tmp_path_factory.mktemp(f"bytes-{vocab}")
         result = run(cfg, run_dir)
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        out[vocab] = {"result": result.to_dict(), "rows": rows,
-                      "config": json.loads((run_dir / "config.json").read_text())}
+        out[vocab] = {
+            "result": result.to_dict(),
+            "rows": rows,
+            "config": json.loads((run_dir / "config.json").read_text()),
+        }
     return out
 
 

@@ -43,13 +43,19 @@ def make(**overrides: object) -> TrainConfig:
         ({"decay_shape": "sqrt"}, ["decay_shape", "'sqrt'"]),
         ({"cooldown_fraction": 0.0}, ["cooldown_fraction must be > 0"]),
         ({"lr_schedule": "wsd", "cooldown_reads": [0]}, ["cooldown_reads must be >= 1"]),
-        ({"lr_schedule": "wsd", "cooldown_reads": [2_000_000]},
-         ["cooldown_reads must be below max_tokens=1,000,000", "[2000000]"]),
-        ({"lr_schedule": "wsd", "cooldown_reads": [300, 200]},
-         ["cooldown_reads must be increasing", "[300, 200]"]),
+        (
+            {"lr_schedule": "wsd", "cooldown_reads": [2_000_000]},
+            ["cooldown_reads must be below max_tokens=1,000,000", "[2000000]"],
+        ),
+        (
+            {"lr_schedule": "wsd", "cooldown_reads": [300, 200]},
+            ["cooldown_reads must be increasing", "[300, 200]"],
+        ),
         ({"lr_schedule": "wsd", "cooldown_reads": 100}, ["cooldown_reads must be a list"]),
-        ({"cooldown_reads": [1000]},
-         ["cooldown_reads needs lr_schedule='wsd'", "lr_schedule='cosine'", "[1000]"]),
+        (
+            {"cooldown_reads": [1000]},
+            ["cooldown_reads needs lr_schedule='wsd'", "lr_schedule='cosine'", "[1000]"],
+        ),
     ],
 )
 def test_bad_values_name_field_and_value(overrides: dict, expected: list[str]) -> None:
@@ -137,7 +143,11 @@ def test_the_schedule_at_its_defaults_keeps_the_resume_fingerprint() -> None:
     wsd = make(lr_schedule="wsd")
     assert wsd.computation()["lr_schedule"] == "wsd"
     assert wsd.resume_fingerprint() != cfg.resume_fingerprint()
-    assert make(lr_schedule="wsd", decay_shape="linear").resume_fingerprint() \
+    assert (
+        make(lr_schedule="wsd", decay_shape="linear").resume_fingerprint()
         != wsd.resume_fingerprint()
-    assert make(lr_schedule="wsd", cooldown_reads=[10]).resume_fingerprint() \
+    )
+    assert (
+        make(lr_schedule="wsd", cooldown_reads=[10]).resume_fingerprint()
         != wsd.resume_fingerprint()
+    )

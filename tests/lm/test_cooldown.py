@@ -33,12 +33,27 @@ def config(corpus: Path, **overrides: Any) -> TrainConfig:
     """200 steps of 64 tokens, WSD, dropout (so torch's generator matters too), reads at 3,000
     (between evaluations) and 5,120 (at one)."""
     values: dict[str, Any] = {
-        "corpus": str(corpus), "tokenizer": "word", "vocab_size": 300, "device": "cpu",
-        "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "seq_len": 16, "dropout": 0.1,
-        "batch_size": 4, "lr": 1e-2, "warmup_tokens": 640, "max_tokens": 12_800,
-        "eval_every_tokens": 2_560, "eval_tokens": 512, "sample_tokens": 4,
-        "checkpoint_every_tokens": None, "lr_schedule": "wsd",
-        "cooldown_reads": [3_000, READ_AT], "cooldown_fraction": 0.25,
+        "corpus": str(corpus),
+        "tokenizer": "word",
+        "vocab_size": 300,
+        "device": "cpu",
+        "d_model": 32,
+        "n_layers": 1,
+        "n_heads": 2,
+        "d_ff": 64,
+        "seq_len": 16,
+        "dropout": 0.1,
+        "batch_size": 4,
+        "lr": 1e-2,
+        "warmup_tokens": 640,
+        "max_tokens": 12_800,
+        "eval_every_tokens": 2_560,
+        "eval_tokens": 512,
+        "sample_tokens": 4,
+        "checkpoint_every_tokens": None,
+        "lr_schedule": "wsd",
+        "cooldown_reads": [3_000, READ_AT],
+        "cooldown_fraction": 0.25,
     }
     return TrainConfig.from_dict({**values, **overrides})
 
@@ -62,15 +77,23 @@ def reading(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 
 @pytest.mark.study
 def test_a_read_is_the_final_evaluation_of_the_wsd_run_that_ends_after_it(
-        corpus: Path, tmp_path: Path, reading: tuple[Path, RunResult]) -> None:
+    corpus: Path, tmp_path: Path, reading: tuple[Path, RunResult]
+) -> None:
     """A read at p over c tokens equals a WSD run of p + c tokens whose decay is its last c."""
     run_dir, result = reading
     assert result.outcome == "complete"
     read = next(r for r in rows(run_dir) if r.get("read") == "cooldown" and r["tokens"] == READ_AT)
     assert read["cooldown_tokens"] == SPAN and read["step"] == READ_AT // 64
     full_dir = tmp_path / "full"
-    full = run(config(corpus, max_tokens=READ_AT + SPAN, decay_fraction=SPAN / (READ_AT + SPAN),
-                      cooldown_reads=[]), full_dir)
+    full = run(
+        config(
+            corpus,
+            max_tokens=READ_AT + SPAN,
+            decay_fraction=SPAN / (READ_AT + SPAN),
+            cooldown_reads=[],
+        ),
+        full_dir,
+    )
     final = full.final_metrics or {}
     assert final["tokens"] == READ_AT + SPAN
     assert read["val_loss"] == pytest.approx(final["val_loss"], rel=1e-9, abs=0)
@@ -82,7 +105,8 @@ def test_a_read_is_the_final_evaluation_of_the_wsd_run_that_ends_after_it(
 
 @pytest.mark.study
 def test_a_run_ends_the_same_with_or_without_reads(
-        corpus: Path, tmp_path: Path, reading: tuple[Path, RunResult]) -> None:
+    corpus: Path, tmp_path: Path, reading: tuple[Path, RunResult]
+) -> None:
     run_dir, result = reading
     plain_dir = tmp_path / "plain"
     plain = run(config(corpus, cooldown_reads=[]), plain_dir)
@@ -92,22 +116,25 @@ def test_a_run_ends_the_same_with_or_without_reads(
     assert computed(result.final_metrics or {}) == computed(plain.final_metrics or {})
     for key in ("tokens_seen", "steps", "n_evals", "best_val_bpb", "best_tokens"):
         assert getattr(result, key) == getattr(plain, key), key
-    best, best_plain = (torch.load(d / CHECKPOINT_FILE, weights_only=True)
-                        for d in (run_dir, plain_dir))
+    best, best_plain = (
+        torch.load(d / CHECKPOINT_FILE, weights_only=True) for d in (run_dir, plain_dir)
+    )
     for name, tensor in best["state_dict"].items():
         assert torch.equal(tensor, best_plain["state_dict"][name]), name
     # The reads' cost is counted beside the run's tokens, not in them.
     assert [r["tokens"] for r in reads] == [3_008, READ_AT]  # the step boundaries past them
     assert result.n_reads == 2 and plain.n_reads == 0
-    assert result.cooldown_tokens_total == sum(r["cooldown_tokens"] for r in reads) \
-        == 768 + SPAN  # 752 rounded up to whole steps, and 1,280
+    assert (
+        result.cooldown_tokens_total == sum(r["cooldown_tokens"] for r in reads) == 768 + SPAN
+    )  # 752 rounded up to whole steps, and 1,280
     assert plain.cooldown_tokens_total == 0
     assert flops.planned_reads(config(corpus)) == (2, result.cooldown_tokens_total)
 
 
 @pytest.mark.study
 def test_a_resumed_run_keeps_its_schedule_and_its_reads(
-        corpus: Path, tmp_path: Path, reading: tuple[Path, RunResult]) -> None:
+    corpus: Path, tmp_path: Path, reading: tuple[Path, RunResult]
+) -> None:
     """Interrupted after the checkpoint that follows the second read, and run again: the same
     lines and result as the run never interrupted; the checkpoint records the schedule."""
     cfg = config(corpus, checkpoint_every_tokens=5_000)
@@ -120,9 +147,13 @@ def test_a_resumed_run_keeps_its_schedule_and_its_reads(
     assert run(cfg, run_dir, progress=interrupt).outcome == "interrupted"
     ckpt = torch.load(run_dir / RESUME_FILE, weights_only=True)
     assert ckpt["tokens"] == READ_AT and ckpt["n_reads"] == 2
-    assert ckpt["schedule"] == {"lr_schedule": "wsd", "decay_fraction": 0.2,
-                                "decay_shape": "1-sqrt", "cooldown_reads": [3_000, READ_AT],
-                                "cooldown_fraction": 0.25}
+    assert ckpt["schedule"] == {
+        "lr_schedule": "wsd",
+        "decay_fraction": 0.2,
+        "decay_shape": "1-sqrt",
+        "cooldown_reads": [3_000, READ_AT],
+        "cooldown_fraction": 0.25,
+    }
     result = run(cfg, run_dir)
     reference_dir, reference = reading
     assert result.resumed_from_tokens == READ_AT
@@ -133,7 +164,8 @@ def test_a_resumed_run_keeps_its_schedule_and_its_reads(
 
 @pytest.mark.study
 def test_a_read_that_diverges_ends_the_run_as_diverged_and_says_where(
-        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("lm.schedule.cooldown_lr", lambda *_: math.nan)
     cfg = config(corpus, max_tokens=1_280, cooldown_reads=[640], eval_every_tokens=1_280)
     result = run(cfg, tmp_path / "run")

@@ -35,8 +35,10 @@ def test_a_truncated_train_split_is_re_tokenized(corpus: Path) -> None:
     (corpus / "train.txt").write_bytes(text[: len(text) // 3])
     again = load_tokens(corpus, "word", 300)
     assert not again.hit and len(again.train) < len(first.train) * 0.5
-    assert again.meta["corpus_sha256"] == hashlib.sha256(
-        text[: len(text) // 3] + (corpus / "val.txt").read_bytes()).hexdigest()
+    assert (
+        again.meta["corpus_sha256"]
+        == hashlib.sha256(text[: len(text) // 3] + (corpus / "val.txt").read_bytes()).hexdigest()
+    )
     assert load_tokens(corpus, "word", 300).hit
 
 
@@ -55,8 +57,9 @@ def test_an_edit_of_the_same_size_is_noticed_and_a_touch_is_not_a_change(corpus:
     assert cache.meta["corpus_sha256"] == corpus_sha256(corpus)
 
 
-def test_an_unchanged_corpus_is_not_hashed_again(corpus: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unchanged_corpus_is_not_hashed_again(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sha = corpus_sha256(corpus)  # hashes once and writes the stamp
     assert (corpus / TEXT_STAMP).is_file()
 

@@ -17,8 +17,14 @@ def cfg_of(**kw: object) -> TrainConfig:
 
 
 #: The classic configuration: one block, d_model 200, d_ff 800, 254 positions, 300 words, tied.
-CLASSIC = {"tokenizer": "word", "vocab_size": 300, "d_model": 200, "n_layers": 1, "d_ff": 800,
-           "seq_len": 254}
+CLASSIC = {
+    "tokenizer": "word",
+    "vocab_size": 300,
+    "d_model": 200,
+    "n_layers": 1,
+    "d_ff": 800,
+    "seq_len": 254,
+}
 
 
 def test_classic_configuration_matches_a_hand_count() -> None:
@@ -33,8 +39,13 @@ def test_classic_configuration_matches_a_hand_count() -> None:
     dense = 2 * (n + head)  # 1,086,000
     scores = 2 * 1 * t * d  # QK^T and AV over half the window (causal): 101,600
     per_token = 3 * (dense + scores)  # training: 3,562,800
-    assert (n, embedding, dense, scores, per_token) == (483_000, 110_800, 1_086_000, 101_600,
-                                                         3_562_800)
+    assert (n, embedding, dense, scores, per_token) == (
+        483_000,
+        110_800,
+        1_086_000,
+        101_600,
+        3_562_800,
+    )
 
     tokens = 247 * 16 * 254  # 16 x 254 tokens a step, 247 steps to pass 1,000,000
     got = flops.count(cfg)
@@ -103,12 +114,21 @@ def _simulated_evals(cfg: TrainConfig) -> tuple[int, int]:
     return tokens, n
 
 
-@pytest.mark.parametrize(("batch", "seq", "max_tokens", "every"), [
-    (16, 128, 1_000_000, 250_000), (4, 64, 10_000, 256), (4, 64, 10_000, 100),
-    (2, 50, 999, 1000), (3, 7, 5000, 21), (8, 32, 4096, 5000), (1, 2, 10, 3),
-])
-def test_planned_evals_follow_the_training_loop(batch: int, seq: int, max_tokens: int,
-                                                every: int) -> None:
+@pytest.mark.parametrize(
+    ("batch", "seq", "max_tokens", "every"),
+    [
+        (16, 128, 1_000_000, 250_000),
+        (4, 64, 10_000, 256),
+        (4, 64, 10_000, 100),
+        (2, 50, 999, 1000),
+        (3, 7, 5000, 21),
+        (8, 32, 4096, 5000),
+        (1, 2, 10, 3),
+    ],
+)
+def test_planned_evals_follow_the_training_loop(
+    batch: int, seq: int, max_tokens: int, every: int
+) -> None:
     cfg = cfg_of(batch_size=batch, seq_len=seq, max_tokens=max_tokens, eval_every_tokens=every)
     tokens, n = _simulated_evals(cfg)
     assert flops.planned_tokens(cfg) == tokens
@@ -143,10 +163,24 @@ def test_mfu() -> None:
 
 SMALL_MODELS = [
     CLASSIC,
-    {"vocab_size": 1000, "d_model": 64, "n_layers": 3, "n_heads": 4, "d_ff": 256, "seq_len": 64,
-     "tie_weights": False},
-    {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 2, "d_ff": 128, "seq_len": 128,
-     "checkpointing": True},
+    {
+        "vocab_size": 1000,
+        "d_model": 64,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_ff": 256,
+        "seq_len": 64,
+        "tie_weights": False,
+    },
+    {
+        "vocab_size": 512,
+        "d_model": 64,
+        "n_layers": 2,
+        "n_heads": 2,
+        "d_ff": 128,
+        "seq_len": 128,
+        "checkpointing": True,
+    },
 ]
 
 
@@ -182,17 +216,31 @@ def test_cooldown_reads_are_training_compute() -> None:
     """A read's branch trains whole steps over its decay; they count beside the run's tokens,
     and a finished run's result.json gives the same count (``trained``)."""
     # 100 tokens a step; reads at 1,000 and 2,050 (-> 2,100); 0.5 of the tokens before each.
-    cfg = cfg_of(tokenizer="byte", vocab_size=260, seq_len=100, batch_size=1, max_tokens=10_000,
-                 eval_every_tokens=5_000, lr_schedule="wsd", cooldown_reads=[1_000, 2_050],
-                 cooldown_fraction=0.5)
+    cfg = cfg_of(
+        tokenizer="byte",
+        vocab_size=260,
+        seq_len=100,
+        batch_size=1,
+        max_tokens=10_000,
+        eval_every_tokens=5_000,
+        lr_schedule="wsd",
+        cooldown_reads=[1_000, 2_050],
+        cooldown_fraction=0.5,
+    )
     assert flops.planned_reads(cfg) == (2, 500 + 1_100)  # 1,050 rounded up to whole steps
     plain = flops.count(cfg, 10_000, n_evals=2)
     got = flops.count(cfg)
     assert got.cooldown_tokens == 1_600 and got.tokens == 10_000
     assert got.flops == got.flops_per_token * 11_600 == plain.flops * 11_600 // 10_000
     assert got.n_evals == 4  # two of its own, one per read
-    result = {"tokens_seen": 10_000, "n_evals": 2, "n_reads": 2, "cooldown_tokens_total": 1_600,
-              "vocab_size": 260}
+    result = {
+        "tokens_seen": 10_000,
+        "n_evals": 2,
+        "n_reads": 2,
+        "cooldown_tokens_total": 1_600,
+        "vocab_size": 260,
+    }
     assert flops.trained(cfg, result) == got
-    assert flops.trained(cfg_of(), {"tokens_seen": 1_000, "n_evals": 1}) \
-        == flops.count(cfg_of(), 1_000, n_evals=1)
+    assert flops.trained(cfg_of(), {"tokens_seen": 1_000, "n_evals": 1}) == flops.count(
+        cfg_of(), 1_000, n_evals=1
+    )

@@ -8,14 +8,17 @@ import pytest
 from lm import host
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("81050, 81559\n", host.GpuMemory(81050 * 2**20, 81559 * 2**20)),  # idle A100 80GB
-    ("120310, 143771\n", host.GpuMemory(120310 * 2**20, 143771 * 2**20)),  # a shared H200
-    ("[N/A], [N/A]\n", None),  # a MIG instance
-    ("No devices were found\n", None),
-    ("1, 2\n3, 4\n", None),  # two GPUs: the query is for one
-    ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("81050, 81559\n", host.GpuMemory(81050 * 2**20, 81559 * 2**20)),  # idle A100 80GB
+        ("120310, 143771\n", host.GpuMemory(120310 * 2**20, 143771 * 2**20)),  # a shared H200
+        ("[N/A], [N/A]\n", None),  # a MIG instance
+        ("No devices were found\n", None),
+        ("1, 2\n3, 4\n", None),  # two GPUs: the query is for one
+        ("", None),
+    ],
+)
 def test_nvidia_smis_memory_line(text: str, want: host.GpuMemory | None) -> None:
     assert host.parse_gpu_memory(text) == want
 

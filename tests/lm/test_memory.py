@@ -21,8 +21,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def cfg_of(**kw: object) -> TrainConfig:
     values: dict[str, object] = {
-        "corpus": "/nonexistent-corpus", "tokenizer": "bpe", "vocab_size": 4096, "d_model": 128,
-        "n_layers": 2, "n_heads": 4, "d_ff": 512, "seq_len": 128, "batch_size": 16,
+        "corpus": "/nonexistent-corpus",
+        "tokenizer": "bpe",
+        "vocab_size": 4096,
+        "d_model": 128,
+        "n_layers": 2,
+        "n_heads": 4,
+        "d_ff": 512,
+        "seq_len": 128,
+        "batch_size": 16,
     }
     values.update(kw)
     return TrainConfig.from_dict(values)
@@ -56,8 +63,9 @@ def test_cooldown_reads_add_the_host_copy_of_weights_and_adamw_on_the_cpu_only()
 
 def test_naive_scores_grow_with_t_squared_and_sdpa_has_no_t_squared_term() -> None:
     def scores(attention: str, t: int) -> int:
-        return estimate(cfg_of(attention=attention, seq_len=t), "cpu").term(
-            "attention_scores").bytes
+        return (
+            estimate(cfg_of(attention=attention, seq_len=t), "cpu").term("attention_scores").bytes
+        )
 
     # naive: L x B x H x T x T x 4 exactly, so doubling T quadruples it.
     assert scores("naive", 256) == 2 * 16 * 4 * 256 * 256 * 4
@@ -66,8 +74,11 @@ def test_naive_scores_grow_with_t_squared_and_sdpa_has_no_t_squared_term() -> No
     assert scores("sdpa", 256) == 2 * 16 * 4 * 256 * 4
     assert scores("sdpa", 512) == 2 * scores("sdpa", 256)
     for device in ("cpu", "cuda"):
-        gap = [estimate(cfg_of(attention="naive", seq_len=t), device).total
-               - estimate(cfg_of(attention="sdpa", seq_len=t), device).total for t in (256, 1024)]
+        gap = [
+            estimate(cfg_of(attention="naive", seq_len=t), device).total
+            - estimate(cfg_of(attention="sdpa", seq_len=t), device).total
+            for t in (256, 1024)
+        ]
         assert gap[1] > 5 * gap[0]  # 4 x T: more than 4 x (linear) the difference
 
 
@@ -98,9 +109,13 @@ def test_weight_tying_and_the_static_terms() -> None:
 
 
 def test_total_is_the_sum_of_the_terms_at_the_peak_moment() -> None:
-    for kw in ({}, {"attention": "naive", "seq_len": 1024, "vocab_size": 260,
-                    "tokenizer": "byte"}, {"checkpointing": True}, {"d_model": 512, "n_heads": 8},
-               {"vocab_size": 16384, "batch_size": 64, "d_model": 32}):
+    for kw in (
+        {},
+        {"attention": "naive", "seq_len": 1024, "vocab_size": 260, "tokenizer": "byte"},
+        {"checkpointing": True},
+        {"d_model": 512, "n_heads": 8},
+        {"vocab_size": 16384, "batch_size": 64, "d_model": 32},
+    ):
         for device in ("cpu", "cuda"):
             est = estimate(cfg_of(**kw), device)
             assert [t.name for t in est.terms] == list(TERM_ORDER)
@@ -120,14 +135,22 @@ def test_checkpointing_dropout_and_precision_move_the_activations() -> None:
 
 def test_which_moment_peaks() -> None:
     # A big vocabulary and a small model: the evaluation's four B x T x V tensors win.
-    assert estimate(cfg_of(vocab_size=16384, d_model=32, n_heads=2), "cpu").peak_moment == \
-        "evaluation"
+    assert (
+        estimate(cfg_of(vocab_size=16384, d_model=32, n_heads=2), "cpu").peak_moment == "evaluation"
+    )
     # Long naive attention: the top block's backward (two extra score tensors).
-    assert estimate(cfg_of(attention="naive", seq_len=1024, batch_size=4, vocab_size=260,
-                           tokenizer="byte"), "cpu").peak_moment == "block backward"
+    assert (
+        estimate(
+            cfg_of(attention="naive", seq_len=1024, batch_size=4, vocab_size=260, tokenizer="byte"),
+            "cpu",
+        ).peak_moment
+        == "block backward"
+    )
     # Wide activations: the start of backward.
-    assert estimate(cfg_of(d_ff=4096, vocab_size=300, tokenizer="word"),
-                    "cpu").peak_moment == "loss backward"
+    assert (
+        estimate(cfg_of(d_ff=4096, vocab_size=300, tokenizer="word"), "cpu").peak_moment
+        == "loss backward"
+    )
 
 
 def test_cuda_counts_context_and_allocator_and_not_host_memory() -> None:
@@ -149,11 +172,26 @@ def test_fork_launcher_has_the_same_anonymous_baseline() -> None:
 def test_json_has_the_documented_keys() -> None:
     d = estimate(cfg_of(), "cpu").to_dict()
     json.dumps(d)
-    for key in ("vocab_size", "params_total", "params_ffn_per_layer",
-                "params_attention_per_layer", "params_embedding", "bytes"):
+    for key in (
+        "vocab_size",
+        "params_total",
+        "params_ffn_per_layer",
+        "params_attention_per_layer",
+        "params_embedding",
+        "bytes",
+    ):
         assert key in d
-    for key in ("weights", "grads", "optimizer", "activations", "attention_scores", "logits",
-                "cross_entropy", "overhead", "total"):
+    for key in (
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "attention_scores",
+        "logits",
+        "cross_entropy",
+        "overhead",
+        "total",
+    ):
         assert isinstance(d["bytes"][key], int), key
     assert d["params_ffn_per_layer"] == 128 * 512 + 512 + 512 * 128 + 128
 
@@ -215,14 +253,37 @@ def memory_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 MEASURED = [
     # baseline-dominated: a small model
-    {"tokenizer": "byte", "vocab_size": 260, "d_model": 64, "n_heads": 4, "d_ff": 256,
-     "seq_len": 128, "batch_size": 8},
+    {
+        "tokenizer": "byte",
+        "vocab_size": 260,
+        "d_model": 64,
+        "n_heads": 4,
+        "d_ff": 256,
+        "seq_len": 128,
+        "batch_size": 8,
+    },
     # the naive T x T scores dominate
-    {"tokenizer": "byte", "vocab_size": 260, "d_model": 64, "n_heads": 4, "d_ff": 64,
-     "seq_len": 1024, "batch_size": 4, "attention": "naive"},
+    {
+        "tokenizer": "byte",
+        "vocab_size": 260,
+        "d_model": 64,
+        "n_heads": 4,
+        "d_ff": 64,
+        "seq_len": 1024,
+        "batch_size": 4,
+        "attention": "naive",
+    },
     # the B x T x V logits dominate (bf16)
-    {"tokenizer": "bpe", "vocab_size": 1024, "d_model": 64, "n_heads": 4, "d_ff": 128,
-     "seq_len": 256, "batch_size": 48, "precision": "bf16"},
+    {
+        "tokenizer": "bpe",
+        "vocab_size": 1024,
+        "d_model": 64,
+        "n_heads": 4,
+        "d_ff": 128,
+        "seq_len": 256,
+        "batch_size": 48,
+        "precision": "bf16",
+    },
 ]
 
 
@@ -231,9 +292,15 @@ def train_child(cfg: TrainConfig, out: Path, threads: int) -> dict:
     ``"stderr"``), which must say ``complete``."""
     out.mkdir(exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.to_dict()))
-    proc = subprocess.run([sys.executable, "-m", "lm.train", str(out)], cwd=REPO,
-                          env={**os.environ, "SWEEPS_NUM_THREADS": str(threads)},
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lm.train", str(out)],
+        cwd=REPO,
+        env={**os.environ, "SWEEPS_NUM_THREADS": str(threads)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     result = json.loads((out / "result.json").read_text())
     assert result["outcome"] == "complete", (result["reason"], proc.stderr[-500:])
     return result
@@ -244,29 +311,52 @@ def test_measured_peak_within_20_percent(point: dict, memory_corpus: Path, tmp_p
     from sweeps.preflight import cpu_child_limit
 
     b, t = int(point["batch_size"]), int(point["seq_len"])
-    cfg = TrainConfig.from_dict({
-        "corpus": str(memory_corpus), "device": "cpu", "n_layers": 2, "max_tokens": 2 * b * t,
-        "eval_every_tokens": 10**12, "eval_tokens": b * t, "warmup_tokens": 0,
-        "sample_tokens": 2, **point,
-    })
-    est = estimate(cfg, "cpu", threads=2, counts=corpus_counts(memory_corpus, cfg.tokenizer,
-                                                               cfg.vocab_size))
+    cfg = TrainConfig.from_dict(
+        {
+            "corpus": str(memory_corpus),
+            "device": "cpu",
+            "n_layers": 2,
+            "max_tokens": 2 * b * t,
+            "eval_every_tokens": 10**12,
+            "eval_tokens": b * t,
+            "warmup_tokens": 0,
+            "sample_tokens": 2,
+            **point,
+        }
+    )
+    est = estimate(
+        cfg, "cpu", threads=2, counts=corpus_counts(memory_corpus, cfg.tokenizer, cfg.vocab_size)
+    )
     # Under the limit the runner gives a trial whose budget is exactly its prediction.
-    limited = dataclasses.replace(cfg, cpu_memory_limit_bytes=cpu_child_limit(est.total,
-                                                                              est.total))
+    limited = dataclasses.replace(cfg, cpu_memory_limit_bytes=cpu_child_limit(est.total, est.total))
     result = train_child(limited, tmp_path, threads=2)
     ratio = est.total / result["peak_mem_bytes"]
     assert 0.8 <= ratio <= 1.2, (ratio, est.total, result["peak_mem_bytes"], est.peak_moment)
 
 
-def test_measured_cooldown_reads_cost_the_predicted_copy(memory_corpus: Path,
-                                                         tmp_path: Path) -> None:
+def test_measured_cooldown_reads_cost_the_predicted_copy(
+    memory_corpus: Path, tmp_path: Path
+) -> None:
     """Ground truth for ``read_branch``: the same run with and without reads, measured."""
     b, t = 4, 64
-    base = {"corpus": str(memory_corpus), "device": "cpu", "tokenizer": "byte",
-            "vocab_size": 260, "d_model": 512, "n_heads": 4, "d_ff": 2048, "n_layers": 2,
-            "seq_len": t, "batch_size": b, "max_tokens": 8 * b * t, "eval_every_tokens": 10**12,
-            "eval_tokens": b * t, "warmup_tokens": 0, "sample_tokens": 2, "lr_schedule": "wsd"}
+    base = {
+        "corpus": str(memory_corpus),
+        "device": "cpu",
+        "tokenizer": "byte",
+        "vocab_size": 260,
+        "d_model": 512,
+        "n_heads": 4,
+        "d_ff": 2048,
+        "n_layers": 2,
+        "seq_len": t,
+        "batch_size": b,
+        "max_tokens": 8 * b * t,
+        "eval_every_tokens": 10**12,
+        "eval_tokens": b * t,
+        "warmup_tokens": 0,
+        "sample_tokens": 2,
+        "lr_schedule": "wsd",
+    }
     peaks, predicted = {}, 0
     for name, extra in (("plain", {}), ("reads", {"cooldown_reads": [2 * b * t, 4 * b * t]})):
         cfg = TrainConfig.from_dict({**base, **extra})

@@ -34,10 +34,12 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path: 
 
 def test_a_write_killed_by_sigkill_leaves_a_file_the_next_write_removes(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
-    code = ("import os, signal, sys; from pathlib import Path; from lm.files import write_output\n"
-            "def killed(f):\n"
-            "    f.write(b'x' * 100000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
-            "write_output(Path(sys.argv[1]), killed)\n")
+    code = (
+        "import os, signal, sys; from pathlib import Path; from lm.files import write_output\n"
+        "def killed(f):\n"
+        "    f.write(b'x' * 100000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "write_output(Path(sys.argv[1]), killed)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(out)], cwd=Path(__file__).parents[2])
     assert proc.returncode == -9
     assert len(list(tmp_path.glob(".r.html.*.tmp"))) == 1  # what the kill left

@@ -24,19 +24,26 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _prepare(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sweeps", "prepare", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", "prepare", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("source", ["text", "posts", "synthetic"])
-def test_a_full_disk_is_the_outputs_fault_in_one_line(source: str, full_disk: Path,
-                                                      tmp_path: Path) -> None:
+def test_a_full_disk_is_the_outputs_fault_in_one_line(
+    source: str, full_disk: Path, tmp_path: Path
+) -> None:
     out = full_disk / "corpus"
     if source == "text":
         for i in range(8):
             (tmp_path / f"f{i}.txt").write_text("hello world " * 20_000, encoding="utf-8")
-        proc = _prepare(str(tmp_path / "*.txt"), "--format", "text", "--out", str(out),
-                        cwd=tmp_path)
+        proc = _prepare(
+            str(tmp_path / "*.txt"), "--format", "text", "--out", str(out), cwd=tmp_path
+        )
     elif source == "posts":
         from lm.synthetic import write_synthetic_posts
 

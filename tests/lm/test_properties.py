@@ -13,16 +13,41 @@ from hypothesis import strategies as st
 from lm.errors import SweepsError
 from lm.posts_xml import stream_posts
 
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 PIECES = [
-    '<?xml version="1.0" encoding="utf-8"?>', "<posts>", "</posts>", "<row ", "/>", ">", "</row>",
-    'Id="1" ', 'Id="x" ', 'PostTypeId="1" ', 'PostTypeId="2" ', 'ParentId="1" ',
-    'Body="&lt;p&gt;Hi &amp; bye&lt;/p&gt;" ', 'Title="T" ', 'Body="<b>" ', "&amp;", "&lt;",
-    "&#0;", "&#xD800;", "&bogus;", "<!DOCTYPE posts [<!ENTITY a 'aaaa'>]>", "&a;",
-    '<!ENTITY % p SYSTEM "file:///etc/passwd">', "<![CDATA[x]]>", "<!-- c -->", "\x00", "\ufeff",
-    "\u00e9", "\U0001f600", "\r\n", " ", "<posts><row Id=\"2\" PostTypeId=\"1\" Body=\"q\"/>",
+    '<?xml version="1.0" encoding="utf-8"?>',
+    "<posts>",
+    "</posts>",
+    "<row ",
+    "/>",
+    ">",
+    "</row>",
+    'Id="1" ',
+    'Id="x" ',
+    'PostTypeId="1" ',
+    'PostTypeId="2" ',
+    'ParentId="1" ',
+    'Body="&lt;p&gt;Hi &amp; bye&lt;/p&gt;" ',
+    'Title="T" ',
+    'Body="<b>" ',
+    "&amp;",
+    "&lt;",
+    "&#0;",
+    "&#xD800;",
+    "&bogus;",
+    "<!DOCTYPE posts [<!ENTITY a 'aaaa'>]>",
+    "&a;",
+    '<!ENTITY % p SYSTEM "file:///etc/passwd">',
+    "<![CDATA[x]]>",
+    "<!-- c -->",
+    "\x00",
+    "\ufeff",
+    "\u00e9",
+    "\U0001f600",
+    "\r\n",
+    " ",
+    '<posts><row Id="2" PostTypeId="1" Body="q"/>',
 ]
 
 xmlish = st.lists(st.sampled_from(PIECES) | st.text(max_size=8), max_size=30).map("".join)

@@ -49,18 +49,38 @@ def config(corpus: Path, **overrides: Any) -> TrainConfig:
     """200 steps of 256 tokens (two micro-batches), an evaluation every 5 steps and a checkpoint
     every 20; dropout, so the torch generator's state matters too."""
     values: dict[str, Any] = {
-        "corpus": str(corpus), "tokenizer": "word", "vocab_size": 300, "device": "cpu",
-        "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "seq_len": 16, "dropout": 0.1,
-        "batch_size": 8, "grad_accum": 2, "lr": 1e-2, "warmup_tokens": 2_000,
-        "max_tokens": 51_200, "eval_every_tokens": 1_280, "eval_tokens": 512, "sample_tokens": 4,
+        "corpus": str(corpus),
+        "tokenizer": "word",
+        "vocab_size": 300,
+        "device": "cpu",
+        "d_model": 16,
+        "n_layers": 1,
+        "n_heads": 2,
+        "d_ff": 32,
+        "seq_len": 16,
+        "dropout": 0.1,
+        "batch_size": 8,
+        "grad_accum": 2,
+        "lr": 1e-2,
+        "warmup_tokens": 2_000,
+        "max_tokens": 51_200,
+        "eval_every_tokens": 1_280,
+        "eval_tokens": 512,
+        "sample_tokens": 4,
         "checkpoint_every_tokens": 5_120,
     }
     return TrainConfig.from_dict({**values, **overrides})
 
 
 def child(run_dir: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "lm.train", str(run_dir)], cwd=REPO, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "lm.train", str(run_dir)],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def train_child(run_dir: Path, cfg: TrainConfig) -> None:
@@ -103,8 +123,9 @@ def assert_same_run(resumed: Path, reference: Path) -> None:
     assert [r["tokens"] for r in ours] == [r["tokens"] for r in theirs]
     for a, b in zip(ours, theirs, strict=True):
         assert computed(a) == computed(b)  # every loss, bpb, statistic and sample, exactly
-    best, best_ref = (torch.load(d / CHECKPOINT_FILE, weights_only=True)
-                      for d in (resumed, reference))
+    best, best_ref = (
+        torch.load(d / CHECKPOINT_FILE, weights_only=True) for d in (resumed, reference)
+    )
     assert best["tokens"] == best_ref["tokens"] and best["val_bpb"] == best_ref["val_bpb"]
     assert best["state_dict"].keys() == best_ref["state_dict"].keys()
     for name, tensor in best["state_dict"].items():
@@ -118,16 +139,18 @@ def assert_same_run(resumed: Path, reference: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 @pytest.mark.study
-def test_interrupted_and_resumed_equals_uninterrupted(corpus: Path, tmp_path: Path,
-                                                      reference: Path, sig: int) -> None:
+def test_interrupted_and_resumed_equals_uninterrupted(
+    corpus: Path, tmp_path: Path, reference: Path, sig: int
+) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_config(run_dir, config(corpus))
     proc = child(run_dir)
     try:
         deadline = time.monotonic() + 120
-        while not past_a_checkpoint(run_dir) and proc.poll() is None \
-                and time.monotonic() < deadline:
+        while (
+            not past_a_checkpoint(run_dir) and proc.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.005)
         proc.send_signal(sig)
         proc.communicate(timeout=60)
@@ -161,13 +184,16 @@ def interrupted_run(run_dir: Path, cfg: TrainConfig) -> None:
 
 @pytest.mark.study
 def test_a_checkpoint_of_another_configuration_is_refused(
-        corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = config(corpus, max_tokens=12_800)
     run_dir = tmp_path / "run"
     interrupted_run(run_dir, cfg)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
-    assert read_resume_index(run_dir) == {"resume_fingerprint": cfg.resume_fingerprint(),
-                                          "tokens": 5_120}
+    assert read_resume_index(run_dir) == {
+        "resume_fingerprint": cfg.resume_fingerprint(),
+        "tokens": 5_120,
+    }
     other = dataclasses.replace(cfg, lr=2e-2)
     with pytest.raises(SweepsError, match=r"another configuration \(lr=0.01 there, 0.02 here\)"):
         run(other, run_dir)
@@ -180,8 +206,13 @@ def test_a_checkpoint_of_another_configuration_is_refused(
 
     # Where and how long it runs is not what it computes: a new device string, memory limit,
     # wall-clock limit or checkpoint interval continues it.
-    placed = dataclasses.replace(cfg, device="auto", cpu_memory_limit_bytes=2**32,
-                                 max_wall_s=600.0, checkpoint_every_tokens=None)
+    placed = dataclasses.replace(
+        cfg,
+        device="auto",
+        cpu_memory_limit_bytes=2**32,
+        max_wall_s=600.0,
+        checkpoint_every_tokens=None,
+    )
     result = run(placed, run_dir)
     assert (result.outcome, result.resumed_from_tokens) == ("complete", 5_120)
     assert result.n_evals == 10 and len(rows(run_dir)) == 10

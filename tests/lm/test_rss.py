@@ -14,8 +14,9 @@ from lm.rss import child_peak_rss_bytes, peak_anon_bytes, peak_rss_bytes, status
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="/proc/self/status is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="/proc/self/status is Linux's"
+)
 
 # A fresh interpreter (a low high-water mark) maps a file and reads every page of it, then
 # allocates and touches anonymous memory; it reports both peaks after each step.
@@ -37,11 +38,18 @@ print(json.dumps(out))
 
 
 def test_file_backed_pages_raise_the_resident_peak_but_not_the_anonymous_one(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "tokens.bin"
     data.write_bytes(b"\1" * (96 * MIB))
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(data)], cwd=REPO, check=True,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(data)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = {k: tuple(v) for k, v in json.loads(proc.stdout).items()}
     (rss0, anon0), (rss1, anon1), (rss2, anon2) = out["start"], out["file"], out["anon"]
     assert rss1 - rss0 > 80 * MIB  # the mapped file's pages are resident ...
@@ -57,13 +65,15 @@ def test_status_fields_and_the_peaks_of_this_process() -> None:
     assert 0 < peak_anon_bytes() <= peak_rss_bytes()
 
 
-
 def test_a_child_peak_is_read_while_it_lives_and_none_once_it_is_gone() -> None:
     """What the parent samples of its trial's child (``sweeps.monitor``)."""
-    code = ("import sys; block = bytearray(64 * 2**20); sys.stdout.write('ok'); "
-            "sys.stdout.flush(); sys.stdin.read()")
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE)
+    code = (
+        "import sys; block = bytearray(64 * 2**20); sys.stdout.write('ok'); "
+        "sys.stdout.flush(); sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         assert child.stdout is not None and child.stdout.read(2) == b"ok"
         peak = child_peak_rss_bytes(child.pid)
@@ -71,6 +81,7 @@ def test_a_child_peak_is_read_while_it_lives_and_none_once_it_is_gone() -> None:
     finally:
         child.communicate(b"")
     assert child_peak_rss_bytes(child.pid) is None  # reaped: no /proc entry
+
 
 # A process that once held 400 MiB starts a small child: the child's own peak is small.
 PARENT = """
@@ -87,8 +98,14 @@ print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=Tru
 
 
 def test_a_child_does_not_report_its_parents_peak() -> None:
-    proc = subprocess.run([sys.executable, "-c", PARENT], cwd=REPO, check=True,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PARENT],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     own, maxrss = map(int, proc.stdout.split())
     assert own < 100 * MIB
     # ru_maxrss carries the exec'ed-over address space's peak: why peak_rss_bytes avoids it.

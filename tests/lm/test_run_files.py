@@ -40,8 +40,9 @@ def _string_literals(path: Path) -> set[str]:
     """Every string constant in the module that is exactly a whole string (docstrings and
     f-string text included, so a name spelled inside a sentence does not count)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-            and isinstance(n.value, str)}
+    return {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
 
 
 def test_the_run_file_names_are_defined_only_in_run_files() -> None:
@@ -104,23 +105,51 @@ def test_a_metrics_line_that_is_not_an_object_is_skipped_and_noted(value: object
 
 
 def test_a_metrics_value_of_the_wrong_type_is_dropped_and_named() -> None:
-    row, problems = run_files.check_metrics_row({
-        "step": 3, "tokens": "many", "val_bpb": "1.2", "val_loss": True, "lr": None,
-        "samples": [{"prompt": "<Q>", "text": "ok"}, [1], {"prompt": 5, "text": "x"}],
-        "top_tokens": "x", "extra": [1]})
-    assert row == {"step": 3, "lr": None, "samples": [{"prompt": "<Q>", "text": "ok"}],
-                   "extra": [1]}
+    row, problems = run_files.check_metrics_row(
+        {
+            "step": 3,
+            "tokens": "many",
+            "val_bpb": "1.2",
+            "val_loss": True,
+            "lr": None,
+            "samples": [{"prompt": "<Q>", "text": "ok"}, [1], {"prompt": 5, "text": "x"}],
+            "top_tokens": "x",
+            "extra": [1],
+        }
+    )
+    assert row == {
+        "step": 3,
+        "lr": None,
+        "samples": [{"prompt": "<Q>", "text": "ok"}],
+        "extra": [1],
+    }
     assert [p.split("=")[0] for p in problems] == ["tokens", "val_bpb", "val_loss", "top_tokens"]
 
 
 def test_a_result_field_of_the_wrong_type_is_dropped_and_named() -> None:
-    result, problems = run_files.check_result({
-        "outcome": "complete", "reason": "done", "exit_code": 0, "peak_mem_bytes": "big",
-        "params": [1], "final_metrics": {"val_bpb": "low", "tokens": 10}, "wall_s": 1.5})
-    assert result == {"outcome": "complete", "reason": "done", "exit_code": 0,
-                      "final_metrics": {"tokens": 10}, "wall_s": 1.5}
-    assert [p.split("=")[0] for p in problems] == ["peak_mem_bytes", "params",
-                                                   "final_metrics: val_bpb"]
+    result, problems = run_files.check_result(
+        {
+            "outcome": "complete",
+            "reason": "done",
+            "exit_code": 0,
+            "peak_mem_bytes": "big",
+            "params": [1],
+            "final_metrics": {"val_bpb": "low", "tokens": 10},
+            "wall_s": 1.5,
+        }
+    )
+    assert result == {
+        "outcome": "complete",
+        "reason": "done",
+        "exit_code": 0,
+        "final_metrics": {"tokens": 10},
+        "wall_s": 1.5,
+    }
+    assert [p.split("=")[0] for p in problems] == [
+        "peak_mem_bytes",
+        "params",
+        "final_metrics: val_bpb",
+    ]
     assert run_files.check_result({"outcome": 3})[0] is None
 
 

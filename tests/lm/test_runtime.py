@@ -54,7 +54,8 @@ H200_TOTAL = 150_011_707_392
 def test_the_cuda_fraction_is_the_reservation_less_the_context() -> None:
     gib, context = 2**30, memory.CUDA_CONTEXT_BYTES
     assert cuda_memory_fraction(2 * gib, H200_TOTAL, context) == pytest.approx(
-        (2 * gib - context) / H200_TOTAL)
+        (2 * gib - context) / H200_TOTAL
+    )
     # A reservation at or below the context still starts (and ends oom at once); never > 1.
     assert cuda_memory_fraction(context // 2, H200_TOTAL, context) == runtime.MIN_CUDA_FRACTION
     assert cuda_memory_fraction(10 * H200_TOTAL, H200_TOTAL, context) == 1.0
@@ -65,10 +66,14 @@ def test_a_limited_cuda_run_sets_its_allocators_share(monkeypatch: pytest.Monkey
     from types import SimpleNamespace
 
     calls: list[tuple[float, torch.device]] = []
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda device: SimpleNamespace(total_memory=H200_TOTAL))
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
-                        lambda fraction, device: calls.append((fraction, device)))
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=H200_TOTAL)
+    )
+    monkeypatch.setattr(
+        torch.cuda,
+        "set_per_process_memory_fraction",
+        lambda fraction, device: calls.append((fraction, device)),
+    )
     gpu = torch.device("cuda", 0)
     fraction = runtime.cuda_memory_limit(gpu, 4 * 2**30)
     assert calls == [(fraction, gpu)]

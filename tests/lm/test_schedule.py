@@ -19,9 +19,16 @@ from lm.schedule import (
 )
 
 #: 100 tokens per step (batch 1 x seq_len 100).
-BASE: dict[str, Any] = {"corpus": "data/c", "tokenizer": "byte", "vocab_size": 260,
-                        "seq_len": 100, "batch_size": 1, "lr": 1.0, "warmup_tokens": 1_000,
-                        "max_tokens": 10_000}
+BASE: dict[str, Any] = {
+    "corpus": "data/c",
+    "tokenizer": "byte",
+    "vocab_size": 260,
+    "seq_len": 100,
+    "batch_size": 1,
+    "lr": 1.0,
+    "warmup_tokens": 1_000,
+    "max_tokens": 10_000,
+}
 
 
 def make(**overrides: Any) -> TrainConfig:
@@ -38,7 +45,8 @@ def test_cosine_warms_up_then_falls_to_its_floor() -> None:
 
 @pytest.mark.parametrize(("shape", "halfway"), [("linear", 0.5), ("1-sqrt", 1 - math.sqrt(0.5))])
 def test_wsd_holds_the_rate_then_decays_to_zero_over_the_last_fraction(
-        shape: str, halfway: float) -> None:
+    shape: str, halfway: float
+) -> None:
     cfg = make(lr_schedule="wsd", decay_fraction=0.2, decay_shape=shape)
     assert decay_tokens(cfg) == 2_000
     assert lr_at(500, cfg) == lr_at(500, make())  # the same warm-up as cosine

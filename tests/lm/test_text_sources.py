@@ -83,7 +83,10 @@ def test_two_symlink_loops_terminate(tmp_path: Path) -> None:
     os.symlink(".", notes / "l2")
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(notes / "**" / "*.txt"), str(tmp_path / "out")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["3", "0"]  # the loops are not walked: no name to drop

@@ -32,9 +32,19 @@ def test_a_small_step_runs_on_one_thread_whatever_the_load() -> None:
     assert host.useful_threads(2 * host.FLOPS_PER_THREAD) == 2
 
 
-@pytest.mark.parametrize(("cores", "busy", "want"), [
-    (2, 0.0, 2), (2, 0.3, 2), (2, 1.0, 1), (2, 1.9, 1), (2, 2.0, 1),
-    (8, 3.0, 5), (8, 0.0, 8), (1, 0.0, 1)])
+@pytest.mark.parametrize(
+    ("cores", "busy", "want"),
+    [
+        (2, 0.0, 2),
+        (2, 0.3, 2),
+        (2, 1.0, 1),
+        (2, 1.9, 1),
+        (2, 2.0, 1),
+        (8, 3.0, 5),
+        (8, 0.0, 8),
+        (1, 0.0, 1),
+    ],
+)
 def test_a_big_step_takes_the_cores_other_work_leaves(cores: int, busy: float, want: int) -> None:
     choice = host.trial_threads(list(range(cores)), BIG_STEP, busy=busy)
     assert choice.threads == want
@@ -57,8 +67,9 @@ def test_a_cpu_run_of_a_small_model_takes_one_thread_not_every_core() -> None:
 def hog() -> Iterator[subprocess.Popen]:
     """A CPU-bound process pinned to this process's first core; killed by its pid."""
     core = host.cpu_ids()[0]
-    proc = subprocess.Popen([sys.executable, "-c", "while 1: pass"],
-                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "while 1: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {core})
+    )
     try:
         yield proc
     finally:

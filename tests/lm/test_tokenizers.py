@@ -19,8 +19,6 @@ SPECIAL_TEXT = (
 )
 
 
-
-
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return history_corpus(tmp_path_factory.mktemp("history"))

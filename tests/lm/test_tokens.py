@@ -280,8 +280,10 @@ def test_two_concurrent_callers_build_once_and_agree(tmp_path: Path) -> None:
     assert digest.hexdigest() == results[0]["digest"]
     ids, _ = cache.tokenizer.encode_marked((corpus / "val.txt").read_text(encoding="utf-8"))
     assert np.array_equal(cache.val, ids)
-    assert sorted(p.name for p in (corpus / "cache").iterdir()
-                  if p.name != tk.TEXT_STAMP.name) == [".bpe-300.lock", "bpe-300"]
+    assert sorted(p.name for p in (corpus / "cache").iterdir() if p.name != tk.TEXT_STAMP.name) == [
+        ".bpe-300.lock",
+        "bpe-300",
+    ]
 
 
 def test_a_failed_build_is_one_line_and_leaves_no_partial_cache(
@@ -293,8 +295,9 @@ def test_a_failed_build_is_one_line_and_leaves_no_partial_cache(
     monkeypatch.setattr(tokens, "_encode_splits", disk_full)
     with pytest.raises(SweepsError, match="No space left on device while building"):
         tokens.load_tokens(small, "byte", 260)
-    assert [p.name for p in (small / "cache").iterdir()
-            if p.name != tk.TEXT_STAMP.name] == [".byte-260.lock"]
+    assert [p.name for p in (small / "cache").iterdir() if p.name != tk.TEXT_STAMP.name] == [
+        ".byte-260.lock"
+    ]
 
 
 def test_a_corpus_file_that_is_not_utf8_is_a_one_line_error(small: Path) -> None:
@@ -396,9 +399,21 @@ def test_sweeps_tokenize_rebuilds_a_damaged_cache(small: Path) -> None:
 
     def tokenize() -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "sweeps", "tokenize", str(small), "--tokenizer", "word",
-             "--vocab-size", "8"],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "sweeps",
+                "tokenize",
+                str(small),
+                "--tokenizer",
+                "word",
+                "--vocab-size",
+                "8",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
@@ -433,8 +448,14 @@ def test_checking_a_cache_does_not_add_it_to_the_resident_set(tmp_path: Path) ->
     cache = tokens.load_tokens(corpus, "byte", 260)
     file_bytes = sum(getattr(cache, n).nbytes for n in ("train", "train_nbytes"))
     assert file_bytes > 64 * 2**20
-    proc = subprocess.run([sys.executable, "-c", RSS_CHILD, str(corpus)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD, str(corpus)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     result = json.loads(proc.stdout)
     assert result["hit"] is True
     assert result["grew"] < 16 * 2**20, result

@@ -40,12 +40,25 @@ def test_a_collapsed_model_has_the_corpus_ranking() -> None:
 def test_every_evaluation_records_top_tokens(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     prepare_synthetic(corpus, size_bytes=200_000, seed=0)
-    cfg = TrainConfig.from_dict({
-        "corpus": str(corpus), "tokenizer": "word", "vocab_size": 300, "d_model": 32,
-        "n_layers": 1, "n_heads": 2, "d_ff": 64, "seq_len": 32, "batch_size": 8,
-        "max_tokens": 512, "eval_every_tokens": 256, "eval_tokens": 512, "device": "cpu",
-        "sample_tokens": 2, "warmup_tokens": 0,
-    })
+    cfg = TrainConfig.from_dict(
+        {
+            "corpus": str(corpus),
+            "tokenizer": "word",
+            "vocab_size": 300,
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "seq_len": 32,
+            "batch_size": 8,
+            "max_tokens": 512,
+            "eval_every_tokens": 256,
+            "eval_tokens": 512,
+            "device": "cpu",
+            "sample_tokens": 2,
+            "warmup_tokens": 0,
+        }
+    )
     run(cfg, tmp_path / "run")
     rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and "top_tokens" in METRIC_KEYS

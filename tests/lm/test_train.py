@@ -82,8 +82,13 @@ def tiny_config(corpus: Path, **overrides: Any) -> TrainConfig:
 def trained(train_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunResult]:
     """A 2-layer model trained for ~200k tokens (a few seconds on 2 cores)."""
     run_dir = tmp_path_factory.mktemp("runs") / "trained"
-    cfg = tiny_config(train_corpus, max_tokens=200_000, eval_every_tokens=100_000,
-                      eval_tokens=4_096, sample_tokens=8)
+    cfg = tiny_config(
+        train_corpus,
+        max_tokens=200_000,
+        eval_every_tokens=100_000,
+        eval_tokens=4_096,
+        sample_tokens=8,
+    )
     return run_dir, run(cfg, run_dir)
 
 
@@ -457,8 +462,9 @@ def test_a_cublas_allocation_failure_ends_as_oom(
     corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def cublas(self: Any, progress: Any, on_eval: Any) -> tuple[str, str]:
-        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
-                           "`cublasCreate(handle)`")
+        raise RuntimeError(
+            "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+        )
 
     monkeypatch.setattr(train_mod._RunState, "train", cublas)
     result = run(tiny_config(corpus), tmp_path / "r")

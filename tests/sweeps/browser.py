@@ -17,8 +17,14 @@ from typing import Any
 import pytest
 
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--hide-scrollbars",
     # The parallel-coordinates chart draws with WebGL; with --disable-gpu that is SwiftShader,
     # which Chromium now only uses when asked (trusted local content here).
     "--enable-unsafe-swiftshader",
@@ -29,8 +35,10 @@ def chromium_path() -> str:
     """The browser's path; the calling test is skipped, with how to install it, when absent."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.skip("Chromium is not installed; install it with `make system-packages` (as "
-                    "root, with Debian's package manager) or your system's package manager")
+        pytest.skip(
+            "Chromium is not installed; install it with `make system-packages` (as "
+            "root, with Debian's package manager) or your system's package manager"
+        )
     return found
 
 
@@ -49,16 +57,26 @@ class DevTools:
             os.dup2(from_browser, 4)
 
         self.proc = subprocess.Popen(
-            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe",
-             "about:blank"], preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(profile)})
+            [
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            preexec_fn=fds,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "HOME": str(profile)},
+        )
         os.close(to_browser)
         os.close(from_browser)
         self._next, self._buffer = 0, b""
-        page = next(t for t in self.call("Target.getTargets")["targetInfos"]
-                    if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=page["targetId"],
-                                 flatten=True)["sessionId"]
+        page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)[
+            "sessionId"
+        ]
 
     def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
         """Send one command and return its result (events in between are skipped)."""
@@ -89,8 +107,9 @@ class DevTools:
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the open page."""
-        result = self.call("Runtime.evaluate", self.session, expression=expression,
-                           returnByValue=True)
+        result = self.call(
+            "Runtime.evaluate", self.session, expression=expression, returnByValue=True
+        )
         return result.get("result", {}).get("value")
 
     def close(self) -> None:

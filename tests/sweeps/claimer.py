@@ -39,8 +39,10 @@ def main(argv: list[str]) -> None:
     url, name, n, n_threads = argv[0], argv[1], int(argv[2]), int(argv[3])
     storage = open_storage(url)
     study = optuna.load_study(study_name=name, storage=storage)
-    threads = [threading.Thread(target=claim_until_done, args=(study, storage, n))
-               for _ in range(n_threads)]
+    threads = [
+        threading.Thread(target=claim_until_done, args=(study, storage, n))
+        for _ in range(n_threads)
+    ]
     for t in threads:
         t.start()
     for t in threads:

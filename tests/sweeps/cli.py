@@ -10,11 +10,17 @@ import sys
 from pathlib import Path
 
 
-def sweeps(*args: str, cwd: Path | None = None, timeout: float = 300
-           ) -> subprocess.CompletedProcess[str]:
+def sweeps(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """``python -m sweeps ARGS`` in a fresh process; its exit code and output."""
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def sweeps_here(*args: str) -> subprocess.CompletedProcess[str]:

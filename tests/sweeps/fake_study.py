@@ -37,10 +37,22 @@ from sweeps import records
 from sweeps import storage as st
 from sweeps.conditions import Condition, parse_condition
 
-OUTCOMES = ("complete", "pruned", "predicted_oom", "oom", "unigram_collapse", "diverged",
-            "timeout", "crashed", "interrupted")
-STATES = {"complete": TrialState.COMPLETE, "crashed": TrialState.FAIL,
-          "interrupted": TrialState.FAIL}
+OUTCOMES = (
+    "complete",
+    "pruned",
+    "predicted_oom",
+    "oom",
+    "unigram_collapse",
+    "diverged",
+    "timeout",
+    "crashed",
+    "interrupted",
+)
+STATES = {
+    "complete": TrialState.COMPLETE,
+    "crashed": TrialState.FAIL,
+    "interrupted": TrialState.FAIL,
+}
 BUDGET = 2 * 2**30
 EVAL_EVERY = 50_000
 MAX_TOKENS = 250_000
@@ -56,33 +68,78 @@ DISTRIBUTIONS = {
 }
 TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 #: The fields a ``space=`` study fixes unless ``fixed`` says otherwise (the starter's).
-FIXED = {"tokenizer": "bpe", "vocab_size": 1024, "d_ff": 128, "seq_len": 64, "batch_size": 8,
-         "attention": "sdpa", "lr": 0.01}
-WORDS = ("the", "a", "students", "teacher", "raise", "history", "war", "empire", "proof",
-         "answer", "question", "why", "how", "class", "king", "<unk>")
+FIXED = {
+    "tokenizer": "bpe",
+    "vocab_size": 1024,
+    "d_ff": 128,
+    "seq_len": 64,
+    "batch_size": 8,
+    "attention": "sdpa",
+    "lr": 0.01,
+}
+WORDS = (
+    "the",
+    "a",
+    "students",
+    "teacher",
+    "raise",
+    "history",
+    "war",
+    "empire",
+    "proof",
+    "answer",
+    "question",
+    "why",
+    "how",
+    "class",
+    "king",
+    "<unk>",
+)
 
 
 def config_for(params: dict[str, Any], corpus: str = "/data/corpus") -> dict[str, Any]:
     """The full TrainConfig dict (as lm.config.TrainConfig.to_dict writes it)."""
     return {
-        "corpus": corpus, "tokenizer": params["tokenizer"], "vocab_size": params["vocab_size"],
-        "lowercase": False, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": params["d_ff"],
-        "seq_len": params["seq_len"], "dropout": 0.0, "attention": params["attention"],
-        "checkpointing": False, "tie_weights": True, "batch_size": params["batch_size"],
-        "grad_accum": 1, "lr": params["lr"], "weight_decay": 0.1, "warmup_tokens": 10_000,
-        "max_tokens": MAX_TOKENS, "max_wall_s": None, "precision": "fp32", "grad_clip": 1.0,
-        "seed": params.get("seed", 0), "eval_every_tokens": EVAL_EVERY, "eval_tokens": 16_384,
+        "corpus": corpus,
+        "tokenizer": params["tokenizer"],
+        "vocab_size": params["vocab_size"],
+        "lowercase": False,
+        "d_model": 64,
+        "n_layers": 2,
+        "n_heads": 4,
+        "d_ff": params["d_ff"],
+        "seq_len": params["seq_len"],
+        "dropout": 0.0,
+        "attention": params["attention"],
+        "checkpointing": False,
+        "tie_weights": True,
+        "batch_size": params["batch_size"],
+        "grad_accum": 1,
+        "lr": params["lr"],
+        "weight_decay": 0.1,
+        "warmup_tokens": 10_000,
+        "max_tokens": MAX_TOKENS,
+        "max_wall_s": None,
+        "precision": "fp32",
+        "grad_clip": 1.0,
+        "seed": params.get("seed", 0),
+        "eval_every_tokens": EVAL_EVERY,
+        "eval_tokens": 16_384,
         "device": "cpu",
-        "cpu_memory_limit_bytes": None, "sample_prompts": list(PROMPTS), "sample_tokens": 16,
+        "cpu_memory_limit_bytes": None,
+        "sample_prompts": list(PROMPTS),
+        "sample_tokens": 16,
     }
 
 
 def _params(rng: np.random.Generator) -> dict[str, Any]:
     tokenizer = str(rng.choice(["word", "bpe", "byte"], p=[0.4, 0.45, 0.15]))
-    vocab = 260 if tokenizer == "byte" else int(math.exp(rng.uniform(math.log(300),
-                                                                     math.log(8192))))
+    vocab = (
+        260 if tokenizer == "byte" else int(math.exp(rng.uniform(math.log(300), math.log(8192))))
+    )
     return {
-        "tokenizer": tokenizer, "vocab_size": vocab,
+        "tokenizer": tokenizer,
+        "vocab_size": vocab,
         "d_ff": int(rng.choice([1, 64, 256, 1024])),
         "seq_len": int(rng.choice([64, 128, 256, 512])),
         "batch_size": int(rng.choice([4, 8, 16, 32, 64])),
@@ -134,14 +191,21 @@ def _quality(p: dict[str, Any], rng: np.random.Generator) -> tuple[float, float,
     return bpb, bpb * bpt * math.log(2), bpt, unk
 
 
-def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
-              samples: dict[int, list[dict[str, str]]] | None = None,
-              when: dict[str, str] | None = None,
-              outcomes: tuple[str, ...] = OUTCOMES,
-              attrs: dict[int, dict[str, Any]] | None = None,
-              times: dict[int, tuple[datetime.datetime, datetime.datetime]] | None = None,
-              space: dict[str, list[Any]] | None = None,
-              fixed: dict[str, Any] | None = None) -> optuna.Study:
+def fabricate(
+    url: str,
+    name: str,
+    n: int,
+    *,
+    seed: int = 0,
+    bulk: bool = True,
+    samples: dict[int, list[dict[str, str]]] | None = None,
+    when: dict[str, str] | None = None,
+    outcomes: tuple[str, ...] = OUTCOMES,
+    attrs: dict[int, dict[str, Any]] | None = None,
+    times: dict[int, tuple[datetime.datetime, datetime.datetime]] | None = None,
+    space: dict[str, list[Any]] | None = None,
+    fixed: dict[str, Any] | None = None,
+) -> optuna.Study:
     """A study of ``n`` finished trials written to ``url``: the first ones have ``outcomes``
     (by default the nine that cover every outcome), the rest an outcome their values lead to.
 
@@ -159,18 +223,31 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
     """
     rng = np.random.default_rng(seed)
     storage = st.open_storage(url)
-    study = optuna.create_study(study_name=name, storage=storage,
-                                directions=["minimize", "minimize"])
+    study = optuna.create_study(
+        study_name=name, storage=storage, directions=["minimize", "minimize"]
+    )
     study.set_user_attr("memory_budget_bytes", BUDGET)
     study.set_user_attr("calibration_factor", 1.1)
-    study.set_user_attr("spec", {"study": {"name": name, "objectives": [
-        {"metric": "val_bpb", "direction": "minimize"},
-        {"metric": "peak_mem", "direction": "minimize"}]}})
+    study.set_user_attr(
+        "spec",
+        {
+            "study": {
+                "name": name,
+                "objectives": [
+                    {"metric": "val_bpb", "direction": "minimize"},
+                    {"metric": "peak_mem", "direction": "minimize"},
+                ],
+            }
+        },
+    )
     trials, evals, sample_rows = [], [], []
     now = time.time()
     conditions = {k: parse_condition(v) for k, v in (when or {}).items()}
-    dists = DISTRIBUTIONS if space is None else {
-        k: CategoricalDistribution(list(v)) for k, v in space.items()}
+    dists = (
+        DISTRIBUTIONS
+        if space is None
+        else {k: CategoricalDistribution(list(v)) for k, v in space.items()}
+    )
     for number in range(n):
         p = _params(rng)
         unset = _apply_conditions(p, conditions)
@@ -181,8 +258,10 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
         trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now, unset, dists)
         if number in (attrs or {}):
             given = (attrs or {})[number]
-            trial.user_attrs = {**{k: v for k, v in trial.user_attrs.items() if k not in given},
-                                **{k: v for k, v in given.items() if v is not None}}
+            trial.user_attrs = {
+                **{k: v for k, v in trial.user_attrs.items() if k not in given},
+                **{k: v for k, v in given.items() if v is not None},
+            }
         if number in (times or {}):
             trial.datetime_start, trial.datetime_complete = (times or {})[number]
         trials.append(trial)
@@ -204,13 +283,29 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
         if trial_evals and trial_samples:
             last = trial_evals[-1]
             if bulk:
-                text_rows += [{"study_name": name, "trial_number": number,
-                               "trial_id": ids[number], "step": last["step"],
-                               "tokens": last["tokens"], "prompt": s["prompt"],
-                               "text": s["text"], "recorded_at": now} for s in trial_samples]
+                text_rows += [
+                    {
+                        "study_name": name,
+                        "trial_number": number,
+                        "trial_id": ids[number],
+                        "step": last["step"],
+                        "tokens": last["tokens"],
+                        "prompt": s["prompt"],
+                        "text": s["text"],
+                        "recorded_at": now,
+                    }
+                    for s in trial_samples
+                ]
             else:
-                records.record_samples(engine, name, number, ids[number], trial_samples,
-                                  tokens=last["tokens"], step=last["step"])
+                records.record_samples(
+                    engine,
+                    name,
+                    number,
+                    ids[number],
+                    trial_samples,
+                    tokens=last["tokens"],
+                    step=last["step"],
+                )
     if eval_rows or text_rows:
         with engine.begin() as conn:
             if eval_rows:
@@ -221,8 +316,9 @@ def fabricate(url: str, name: str, n: int, *, seed: int = 0, bulk: bool = True,
     return study
 
 
-def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
-                     trials: list[optuna.trial.FrozenTrial]) -> dict[int, int]:
+def _bulk_add_trials(
+    storage: optuna.storages.RDBStorage, study_id: int, trials: list[optuna.trial.FrozenTrial]
+) -> dict[int, int]:
     """Insert finished trials with one executemany per Optuna table; {number: trial_id}."""
     from optuna.storages._rdb import models as m
 
@@ -234,36 +330,65 @@ def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
         return d if d is None or d.tzinfo is None else d.astimezone().replace(tzinfo=None)
 
     with storage.engine.begin() as conn:
-        conn.execute(m.TrialModel.__table__.insert(), [
-            {"number": number, "study_id": study_id, "state": t.state,
-             "datetime_start": local(t.datetime_start),
-             "datetime_complete": local(t.datetime_complete)}
-            for number, t in enumerate(trials)])
+        conn.execute(
+            m.TrialModel.__table__.insert(),
+            [
+                {
+                    "number": number,
+                    "study_id": study_id,
+                    "state": t.state,
+                    "datetime_start": local(t.datetime_start),
+                    "datetime_complete": local(t.datetime_complete),
+                }
+                for number, t in enumerate(trials)
+            ],
+        )
         table = m.TrialModel.__table__
-        ids = dict(conn.execute(sa.select(table.c.number, table.c.trial_id).where(
-            table.c.study_id == study_id)).all())
+        ids = dict(
+            conn.execute(
+                sa.select(table.c.number, table.c.trial_id).where(table.c.study_id == study_id)
+            ).all()
+        )
         params, values, attrs, inter = [], [], [], []
         for number, t in enumerate(trials):  # create_trial leaves number unset (-1)
             tid = ids[number]
             for name, value in t.params.items():
                 dist = t.distributions[name]
-                params.append({"trial_id": tid, "param_name": name,
-                               "param_value": dist.to_internal_repr(value),
-                               "distribution_json": distribution_to_json(dist)})
+                params.append(
+                    {
+                        "trial_id": tid,
+                        "param_name": name,
+                        "param_value": dist.to_internal_repr(value),
+                        "distribution_json": distribution_to_json(dist),
+                    }
+                )
             for i, value in enumerate(t.values or []):
                 stored, kind = m.TrialValueModel.value_to_stored_repr(value)
-                values.append({"trial_id": tid, "objective": i, "value": stored,
-                               "value_type": kind})
-            attrs += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)}
-                      for k, v in t.user_attrs.items()]
+                values.append(
+                    {"trial_id": tid, "objective": i, "value": stored, "value_type": kind}
+                )
+            attrs += [
+                {"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                for k, v in t.user_attrs.items()
+            ]
             for step, value in t.intermediate_values.items():
                 stored, kind = m.TrialIntermediateValueModel.intermediate_value_to_stored_repr(
-                    value)
-                inter.append({"trial_id": tid, "step": step, "intermediate_value": stored,
-                              "intermediate_value_type": kind})
-        for model, rows in ((m.TrialParamModel, params), (m.TrialValueModel, values),
-                            (m.TrialUserAttributeModel, attrs),
-                            (m.TrialIntermediateValueModel, inter)):
+                    value
+                )
+                inter.append(
+                    {
+                        "trial_id": tid,
+                        "step": step,
+                        "intermediate_value": stored,
+                        "intermediate_value_type": kind,
+                    }
+                )
+        for model, rows in (
+            (m.TrialParamModel, params),
+            (m.TrialValueModel, values),
+            (m.TrialUserAttributeModel, attrs),
+            (m.TrialIntermediateValueModel, inter),
+        ):
             if rows:
                 conn.execute(model.__table__.insert(), rows)
     return ids
@@ -271,15 +396,21 @@ def _bulk_add_trials(storage: optuna.storages.RDBStorage, study_id: int,
 
 def _eval_row(study: str, number: int, trial_id: int, metrics: dict[str, Any]) -> dict[str, Any]:
     """The row ``records.record_eval`` writes, without its one-transaction-per-call cost."""
-    row: dict[str, Any] = {"study_name": study, "trial_number": number, "trial_id": trial_id,
-                           "metrics": json.dumps(metrics, sort_keys=True), "recorded_at": 0.0}
+    row: dict[str, Any] = {
+        "study_name": study,
+        "trial_number": number,
+        "trial_id": trial_id,
+        "metrics": json.dumps(metrics, sort_keys=True),
+        "recorded_at": 0.0,
+    }
     for key in records.EVAL_COLUMNS:
         row[key] = records._column_value(metrics.get(key), integer=key in records._INT_COLUMNS)
     return row
 
 
-def _pick_outcome(p: dict[str, Any], predicted: int, measured: int,
-                  rng: np.random.Generator) -> str:
+def _pick_outcome(
+    p: dict[str, Any], predicted: int, measured: int, rng: np.random.Generator
+) -> str:
     if predicted > BUDGET:
         return "predicted_oom"
     if measured > BUDGET:
@@ -287,16 +418,26 @@ def _pick_outcome(p: dict[str, Any], predicted: int, measured: int,
     if p["lr"] > 0.05 and rng.random() < 0.5:
         return "diverged"
     if (p["tokenizer"] == "word" and p["vocab_size"] < 500) or (
-            p["d_ff"] == 1 and rng.random() < 0.3):
+        p["d_ff"] == 1 and rng.random() < 0.3
+    ):
         return "unigram_collapse"
-    return str(rng.choice(["complete", "pruned", "timeout", "crashed", "interrupted"],
-                          p=[0.7, 0.22, 0.04, 0.02, 0.02]))
+    return str(
+        rng.choice(
+            ["complete", "pruned", "timeout", "crashed", "interrupted"],
+            p=[0.7, 0.22, 0.04, 0.02, 0.02],
+        )
+    )
 
 
-def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.Generator,
-           now: float, unset: frozenset[str] | set[str] = frozenset(),
-           dists: dict[str, Any] = DISTRIBUTIONS,
-           ) -> tuple[optuna.trial.FrozenTrial, list[dict], list[dict]]:
+def _trial(
+    number: int,
+    p: dict[str, Any],
+    outcome: str | None,
+    rng: np.random.Generator,
+    now: float,
+    unset: frozenset[str] | set[str] = frozenset(),
+    dists: dict[str, Any] = DISTRIBUTIONS,
+) -> tuple[optuna.trial.FrozenTrial, list[dict], list[dict]]:
     predicted_raw = predicted_bytes(p)
     predicted = int(predicted_raw * 1.1)
     measured = int(predicted_raw * rng.uniform(0.85, 1.25))
@@ -304,9 +445,13 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
     suggested = {k: v for k, v in p.items() if k not in unset}
     bpb, _, bpt, unk = _quality(p, rng)
     entropy = 5.5 if p["tokenizer"] != "byte" else 3.2
-    n_evals = {"complete": 5, "predicted_oom": 0, "oom": int(rng.integers(0, 2)),
-               "crashed": int(rng.integers(0, 3)), "diverged": int(rng.integers(1, 3))}.get(
-                   outcome, int(rng.integers(1, 4)))
+    n_evals = {
+        "complete": 5,
+        "predicted_oom": 0,
+        "oom": int(rng.integers(0, 2)),
+        "crashed": int(rng.integers(0, 3)),
+        "diverged": int(rng.integers(1, 3)),
+    }.get(outcome, int(rng.integers(1, 4)))
     tokens_per_s = 2e7 / (p["seq_len"] * (p["vocab_size"] / 1000 + 2)) * rng.uniform(0.8, 1.2)
     collapsed = outcome == "unigram_collapse"
     evals = []
@@ -318,42 +463,61 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
         val_loss = val_bpb * bpt * math.log(2)
         corpus_p = sorted(rng.dirichlet(np.ones(25) * 0.6), reverse=True)
         model_p = corpus_p if collapsed else list(rng.dirichlet(np.ones(25) * 0.6))
-        evals.append({
-            "step": tokens // (p["batch_size"] * p["seq_len"]), "tokens": tokens,
-            "lr": p["lr"], "train_loss": val_loss * 0.97, "val_loss": val_loss,
-            "val_bpb": val_bpb, "accuracy": 0.2 + 0.1 * (1 - frac),
-            "unigram_entropy": entropy, "unigram_bpb": bpb + 1.0,
-            "unigram_gap": entropy - val_loss, "kl_mean_to_unigram": 0.001 if collapsed else 0.2,
-            "mean_kl_to_mean": 0.002 if collapsed else 1.1,
-            "top20_overlap": 1.0 if collapsed else 0.6,
-            "top_tokens": {"tokens": list(WORDS[:len(WORDS)]) + [f"w{i}" for i in range(9)],
-                           "corpus": [round(float(x), 6) for x in corpus_p],
-                           "model": [round(float(x), 6) for x in model_p]},
-            "unk_rate_targets": unk, "unk_rate_samples": unk,
-            "peak_mem_bytes": measured, "tokens_per_s": tokens_per_s,
-            "elapsed_s": tokens / tokens_per_s + 3.0,
-        })
+        evals.append(
+            {
+                "step": tokens // (p["batch_size"] * p["seq_len"]),
+                "tokens": tokens,
+                "lr": p["lr"],
+                "train_loss": val_loss * 0.97,
+                "val_loss": val_loss,
+                "val_bpb": val_bpb,
+                "accuracy": 0.2 + 0.1 * (1 - frac),
+                "unigram_entropy": entropy,
+                "unigram_bpb": bpb + 1.0,
+                "unigram_gap": entropy - val_loss,
+                "kl_mean_to_unigram": 0.001 if collapsed else 0.2,
+                "mean_kl_to_mean": 0.002 if collapsed else 1.1,
+                "top20_overlap": 1.0 if collapsed else 0.6,
+                "top_tokens": {
+                    "tokens": list(WORDS[: len(WORDS)]) + [f"w{i}" for i in range(9)],
+                    "corpus": [round(float(x), 6) for x in corpus_p],
+                    "model": [round(float(x), 6) for x in model_p],
+                },
+                "unk_rate_targets": unk,
+                "unk_rate_samples": unk,
+                "peak_mem_bytes": measured,
+                "tokens_per_s": tokens_per_s,
+                "elapsed_s": tokens / tokens_per_s + 3.0,
+            }
+        )
     last = evals[-1] if evals else {}
     wall_s = (last.get("elapsed_s", 0.0) + rng.uniform(1, 4)) if outcome != "predicted_oom" else 0.0
     reason = {
         "complete": f"trained {MAX_TOKENS:,} tokens",
         "pruned": f"median pruner: val_bpb {last.get('val_bpb', 0):.3f} worse than the median "
-                  f"at {last.get('tokens', 0):,} tokens",
+        f"at {last.get('tokens', 0):,} tokens",
         "predicted_oom": f"predicted {predicted / 2**30:.2f} GiB > budget 2.00 GiB",
         "oom": "the child exceeded its memory limit (exit 137)",
         "unigram_collapse": "unigram_gap 0.01 < 0.05 after 2 evaluations: predicts corpus "
-                            "frequencies",
+        "frequencies",
         "diverged": "training loss is nan at step 120",
         "timeout": "max_wall_s=60 reached",
         "crashed": "RuntimeError: something broke",
         "interrupted": "stopped by the user",
     }[outcome]
     attrs: dict[str, Any] = {
-        "outcome": outcome, "reason": reason, "run_dir": f"runs/trials/{number}",
-        "host": "worker-a" if number % 2 else "worker-b", "pid": 1000 + number,
-        "started_at": now - 3600 + number, "wall_s": wall_s, "config": config_for(p),
-        "sampled": suggested, "predicted_mem_bytes": predicted,
-        "predicted_mem_raw_bytes": predicted_raw, "memory_budget_bytes": BUDGET,
+        "outcome": outcome,
+        "reason": reason,
+        "run_dir": f"runs/trials/{number}",
+        "host": "worker-a" if number % 2 else "worker-b",
+        "pid": 1000 + number,
+        "started_at": now - 3600 + number,
+        "wall_s": wall_s,
+        "config": config_for(p),
+        "sampled": suggested,
+        "predicted_mem_bytes": predicted,
+        "predicted_mem_raw_bytes": predicted_raw,
+        "memory_budget_bytes": BUDGET,
         "calibration_factor": 1.1,
         "constraint": 1.0 if outcome in ("oom", "predicted_oom") else 0.0,
     }
@@ -361,16 +525,32 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
         attrs["fitted"] = {"batch_size": p["batch_size"], "grad_accum": 2}
     if outcome != "predicted_oom":
         params_total = p["vocab_size"] * 64 + 128 * 64 + 2 * (4 * 64 * 64 + 2 * 64 * p["d_ff"])
-        attrs.update({
-            "cold_start_s": 2.0, "peak_mem_bytes": measured,
-            "tokens_seen": last.get("tokens", 0), "tokens_per_s": tokens_per_s,
-            "params_total": params_total, "params": {"total": params_total},
-            "bytes_per_token": bpt, "unk_rate": unk, "train_s": max(wall_s - 3.0, 0.0),
-        })
+        attrs.update(
+            {
+                "cold_start_s": 2.0,
+                "peak_mem_bytes": measured,
+                "tokens_seen": last.get("tokens", 0),
+                "tokens_per_s": tokens_per_s,
+                "params_total": params_total,
+                "params": {"total": params_total},
+                "bytes_per_token": bpt,
+                "unk_rate": unk,
+                "train_s": max(wall_s - 3.0, 0.0),
+            }
+        )
         attrs.update(_compute(p, attrs["tokens_seen"], n_evals))
-        for key in ("val_bpb", "val_loss", "accuracy", "unigram_entropy", "unigram_bpb",
-                    "unigram_gap", "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap",
-                    "unk_rate_targets"):
+        for key in (
+            "val_bpb",
+            "val_loss",
+            "accuracy",
+            "unigram_entropy",
+            "unigram_bpb",
+            "unigram_gap",
+            "kl_mean_to_unigram",
+            "mean_kl_to_mean",
+            "top20_overlap",
+            "unk_rate_targets",
+        ):
             if key in last:
                 attrs[key] = last[key]
         if evals:
@@ -380,23 +560,29 @@ def _trial(number: int, p: dict[str, Any], outcome: str | None, rng: np.random.G
     if state == TrialState.COMPLETE:
         values = [last["val_bpb"], float(measured)]
     trial = optuna.trial.create_trial(
-        state=state, values=values, params=suggested,
+        state=state,
+        values=values,
+        params=suggested,
         distributions={k: dists[k] for k in suggested},
         user_attrs=attrs,
-        intermediate_values={e["tokens"]: e["val_bpb"] for e in evals} if state ==
-        TrialState.PRUNED else None,
+        intermediate_values={e["tokens"]: e["val_bpb"] for e in evals}
+        if state == TrialState.PRUNED
+        else None,
     )
-    texts = [{"prompt": prompt, "text": " ".join(rng.choice(WORDS, size=8))}
-             for prompt in PROMPTS]
+    texts = [{"prompt": prompt, "text": " ".join(rng.choice(WORDS, size=8))} for prompt in PROMPTS]
     return trial, evals, texts
 
 
 def _compute(p: dict[str, Any], tokens: int, n_evals: int) -> dict[str, Any]:
     """What the runner records of a trial's compute (``lm.flops``)."""
     f = flops.count(TrainConfig.from_dict(config_for(p)), tokens, n_evals=n_evals)
-    return {"flops": f.flops, "flops_per_token": f.flops_per_token,
-            "params_non_embedding": f.params_non_embedding,
-            "params_embedding": f.params_embedding, "eval_flops": f.eval_flops}
+    return {
+        "flops": f.flops,
+        "flops_per_token": f.flops_per_token,
+        "params_non_embedding": f.params_non_embedding,
+        "params_embedding": f.params_embedding,
+        "eval_flops": f.eval_flops,
+    }
 
 
 def shared_big_study(base: Path, n: int = 2000, seed: int = 2) -> str:

@@ -238,8 +238,9 @@ def worker_study(spec: Any, db: Path) -> tuple[Any, optuna.Study]:
     (storage, study) ready for ``sweeps.workers.run_workers``."""
     from sweeps import workers as wk
 
-    storage = st.open_storage(f"sqlite:///{db}", heartbeat_interval=1, grace_period=5,
-                              max_retries=spec.limits.max_retries)
+    storage = st.open_storage(
+        f"sqlite:///{db}", heartbeat_interval=1, grace_period=5, max_retries=spec.limits.max_retries
+    )
     wk.create_or_resume(spec, storage)
     return storage, wk.load_for_workers(spec, storage)
 
@@ -249,9 +250,15 @@ def snapshot(url: str, name: str) -> tuple[list, int, int, dict]:
     storage = st.open_storage(url)
     try:
         study = optuna.load_study(study_name=name, storage=storage)
-        trials = [(t.number, t.state.name, t.params, t.values, t.user_attrs.get("outcome"))
-                  for t in study.get_trials()]
-        return (trials, len(records.read_evals(storage, name)),
-                len(records.read_samples(storage, name)), study.user_attrs["spec"])
+        trials = [
+            (t.number, t.state.name, t.params, t.values, t.user_attrs.get("outcome"))
+            for t in study.get_trials()
+        ]
+        return (
+            trials,
+            len(records.read_evals(storage, name)),
+            len(records.read_samples(storage, name)),
+            study.user_attrs["spec"],
+        )
     finally:
         storage.engine.dispose()

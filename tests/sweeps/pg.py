@@ -25,8 +25,13 @@ def create_database(prefix: str) -> tuple[sa.URL, Callable[[], None]]:
     import psycopg
 
     admin = sa.engine.make_url(PG_ADMIN)
-    conninfo = dict(host=admin.host, port=admin.port or 5432, user=admin.username,
-                    dbname=admin.database, connect_timeout=3)
+    conninfo = dict(
+        host=admin.host,
+        port=admin.port or 5432,
+        user=admin.username,
+        dbname=admin.database,
+        connect_timeout=3,
+    )
     if admin.password:
         conninfo["password"] = admin.password
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
@@ -65,8 +70,10 @@ def fresh_database(prefix: str = "sweeps_test") -> Iterator[sa.URL]:
     try:
         url, drop = create_database(prefix)
     except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at {mask_url(PG_ADMIN)} is unreachable "
-                    f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server")
+        pytest.skip(
+            f"PostgreSQL at {mask_url(PG_ADMIN)} is unreachable "
+            f"({str(exc).splitlines()[0]}); set SWEEPS_TEST_POSTGRES to a server"
+        )
     try:
         yield url
     finally:

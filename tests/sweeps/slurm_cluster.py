@@ -33,8 +33,10 @@ def missing() -> str | None:
         return "a test Slurm cluster needs root (slurmd runs jobs as their user)"
     absent = [d for d in DAEMONS if shutil.which(d) is None]
     if absent:
-        return (f"Slurm or munge is not installed ({', '.join(absent)} missing); "
-                "make system-packages installs slurm-wlm and munge")
+        return (
+            f"Slurm or munge is not installed ({', '.join(absent)} missing); "
+            "make system-packages installs slurm-wlm and munge"
+        )
     return None
 
 
@@ -64,15 +66,18 @@ class Cluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def run(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run(list(args), capture_output=True, text=True, timeout=60,
-                              env={**os.environ, **self.env})
+        done = subprocess.run(
+            list(args), capture_output=True, text=True, timeout=60, env={**os.environ, **self.env}
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
         return done.stdout
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-3000:]
-                         for p in sorted(self.root.glob("*.log")))
+        return "\n".join(
+            f"--- {p.name}\n" + p.read_text(errors="replace")[-3000:]
+            for p in sorted(self.root.glob("*.log"))
+        )
 
 
 def _node_line() -> tuple[str, str]:
@@ -86,42 +91,44 @@ def _node_line() -> tuple[str, str]:
 
 
 def _config(root: Path, node: str, node_line: str, ports: tuple[int, int]) -> str:
-    return "\n".join([
-        "ClusterName=sweepstest",
-        f"SlurmctldHost={node}(127.0.0.1)",
-        f"SlurmctldPort={ports[0]}",
-        f"SlurmdPort={ports[1]}",
-        "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
-        "AuthType=auth/munge",
-        "CryptoType=crypto/munge",
-        f"AuthInfo=socket={root / 'munge.socket'}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={root / 'state'}",
-        f"SlurmdSpoolDir={root / 'spool'}",
-        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
-        f"SlurmdPidFile={root / 'slurmd.pid'}",
-        f"SlurmctldLogFile={root / 'slurmctld.log'}",
-        f"SlurmdLogFile={root / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core_Memory",
-        "ReturnToService=2",
-        "MpiDefault=none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/none",
-        "GresTypes=gpu",
-        "MinJobAge=3600",
-        "KillWait=30",  # Slurm's default: a worker has time to re-queue its trials
-        "SlurmctldTimeout=30",
-        "SlurmdTimeout=60",
-        f"{node_line} NodeAddr=127.0.0.1 Gres=gpu:2 State=UNKNOWN",
-        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
-        "",
-    ])
+    return "\n".join(
+        [
+            "ClusterName=sweepstest",
+            f"SlurmctldHost={node}(127.0.0.1)",
+            f"SlurmctldPort={ports[0]}",
+            f"SlurmdPort={ports[1]}",
+            "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
+            "AuthType=auth/munge",
+            "CryptoType=crypto/munge",
+            f"AuthInfo=socket={root / 'munge.socket'}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={root / 'state'}",
+            f"SlurmdSpoolDir={root / 'spool'}",
+            f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={root / 'slurmd.pid'}",
+            f"SlurmctldLogFile={root / 'slurmctld.log'}",
+            f"SlurmdLogFile={root / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SchedulerType=sched/backfill",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "ReturnToService=2",
+            "MpiDefault=none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "GresTypes=gpu",
+            "MinJobAge=3600",
+            "KillWait=30",  # Slurm's default: a worker has time to re-queue its trials
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=60",
+            f"{node_line} NodeAddr=127.0.0.1 Gres=gpu:2 State=UNKNOWN",
+            f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
 
 
 @contextlib.contextmanager
@@ -143,28 +150,41 @@ def one_node_cluster(root: Path, *, timeout: float = 120) -> Iterator[Cluster]:
     procs = cluster.procs
     try:
         for argv in (
-            ["munged", "--foreground", "--force", f"--key-file={key}",
-             f"--socket={root / 'munge.socket'}", f"--pid-file={root / 'munged.pid'}",
-             f"--log-file={root / 'munged.log'}", f"--seed-file={root / 'munge.seed'}"],
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={root / 'munge.socket'}",
+                f"--pid-file={root / 'munged.pid'}",
+                f"--log-file={root / 'munged.log'}",
+                f"--seed-file={root / 'munge.seed'}",
+            ],
             ["slurmctld", "-D", "-c", "-f", str(cluster.conf)],
             ["slurmd", "-D", "-N", node, "-f", str(cluster.conf)],
         ):
             with open(root / f"{argv[0]}.stderr.log", "wb") as log:  # the child keeps its own
-                procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                              stderr=log))
+                procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log))
             if argv[0] == "munged":
-                _wait(lambda: (root / "munge.socket").exists(), timeout, "munged's socket",
-                      cluster)
-        _wait(lambda: _node_state(cluster) in ("idle", "idle*"), timeout,
-              "the node to be idle", cluster)
+                _wait(lambda: (root / "munge.socket").exists(), timeout, "munged's socket", cluster)
+        _wait(
+            lambda: _node_state(cluster) in ("idle", "idle*"),
+            timeout,
+            "the node to be idle",
+            cluster,
+        )
         yield cluster
     finally:
         # Jobs first, and wait for them to end: a job's slurmstepd and its processes outlive
         # slurmd by design (a daemon restart keeps jobs running).
         with contextlib.suppress(Exception):
             cluster.run("scancel", "--user=root", check=False)
-            _wait(lambda: not cluster.run("squeue", "-h", check=False).strip(), 90,
-                  "the jobs to end", cluster)
+            _wait(
+                lambda: not cluster.run("squeue", "-h", check=False).strip(),
+                90,
+                "the jobs to end",
+                cluster,
+            )
         for proc in reversed(procs):  # slurmd first: it reports its jobs' ends to slurmctld
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -189,7 +209,9 @@ def _wait(condition, timeout: float, what: str, cluster: Cluster) -> None:
             return
         for proc in cluster.procs:
             if proc.poll() is not None:
-                raise RuntimeError(f"{proc.args[0]} exited ({proc.returncode}) waiting for "
-                                   f"{what}:\n" + cluster.logs())
+                raise RuntimeError(
+                    f"{proc.args[0]} exited ({proc.returncode}) waiting for "
+                    f"{what}:\n" + cluster.logs()
+                )
         time.sleep(0.5)
     raise RuntimeError(f"timed out waiting for {what}:\n{cluster.logs()}")

@@ -55,8 +55,15 @@ class Statements:
     def __exit__(self, *exc: object) -> None:
         sa.event.remove(sa.Engine, "before_cursor_execute", self._record)
 
-    def _record(self, conn: sa.Connection, cursor: Any, statement: str, parameters: Any,
-                context: Any, executemany: bool) -> None:
+    def _record(
+        self,
+        conn: sa.Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
         # SQLAlchemy's batched INSERT ... RETURNING (insertmanyvalues) sends one flat set.
         many = executemany and all(isinstance(p, (tuple, list, dict)) for p in parameters)
         sets = list(parameters) if many else [parameters]
@@ -71,15 +78,23 @@ class Statements:
         return [s for s in self.seen if word.search(s.sql)]
 
 
-def sweeps_killed_at(dialect: str, n: int, *args: str,
-                     cwd: Path) -> subprocess.CompletedProcess[str]:
+def sweeps_killed_at(
+    dialect: str, n: int, *args: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
     """``sweeps ARGS`` in a process killed (SIGKILL) just before its ``n``-th write to a
     ``dialect`` database; ``n = 0``: not killed, its writes counted (``writes_of``)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "tests.sweeps.statements", dialect, str(n),
-                           *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tests.sweeps.statements", dialect, str(n), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 def writes_of(proc: subprocess.CompletedProcess[str]) -> int:

@@ -72,20 +72,27 @@ def training_children(workers: list[subprocess.Popen[str]]) -> list[int]:
     out = []
     for w in workers:
         family = descendants(w.pid)
-        servers = {p for p in family if b"sweeps.forkserver" in _cmdline(p)
-                   and _ppid(p) == w.pid}
-        out += [p for p in family if alive(p) and (b"lm.train" in _cmdline(p)
-                                                   or _ppid(p) in servers)]
+        servers = {p for p in family if b"sweeps.forkserver" in _cmdline(p) and _ppid(p) == w.pid}
+        out += [
+            p for p in family if alive(p) and (b"lm.train" in _cmdline(p) or _ppid(p) in servers)
+        ]
     return out
 
 
-def test_random_sigkills_leave_a_consistent_study(tmp_path: Path, corpus: Path,
-                                                  pg_url: str) -> None:
-    data = spec_dict("chaos", corpus, fixed={"tokenizer": "word", "max_tokens": 16_000,
-                                             "eval_every_tokens": 4_000},
-                     space={"vocab_size": {"choices": [300, 400, 500, 600]},
-                            "lr": {"low": 1e-3, "high": 3e-2, "log": True}},
-                     study={"n_trials": N_TRIALS}, limits={"collapse": False, "max_retries": 50})
+def test_random_sigkills_leave_a_consistent_study(
+    tmp_path: Path, corpus: Path, pg_url: str
+) -> None:
+    data = spec_dict(
+        "chaos",
+        corpus,
+        fixed={"tokenizer": "word", "max_tokens": 16_000, "eval_every_tokens": 4_000},
+        space={
+            "vocab_size": {"choices": [300, 400, 500, 600]},
+            "lr": {"low": 1e-3, "high": 3e-2, "log": True},
+        },
+        study={"n_trials": N_TRIALS},
+        limits={"collapse": False, "max_retries": 50},
+    )
     spec = tmp_path / "chaos.toml"
     spec.write_text(toml_text(data))
     rng = random.Random(SEED)
@@ -116,8 +123,7 @@ def test_random_sigkills_leave_a_consistent_study(tmp_path: Path, corpus: Path,
                 victim.wait()
                 kills["worker"] += 1
                 workers.remove(victim)
-                fresh = sweeps_popen("worker", "chaos", "--storage", pg_url, *BEAT,
-                                     cwd=tmp_path)
+                fresh = sweeps_popen("worker", "chaos", "--storage", pg_url, *BEAT, cwd=tmp_path)
                 workers.append(fresh)
                 everyone.append(fresh)
         for w in workers:
@@ -140,11 +146,16 @@ def test_random_sigkills_leave_a_consistent_study(tmp_path: Path, corpus: Path,
     assert state.done and state.finished == N_TRIALS, (state.finished, kills)
     # Nothing RUNNING; nothing WAITING inside the budget (a WAITING trial beyond it is a
     # re-queued retry of a trial a dying worker had asked beyond the budget: never counted).
-    left = [(t.number, t.state.name) for t in trials if t.state == TrialState.RUNNING
-            or (t.state == TrialState.WAITING and state.holds(t.number))]
+    left = [
+        (t.number, t.state.name)
+        for t in trials
+        if t.state == TrialState.RUNNING
+        or (t.state == TrialState.WAITING and state.holds(t.number))
+    ]
     assert left == [], (left, kills)
-    complete_roots = [chain_roots(trials)[t.number] for t in trials
-                      if t.state == TrialState.COMPLETE]
+    complete_roots = [
+        chain_roots(trials)[t.number] for t in trials if t.state == TrialState.COMPLETE
+    ]
     assert len(complete_roots) == len(set(complete_roots))  # no chain completed twice
     wait_for(lambda: not lm_processes(tmp_path) or None, 15, "no orphan training child")
     assert lm_processes(tmp_path) == []

@@ -69,8 +69,7 @@ def test_a_field_of_many_numbers_is_cut_into_ordered_bins(search: str) -> None:
         assert low * 0.995 <= lr[number] <= high * 1.005, (group, lr[number])  # 3 digits
 
 
-def test_a_trial_that_does_not_set_the_field_has_the_value_it_trained_with(
-        tmp_path: Path) -> None:
+def test_a_trial_that_does_not_set_the_field_has_the_value_it_trained_with(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cond.db'}"
     fake_study.fabricate(url, "cond", 20, seed=2, when={"d_ff": "attention == 'naive'"})
     data = results.load(url, "cond")
@@ -83,7 +82,8 @@ def test_a_trial_that_does_not_set_the_field_has_the_value_it_trained_with(
     # Known neither as a parameter nor as trained: "(not set)", in grey.
     groups, palette = colors.groups(data.trials.drop(columns="d_ff"), "d_ff")
     assert set(groups.loc[groups["group"] == colors.NOT_SET, "number"]) == set(
-        data.trials.loc[unset, "number"])
+        data.trials.loc[unset, "number"]
+    )
     assert palette[colors.NOT_SET] == colors.NOT_SET_COLOR
 
 
@@ -130,8 +130,9 @@ def test_vocabulary_points_are_coloured_by_the_field(search: str) -> None:
     styled = vocab.point_styles(data, points)
     d_ff = dict(zip(data.trials["number"], data.trials["param_d_ff"], strict=True))
     assert len(styled) == len(points)
-    assert all(g == f"d_ff={d_ff[n]}" for n, g in zip(styled["number"], styled["group"],
-                                                       strict=True))
+    assert all(
+        g == f"d_ff={d_ff[n]}" for n, g in zip(styled["number"], styled["group"], strict=True)
+    )
     assert vocab.line_color(data, "bpe") == vocab.LINE_COLOR  # the lines leave colour alone
     by_tokenizer = loaded(search, "search", "tokenizer")
     assert vocab.line_color(by_tokenizer, "bpe") == TOKENIZER_COLORS["bpe"]
@@ -147,19 +148,24 @@ def test_report_colours_by_the_chosen_field(search: str) -> None:
 
 
 def test_color_by_a_field_the_study_lacks_is_one_line_naming_the_fields(
-        search: str, tmp_path: Path) -> None:
+    search: str, tmp_path: Path
+) -> None:
     out = tmp_path / "r.html"
-    proc = sweeps_here("report", "search", "--storage", search, "--out", str(out),
-                       "--color-by", "colour")
+    proc = sweeps_here(
+        "report", "search", "--storage", search, "--out", str(out), "--color-by", "colour"
+    )
     assert_user_error(proc, "--color-by 'colour'", "tokenizer", "vocab_size", "d_ff", "lr")
     assert not out.exists()
-    assert_user_error(sweeps_here("report", "search", "search", "--storage", search,
-                                  "--color-by", "d_ff"), "coloured by study")
+    assert_user_error(
+        sweeps_here("report", "search", "search", "--storage", search, "--color-by", "d_ff"),
+        "coloured by study",
+    )
 
 
 def test_color_by_on_the_command_line(search: str, tmp_path: Path) -> None:
     out = tmp_path / "r.html"
-    proc = sweeps_here("report", "search", "--storage", search, "--out", str(out),
-                       "--color-by", "seq_len")
+    proc = sweeps_here(
+        "report", "search", "--storage", search, "--out", str(out), "--color-by", "seq_len"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Colour: seq_len." in out.read_text(encoding="utf-8")

@@ -52,9 +52,16 @@ def test_the_report_shows_the_effects_first(url: str) -> None:
 
 
 def test_a_study_without_ablation_has_no_effects_sections(url: str) -> None:
-    data = results.StudyResults(name="s", storage="x", directions=["minimize"],
-                                objectives=["val_bpb"], user_attrs={}, trials=table({1: [2.0]}),
-                                evals=pd.DataFrame(), samples=pd.DataFrame())
+    data = results.StudyResults(
+        name="s",
+        storage="x",
+        directions=["minimize"],
+        objectives=["val_bpb"],
+        user_attrs={},
+        trials=table({1: [2.0]}),
+        evals=pd.DataFrame(),
+        samples=pd.DataFrame(),
+    )
     assert not effects_chart.applies(data)
     assert report.draw(effects_chart.table_chart, data) is None
     assert report.draw(effects_chart.forest_chart, data) is None
@@ -78,15 +85,21 @@ def test_pareto_draws_the_replicate_means(tmp_path: Path) -> None:
     trials["peak_mem_bytes"] = 2.0**20 * np.arange(1, 7)
     trials["wall_s"] = np.arange(1.0, 7.0)
     trials["reason"] = None
-    data = results.StudyResults(name="s", storage="x", directions=["minimize"],
-                                objectives=["val_bpb"], user_attrs={}, trials=trials,
-                                evals=pd.DataFrame(), samples=pd.DataFrame())
+    data = results.StudyResults(
+        name="s",
+        storage="x",
+        directions=["minimize"],
+        objectives=["val_bpb"],
+        user_attrs={},
+        trials=trials,
+        evals=pd.DataFrame(),
+        samples=pd.DataFrame(),
+    )
     fig = pareto.chart(data).figure
     means = [t for t in fig.data if t.name == "mean of seeds (95 % CI)"]
     assert len(means) == 2  # one per panel
     assert sorted(means[0].y) == pytest.approx([2.1, 2.45])
     assert all(v > 0 for v in means[0].error_y.array)
-
 
 
 def test_compute_and_vocabulary_charts_draw_the_replicate_means() -> None:
@@ -96,13 +109,28 @@ def test_compute_and_vocabulary_charts_draw_the_replicate_means() -> None:
     trials["flops"] = 1e12 * np.arange(1, 7)
     trials["vocab_size"] = [512] * 3 + [2048] * 3
     trials["tokenizer"] = "bpe"
-    for column in ("reason", "params_non_embedding", "tokens_seen", "val_loss",
-                   "bytes_per_token", "unk_rate", "unk_rate_targets", "tokens_per_s",
-                   "under_trained"):
+    for column in (
+        "reason",
+        "params_non_embedding",
+        "tokens_seen",
+        "val_loss",
+        "bytes_per_token",
+        "unk_rate",
+        "unk_rate_targets",
+        "tokens_per_s",
+        "under_trained",
+    ):
         trials[column] = None
-    data = results.StudyResults(name="s", storage="x", directions=["minimize"],
-                                objectives=["val_bpb"], user_attrs={}, trials=trials,
-                                evals=pd.DataFrame(), samples=pd.DataFrame())
+    data = results.StudyResults(
+        name="s",
+        storage="x",
+        directions=["minimize"],
+        objectives=["val_bpb"],
+        user_attrs={},
+        trials=trials,
+        evals=pd.DataFrame(),
+        samples=pd.DataFrame(),
+    )
     for chart in (compute.chart(data), vocab.chart(data)):
         means = [t for t in chart.figure.data if t.name == "mean of seeds (95 % CI)"]
         assert len(means) == 1, chart.key

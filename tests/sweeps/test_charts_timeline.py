@@ -36,14 +36,28 @@ def fabricate(url: str, name: str = "tl") -> None:
     attrs, times = {}, {}
     for number, (_, where, asked, began, ended) in PLAN.items():
         admitted = {} if where.get("placed_on", "") is None else {"admitted_at": T0 + began}
-        attrs[number] = {"pid": 10, "started_at": T0 + asked, "admitted_at": None,
-                         **where, **admitted}
+        attrs[number] = {
+            "pid": 10,
+            "started_at": T0 + asked,
+            "admitted_at": None,
+            **where,
+            **admitted,
+        }
         if where.get("placed_on", "") is None:  # its process took it up and ran it
             attrs[number]["started_at"] = T0 + began
-        times[number] = (BASE + datetime.timedelta(seconds=asked),
-                         BASE + datetime.timedelta(seconds=ended))
-    fake_study.fabricate(url, name, len(PLAN), seed=3, attrs=attrs, times=times,
-                         outcomes=tuple(p[0] for p in PLAN.values()))
+        times[number] = (
+            BASE + datetime.timedelta(seconds=asked),
+            BASE + datetime.timedelta(seconds=ended),
+        )
+    fake_study.fabricate(
+        url,
+        name,
+        len(PLAN),
+        seed=3,
+        attrs=attrs,
+        times=times,
+        outcomes=tuple(p[0] for p in PLAN.values()),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +131,7 @@ def test_clocks_that_disagree_give_no_negative_wait(frame: pd.DataFrame) -> None
 def test_the_strip_pictures_a_row(frame: pd.DataFrame) -> None:
     tl = timeline.data(frame)
     assert timeline.strip(tl, GPU1, 8) == ["oom", *[None] * 7]  # ran 5-50 s of 0-400 s
-    assert timeline.strip(tl, GPU0, 8) == ["complete", "complete", "pruned", "pruned",
-                                           *[None] * 4]
+    assert timeline.strip(tl, GPU0, 8) == ["complete", "complete", "pruned", "pruned", *[None] * 4]
 
 
 def test_the_report_draws_a_bar_per_trial_and_each_rows_utilisation(url: str) -> None:
@@ -126,8 +139,7 @@ def test_the_report_draws_a_bar_per_trial_and_each_rows_utilisation(url: str) ->
     [chart] = [c for c in charts if c.key == "timeline"]
     assert chart.figure is not None and chart.error is None
     drawn = {t.name: len(t.y) for t in chart.figure.data}
-    assert drawn == {"waiting": 2, "complete": 2, "pruned": 1, "oom": 1, "timeout": 1,
-                     "crashed": 1}
+    assert drawn == {"waiting": 2, "complete": 2, "pruned": 1, "oom": 1, "timeout": 1, "crashed": 1}
     labels = list(chart.figure.layout.yaxis.ticktext)
     assert f"{GPU0} (50 %)" in labels and f"{SLURM} (62 %)" in labels
 
@@ -146,13 +158,23 @@ def test_sweeps_timeline_prints_rows_and_utilisation(url: str) -> None:
 
 
 def test_sweeps_timeline_of_an_unknown_study_is_one_line(url: str, tmp_path: Path) -> None:
-    assert_user_error(sweeps_here("timeline", "tll", "--storage", url),
-                      "study 'tll' is not in storage", "did you mean 'tl'")
-    assert_user_error(sweeps_here("timeline", "tl", "--storage",
-                                  f"sqlite:///{tmp_path / 'missing.db'}"), "missing.db")
+    assert_user_error(
+        sweeps_here("timeline", "tll", "--storage", url),
+        "study 'tll' is not in storage",
+        "did you mean 'tl'",
+    )
+    assert_user_error(
+        sweeps_here("timeline", "tl", "--storage", f"sqlite:///{tmp_path / 'missing.db'}"),
+        "missing.db",
+    )
 
 
 def test_durations_and_shares_read_as_a_person_reads_them() -> None:
     assert [timeline.duration(s) for s in (0, 4.25, 42, 185, 7620)] == [
-        "0 s", "4.2 s", "42 s", "3 min 05 s", "2 h 07 min"]
+        "0 s",
+        "4.2 s",
+        "42 s",
+        "3 min 05 s",
+        "2 h 07 min",
+    ]
     assert (timeline.share(0.371875), timeline.share(math.nan)) == ("37 %", "-")

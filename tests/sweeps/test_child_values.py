@@ -32,8 +32,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning
 
 DEEP = "[" * 200_000
 GOOD = {"step": 10, "tokens": 2000, "val_bpb": 3.5, "val_loss": 2.5}
-RESULT = {"outcome": "complete", "reason": "trained", "exit_code": 0, "tokens_seen": 2000,
-          "final_metrics": GOOD}
+RESULT = {
+    "outcome": "complete",
+    "reason": "trained",
+    "exit_code": 0,
+    "tokens_seen": 2000,
+    "final_metrics": GOOD,
+}
 
 
 class RawLauncher:
@@ -44,16 +49,28 @@ class RawLauncher:
     def __init__(self, metrics: str, result: str) -> None:
         self.metrics, self.result = metrics, result
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
-        code = ("import json, sys, pathlib; d = pathlib.Path(sys.argv[1])\n"
-                "metrics, result = json.loads(sys.stdin.read())\n"
-                "(d / 'metrics.jsonl').write_text(metrics)\n"
-                "(d / 'result.json').write_text(result)\n")
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict | None = None,
+        cpus: list[int] | None = None,
+    ) -> PopenChild:
+        code = (
+            "import json, sys, pathlib; d = pathlib.Path(sys.argv[1])\n"
+            "metrics, result = json.loads(sys.stdin.read())\n"
+            "(d / 'metrics.jsonl').write_text(metrics)\n"
+            "(d / 'result.json').write_text(result)\n"
+        )
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)],
-                                    stdin=subprocess.PIPE, stdout=log, stderr=log,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(run_dir)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         assert proc.stdin is not None
         proc.stdin.write(json.dumps([self.metrics, self.result]).encode())
         proc.stdin.close()
@@ -75,32 +92,53 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 CASES = {
-    "huge step": (json.dumps(GOOD) + "\n" + '{"step": 99999999999999999999, "tokens": 4000, '
-                  '"val_bpb": 3.4}\n', json.dumps(RESULT)),
-    "huge everywhere": ('{"step": -99999999999999999999, "tokens": 1e400, "val_bpb": '
-                        '99999999999999999999999, "extra": 99999999999999999999}\n'
-                        + json.dumps(GOOD) + "\n",
-                        json.dumps({**RESULT, "tokens_seen": 10**30, "steps": -10**30,
-                                    "peak_mem_bytes": 10**25, "wall_s": 10**400})),
+    "huge step": (
+        json.dumps(GOOD) + "\n" + '{"step": 99999999999999999999, "tokens": 4000, '
+        '"val_bpb": 3.4}\n',
+        json.dumps(RESULT),
+    ),
+    "huge everywhere": (
+        '{"step": -99999999999999999999, "tokens": 1e400, "val_bpb": '
+        '99999999999999999999999, "extra": 99999999999999999999}\n' + json.dumps(GOOD) + "\n",
+        json.dumps(
+            {
+                **RESULT,
+                "tokens_seen": 10**30,
+                "steps": -(10**30),
+                "peak_mem_bytes": 10**25,
+                "wall_s": 10**400,
+            }
+        ),
+    ),
     "deep metrics": (json.dumps(GOOD) + "\n" + DEEP + "\n", json.dumps(RESULT)),
     "deep result": (json.dumps(GOOD) + "\n", DEEP),
-    "a 5000-digit number": (json.dumps(GOOD) + "\n" + '{"step": ' + "9" * 5000 + "}\n",
-                            json.dumps(RESULT)),
+    "a 5000-digit number": (
+        json.dumps(GOOD) + "\n" + '{"step": ' + "9" * 5000 + "}\n",
+        json.dumps(RESULT),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_childs_out_of_range_or_deep_values_never_stop_the_orchestrator(
-        case: str, url: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    case: str, url: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     corpus = shared_corpus(tmp_path_factory)
     spec = read_spec(spec_dict("values", corpus), source=tmp_path / "spec.toml")
     storage = st.open_storage(url, heartbeat_interval=1, grace_period=5, max_retries=0)
     create_or_resume(spec, storage)
     study = load_for_workers(spec, storage)
     metrics, result = CASES[case]
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp_path / "runs",
-                        launcher=RawLauncher(metrics, result), budget_bytes=4 * 2**30,
-                        poll_s=0.05, term_grace_s=5.0)
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=tmp_path / "runs",
+        launcher=RawLauncher(metrics, result),
+        budget_bytes=4 * 2**30,
+        poll_s=0.05,
+        term_grace_s=5.0,
+    )
     for _ in range(2):  # the worker goes on: a second trial runs as well
         report = run_trial(ctx, CPU, study.ask())
         trial = next(t for t in study.get_trials() if t.number == report.number)
@@ -114,9 +152,11 @@ def test_a_childs_out_of_range_or_deep_values_never_stop_the_orchestrator(
 
 # --- Hypothesis: any number and any nesting in a child's line -------------------------------
 
-_NUMBERS = hs.one_of(hs.integers(min_value=-(10**40), max_value=10**40),
-                     hs.floats(allow_nan=True, allow_infinity=True),
-                     hs.integers().map(lambda e: f"1e{e}"))
+_NUMBERS = hs.one_of(
+    hs.integers(min_value=-(10**40), max_value=10**40),
+    hs.floats(allow_nan=True, allow_infinity=True),
+    hs.integers().map(lambda e: f"1e{e}"),
+)
 
 
 def _numbers_text(n: Any) -> str:
@@ -124,10 +164,14 @@ def _numbers_text(n: Any) -> str:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(key=hs.sampled_from(["step", "tokens", "val_bpb", "val_loss", "lr", "other"]),
-       number=_NUMBERS, depth=hs.integers(min_value=0, max_value=300_000))
+@given(
+    key=hs.sampled_from(["step", "tokens", "val_bpb", "val_loss", "lr", "other"]),
+    number=_NUMBERS,
+    depth=hs.integers(min_value=0, max_value=300_000),
+)
 def test_any_number_or_nesting_in_a_child_line_is_kept_in_range_or_dropped(
-        key: str, number: Any, depth: int) -> None:
+    key: str, number: Any, depth: int
+) -> None:
     line = "{" + json.dumps(key) + ": " + "[" * depth + _numbers_text(number) + "]" * depth + "}"
     try:
         value = loads_child(line)

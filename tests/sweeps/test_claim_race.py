@@ -23,8 +23,9 @@ N_TRIALS = 3
 
 
 def claimer(*args: str, **kwargs: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.sweeps.claimer", *args], cwd=REPO,
-                            text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.sweeps.claimer", *args], cwd=REPO, text=True, **kwargs
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -31,23 +31,37 @@ def test_help_lists_the_commands() -> None:
 
 def test_prepare_refuses_to_overwrite_without_force(cli_corpus: Path) -> None:
     before = (cli_corpus / "manifest.json").read_text()
-    assert_user_error(sweeps("prepare", "--synthetic", "--size", "100KB", "--out", str(cli_corpus)),
-                      "already exists", "--force")
+    assert_user_error(
+        sweeps("prepare", "--synthetic", "--size", "100KB", "--out", str(cli_corpus)),
+        "already exists",
+        "--force",
+    )
     assert (cli_corpus / "manifest.json").read_text() == before
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "no such file"),
-    ("dir", "directory"),
-    ("just some text\n", "not an XML file"),
-    ('<?xml version="1.0"?>\n<!DOCTYPE posts [<!ENTITY a "aaaaaaaaaa">'
-     '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n<posts><row Id="1" Body="&b;"/></posts>',
-     "entit"),
-    ('<?xml version="1.0"?>\n<users><row Id="1"/></users>', "users"),
-    ('<?xml version="1.0"?>\n<posts><row Id="1" PostTypeId="1" Title="t" Body="b"/>', "truncated"),
-    ('<?xml version="1.0"?>\n<posts><row Id="1" PostTypeId="1" Title="t" Body="b"/></posts>',
-     "pairs"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "no such file"),
+        ("dir", "directory"),
+        ("just some text\n", "not an XML file"),
+        (
+            '<?xml version="1.0"?>\n<!DOCTYPE posts [<!ENTITY a "aaaaaaaaaa">'
+            '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
+            '<posts><row Id="1" Body="&b;"/></posts>',
+            "entit",
+        ),
+        ('<?xml version="1.0"?>\n<users><row Id="1"/></users>', "users"),
+        (
+            '<?xml version="1.0"?>\n<posts><row Id="1" PostTypeId="1" Title="t" Body="b"/>',
+            "truncated",
+        ),
+        (
+            '<?xml version="1.0"?>\n<posts><row Id="1" PostTypeId="1" Title="t" Body="b"/></posts>',
+            "pairs",
+        ),
+    ],
+)
 def test_prepare_bad_input_is_one_line_and_leaves_nothing(
     tmp_path: Path, content: str | None, needle: str
 ) -> None:
@@ -70,11 +84,14 @@ def test_tokenize_summary_then_cache_hit(cli_corpus: Path) -> None:
     assert second.returncode == 0 and "hit" in second.stdout
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--tokenizer", "sentencepiece"], "sentencepiece"),
-    (["--tokenizer", "word", "--vocab-size", "3"], "--vocab-size 3 is too small"),
-    (["--tokenizer", "bpe", "--vocab-size", "100"], "use --vocab-size 260"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--tokenizer", "sentencepiece"], "sentencepiece"),
+        (["--tokenizer", "word", "--vocab-size", "3"], "--vocab-size 3 is too small"),
+        (["--tokenizer", "bpe", "--vocab-size", "100"], "use --vocab-size 260"),
+    ],
+)
 def test_tokenize_bad_arguments(cli_corpus: Path, args: list[str], needle: str) -> None:
     cache = cli_corpus / "cache"
     before = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
@@ -83,30 +100,35 @@ def test_tokenize_bad_arguments(cli_corpus: Path, args: list[str], needle: str) 
     assert after == before
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--d-ff", "0"], "d_ff=0"),
-    (["--d-model", "100", "--n-heads", "3"], "n_heads=3"),
-    (["--seq-len", "1"], "seq_len=1"),
-    (["--batch-size", "0"], "batch_size=0"),
-    (["--grad-accum", "0"], "grad_accum=0"),
-    (["--lr", "0"], "lr=0"),
-    (["--precision", "fp8"], "fp8"),
-    (["--attention", "flash"], "flash"),
-    (["--precision", "fp16", "--device", "cpu"], "fp16"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--d-ff", "0"], "d_ff=0"),
+        (["--d-model", "100", "--n-heads", "3"], "n_heads=3"),
+        (["--seq-len", "1"], "seq_len=1"),
+        (["--batch-size", "0"], "batch_size=0"),
+        (["--grad-accum", "0"], "grad_accum=0"),
+        (["--lr", "0"], "lr=0"),
+        (["--precision", "fp8"], "fp8"),
+        (["--attention", "flash"], "flash"),
+        (["--precision", "fp16", "--device", "cpu"], "fp16"),
+    ],
+)
 def test_train_bad_config_writes_nothing(
     cli_corpus: Path, tmp_path: Path, args: list[str], needle: str
 ) -> None:
     out = tmp_path / "run"
-    assert_user_error(sweeps("train", "--corpus", str(cli_corpus), "--out", str(out), *args),
-                      needle)
+    assert_user_error(
+        sweeps("train", "--corpus", str(cli_corpus), "--out", str(out), *args), needle
+    )
     assert not out.exists()
 
 
 def test_train_missing_corpus_and_bad_toml(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    assert_user_error(sweeps("train", "--corpus", str(tmp_path / "nope"), "--out", str(out)),
-                      "nope")
+    assert_user_error(
+        sweeps("train", "--corpus", str(tmp_path / "nope"), "--out", str(out)), "nope"
+    )
     bad = tmp_path / "run.toml"
     bad.write_text("d_model = [\n")
     assert_user_error(sweeps("train", "--config", str(bad), "--out", str(out)), "run.toml")
@@ -122,7 +144,8 @@ def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
     config.write_text(
         f'corpus = "{cli_corpus}"\ntokenizer = "bpe"\nvocab_size = 300\nd_model = 32\n'
         "n_layers = 1\nn_heads = 2\nd_ff = 64\nseq_len = 32\nbatch_size = 8\n"
-        "max_tokens = 4096\neval_every_tokens = 4096\neval_tokens = 512\n")
+        "max_tokens = 4096\neval_every_tokens = 4096\neval_tokens = 512\n"
+    )
     out = tmp_path / "run"
     # Flags override the file.
     proc = sweeps("train", "--config", str(config), "--d-ff", "32", "--out", str(out), "--json")
@@ -148,44 +171,109 @@ def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
     proc = sweeps("train", "--config", str(out / "config.json"), "--out", str(again), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((again / "config.json").read_text()) == json.loads(
-        (out / "config.json").read_text())
-    assert json.loads(proc.stdout)["final_metrics"]["val_bpb"] == summary["final_metrics"][
-        "val_bpb"]
+        (out / "config.json").read_text()
+    )
+    assert (
+        json.loads(proc.stdout)["final_metrics"]["val_bpb"] == summary["final_metrics"]["val_bpb"]
+    )
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert_user_error(sweeps("train", "--config", str(bad), "--out", str(again / "x")),
-                      "bad.json", "not valid JSON")
+    assert_user_error(
+        sweeps("train", "--config", str(bad), "--out", str(again / "x")),
+        "bad.json",
+        "not valid JSON",
+    )
 
 
 @pytest.mark.study
 def test_train_warns_when_the_budget_is_shorter_than_warmup_and_eval_interval(
-        corpus: Path, tmp_path: Path) -> None:
-    args = ["train", "--corpus", str(corpus), "--tokenizer", "byte", "--d-model", "16",
-            "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16",
-            "--batch-size", "8", "--eval-tokens", "256", "--max-tokens", "1024", "--json"]
+    corpus: Path, tmp_path: Path
+) -> None:
+    args = [
+        "train",
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        "byte",
+        "--d-model",
+        "16",
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "32",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "8",
+        "--eval-tokens",
+        "256",
+        "--max-tokens",
+        "1024",
+        "--json",
+    ]
     proc = sweeps(*args, "--out", str(tmp_path / "short"))
     assert proc.returncode == 0, proc.stderr
     assert "warning: warmup_tokens 50,000 >= max_tokens 1,024" in proc.stderr
     assert "warning: eval_every_tokens 250,000 >= max_tokens 1,024" in proc.stderr
-    proc = sweeps(*args, "--warmup-tokens", "128", "--eval-every-tokens", "512",
-                  "--out", str(tmp_path / "fine"))
+    proc = sweeps(
+        *args,
+        "--warmup-tokens",
+        "128",
+        "--eval-every-tokens",
+        "512",
+        "--out",
+        str(tmp_path / "fine"),
+    )
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.study
 def test_train_prints_the_training_flops_and_takes_the_wsd_flags(
-        corpus: Path, tmp_path: Path) -> None:
+    corpus: Path, tmp_path: Path
+) -> None:
     """The summary's FLOPs are what a study records for the run (``lm.flops.trained``), its
     cooldown read's branch included."""
     from lm import flops
     from lm.run_files import read_config, read_result
 
     out = tmp_path / "run"
-    proc = sweeps("train", "--corpus", str(corpus), "--tokenizer", "byte", "--d-model", "16",
-                  "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--seq-len", "16",
-                  "--batch-size", "8", "--eval-tokens", "256", "--max-tokens", "2048",
-                  "--warmup-tokens", "256", "--eval-every-tokens", "1024", "--lr-schedule", "wsd",
-                  "--cooldown-reads", "512", "--cooldown-fraction", "0.5", "--out", str(out))
+    proc = sweeps(
+        "train",
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        "byte",
+        "--d-model",
+        "16",
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "32",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "8",
+        "--eval-tokens",
+        "256",
+        "--max-tokens",
+        "2048",
+        "--warmup-tokens",
+        "256",
+        "--eval-every-tokens",
+        "1024",
+        "--lr-schedule",
+        "wsd",
+        "--cooldown-reads",
+        "512",
+        "--cooldown-fraction",
+        "0.5",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     result = read_result(out)
     assert result.n_reads == 1 and result.cooldown_tokens_total == 256

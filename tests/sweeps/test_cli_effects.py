@@ -31,9 +31,13 @@ def test_effects_reproduce_the_hand_made_table(url: str) -> None:
     proc = sweeps("effects", "ffn_width", "--storage", url, "--markdown")
     assert proc.returncode == 0, proc.stderr
     # The README's "mean +- sd" column, to the digits it shows.
-    for level, shown in (("d_ff=256", "2.215 ± 0.029"), ("192", "2.234 ± 0.016"),
-                         ("128", "2.212 ± 0.019"), ("64", "2.208 ± 0.016"),
-                         ("| 1 ", "2.214 ± 0.019")):
+    for level, shown in (
+        ("d_ff=256", "2.215 ± 0.029"),
+        ("192", "2.234 ± 0.016"),
+        ("128", "2.212 ± 0.019"),
+        ("64", "2.208 ± 0.016"),
+        ("| 1 ", "2.214 ± 0.019"),
+    ):
         line = next(x for x in proc.stdout.splitlines() if level in x)
         assert shown in line, line
     assert proc.stdout.count("cannot tell apart with n = 3") == 4
@@ -48,15 +52,18 @@ def test_effects_json_and_table(url: str) -> None:
     assert table.returncode == 0 and "d_ff=1" in table.stdout
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (("nope",), "study 'nope' is not in storage"),
-    (("ffn_width", "--baseline", "d_ff=999"), "matches no configuration"),
-    (("ffn_width", "--baseline", "lr"), "--baseline 'lr': write FIELD=VALUE"),
-    (("ffn_width", "--level", "2"), "--level must be between 0 and 1"),
-    (("ffn_width", "--markdown", "--json"), "exclusive"),
-    (("ffn_width", "--metric", "nope"), "metric 'nope' is not a metric"),
-    (("ffn_width", "--metric", "number"), "metric 'number' is not a metric"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("nope",), "study 'nope' is not in storage"),
+        (("ffn_width", "--baseline", "d_ff=999"), "matches no configuration"),
+        (("ffn_width", "--baseline", "lr"), "--baseline 'lr': write FIELD=VALUE"),
+        (("ffn_width", "--level", "2"), "--level must be between 0 and 1"),
+        (("ffn_width", "--markdown", "--json"), "exclusive"),
+        (("ffn_width", "--metric", "nope"), "metric 'nope' is not a metric"),
+        (("ffn_width", "--metric", "number"), "metric 'number' is not a metric"),
+    ],
+)
 def test_bad_input_is_one_line(url: str, args: tuple[str, ...], needle: str) -> None:
     assert_user_error(sweeps("effects", *args, "--storage", url), needle)
 
@@ -64,8 +71,9 @@ def test_bad_input_is_one_line(url: str, args: tuple[str, ...], needle: str) -> 
 def test_a_study_without_ablation_needs_a_baseline(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'p.db'}"
     optuna.create_study(study_name="plain", storage=st.open_storage(url))
-    assert_user_error(sweeps("effects", "plain", "--storage", url), "not an [ablation] study",
-                      "--baseline")
+    assert_user_error(
+        sweeps("effects", "plain", "--storage", url), "not an [ablation] study", "--baseline"
+    )
 
 
 @pytest.mark.study
@@ -74,11 +82,17 @@ def test_effects_of_a_real_ablation_run(tmp_path: Path, corpus: Path) -> None:
     baseline is read from the stored spec, every point paired by seed."""
     from tests.sweeps.helpers import TINY, sweeps_run, toml_text
 
-    spec = {"study": {"name": "abl", "pruner": "none"}, "corpus": {"dir": str(corpus)},
-            "fixed": {**{k: v for k, v in TINY.items() if k != "d_ff"}, "tokenizer": "word",
-                      "vocab_size": 300},
-            "ablation": {"baseline": {"d_ff": 32}, "vary": {"d_ff": [8]}, "seeds": [0, 1]},
-            "limits": {"memory_budget": "4GiB", "max_wall_s": 120}}
+    spec = {
+        "study": {"name": "abl", "pruner": "none"},
+        "corpus": {"dir": str(corpus)},
+        "fixed": {
+            **{k: v for k, v in TINY.items() if k != "d_ff"},
+            "tokenizer": "word",
+            "vocab_size": 300,
+        },
+        "ablation": {"baseline": {"d_ff": 32}, "vary": {"d_ff": [8]}, "seeds": [0, 1]},
+        "limits": {"memory_budget": "4GiB", "max_wall_s": 120},
+    }
     (tmp_path / "abl.toml").write_text(toml_text(spec))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     ran = sweeps_run("run", "abl.toml", "--storage", url, "--workers", "1", cwd=tmp_path)

@@ -25,16 +25,24 @@ def commands() -> list[tuple[str, Any]]:
 
 def option_helps(command: Any) -> list[tuple[Any, str]]:
     ctx = typer.Context(command, info_name=command.name)
-    return [(p, p.get_help_record(ctx)[1]) for p in command.get_params(ctx)
-            if p.param_type_name == "option" and p.get_help_record(ctx) is not None]
+    return [
+        (p, p.get_help_record(ctx)[1])
+        for p in command.get_params(ctx)
+        if p.param_type_name == "option" and p.get_help_record(ctx) is not None
+    ]
 
 
 @pytest.mark.parametrize(("name", "command"), commands())
 def test_every_option_shows_its_default(name: str, command: Any) -> None:
-    missing = [p.opts[0] for p, text in option_helps(command)
-               if "[default:" not in text and "[required]" not in text
-               and not (p.is_flag and p.default in (False, None)) and p.name != "help"
-               and not (name in ("train", "estimate") and p.name == "corpus")]
+    missing = [
+        p.opts[0]
+        for p, text in option_helps(command)
+        if "[default:" not in text
+        and "[required]" not in text
+        and not (p.is_flag and p.default in (False, None))
+        and p.name != "help"
+        and not (name in ("train", "estimate") and p.name == "corpus")
+    ]
     assert missing == [], name
 
 
@@ -62,8 +70,13 @@ def test_version_and_completion() -> None:
     # Typer detects the user's shell from the process tree; under `make` that is sh, which it
     # does not support. Its own test switch makes --show-completion take the shell by name.
     env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
-    proc = subprocess.run([sys.executable, "-m", "sweeps", "--show-completion", "bash"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps", "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "complete -o" in proc.stdout, proc.stderr
 
 

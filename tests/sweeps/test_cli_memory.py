@@ -10,9 +10,26 @@ import pytest
 from lm.memory import TERM_ORDER
 from tests.sweeps.cli import assert_user_error, sweeps
 
-ISSUE_EXAMPLE = ["--vocab-size", "300", "--tokenizer", "word", "--d-model", "200",
-                 "--n-layers", "1", "--d-ff", "800", "--seq-len", "254", "--batch-size", "1000",
-                 "--precision", "fp32", "--device", "cpu"]
+ISSUE_EXAMPLE = [
+    "--vocab-size",
+    "300",
+    "--tokenizer",
+    "word",
+    "--d-model",
+    "200",
+    "--n-layers",
+    "1",
+    "--d-ff",
+    "800",
+    "--seq-len",
+    "254",
+    "--batch-size",
+    "1000",
+    "--precision",
+    "fp32",
+    "--device",
+    "cpu",
+]
 
 
 def test_json_has_the_textbook_terms_and_the_budget() -> None:
@@ -46,8 +63,9 @@ def test_table_prints_every_term_with_its_formula_and_the_total() -> None:
 
 def test_config_file_and_flags(tmp_path: Path) -> None:
     run = tmp_path / "run.toml"
-    run.write_text('tokenizer = "byte"\nvocab_size = 260\nseq_len = 64\nbatch_size = 4\n'
-                   'device = "cpu"\n')
+    run.write_text(
+        'tokenizer = "byte"\nvocab_size = 260\nseq_len = 64\nbatch_size = 4\ndevice = "cpu"\n'
+    )
     proc = sweeps("estimate", "--config", str(run), "--batch-size", "8", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["bytes"]["logits"] == 8 * 64 * 260 * 4  # the flag wins
@@ -98,8 +116,7 @@ def test_feasibility_table_over_the_grid(tmp_path: Path) -> None:
     out = json.loads(proc.stdout)
     assert out["points"] == "grid" and out["budget_bytes"] == 2 * 2**30
     assert len(out["rows"]) == 4
-    fits = {(r["params"]["vocab_size"], r["params"]["batch_size"]): r["fits"]
-            for r in out["rows"]}
+    fits = {(r["params"]["vocab_size"], r["params"]["batch_size"]): r["fits"] for r in out["rows"]}
     assert fits == {(300, 1): True, (600, 1): True, (300, 1000): False, (600, 1000): False}
     assert out["fit"] == 2
     # The text table and a --budget that overrides the spec's.
@@ -120,7 +137,7 @@ def test_feasibility_with_fit_policy_shows_the_fitted_batch(tmp_path: Path) -> N
 
 
 def test_a_space_without_a_grid_is_sampled(tmp_path: Path) -> None:
-    extra = "\n[space.lr]\ntype = \"float\"\nlow = 1e-4\nhigh = 1e-2\nlog = true\n"
+    extra = '\n[space.lr]\ntype = "float"\nlow = 1e-4\nhigh = 1e-2\nlog = true\n'
     spec = write_spec(tmp_path, extra=extra)
     proc = sweeps("estimate", str(spec), "--samples", "6", "--sample-seed", "1", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -128,17 +145,21 @@ def test_a_space_without_a_grid_is_sampled(tmp_path: Path) -> None:
     assert out["points"].startswith("sample of 6")
     assert len(out["rows"]) == 6
     assert all(1e-4 <= r["params"]["lr"] <= 1e-2 for r in out["rows"])
-    again = json.loads(sweeps("estimate", str(spec), "--samples", "6", "--sample-seed", "1",
-                              "--json").stdout)
+    again = json.loads(
+        sweeps("estimate", str(spec), "--samples", "6", "--sample-seed", "1", "--json").stdout
+    )
     assert again["rows"] == out["rows"]  # seeded
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--budget", "lots"], "--budget"),
-    (["--precision", "fp16"], "fp16"),
-    (["--d-ff", "0"], "d_ff"),
-    (["--workers", "0"], "--workers"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--budget", "lots"], "--budget"),
+        (["--precision", "fp16"], "fp16"),
+        (["--d-ff", "0"], "d_ff"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
 def test_user_errors_are_one_line(args: list[str], needle: str) -> None:
     assert_user_error(sweeps("estimate", *ISSUE_EXAMPLE, *args), needle)
 
@@ -147,8 +168,9 @@ def test_missing_spec_and_spec_with_config(tmp_path: Path) -> None:
     assert_user_error(sweeps("estimate", str(tmp_path / "nope.toml")), "does not exist")
     run = tmp_path / "run.toml"
     run.write_text("batch_size = 2\n")
-    assert_user_error(sweeps("estimate", str(write_spec(tmp_path)), "--config", str(run)),
-                      "not both")
+    assert_user_error(
+        sweeps("estimate", str(write_spec(tmp_path)), "--config", str(run)), "not both"
+    )
 
 
 def test_a_config_that_does_not_fit_exits_1_after_saying_so() -> None:
@@ -173,8 +195,16 @@ def test_a_budget_shorter_than_warmup_or_eval_interval_is_warned_of(tmp_path: Pa
     assert len(lines) == 2
     assert lines[0].startswith("warning: warmup_tokens 50,000 >= max_tokens 30,000")
     assert lines[1].startswith("warning: eval_every_tokens 250,000 >= max_tokens 30,000")
-    proc = sweeps("estimate", *ISSUE_EXAMPLE, "--max-tokens", "30000", "--warmup-tokens", "3000",
-                  "--eval-every-tokens", "10000")
+    proc = sweeps(
+        "estimate",
+        *ISSUE_EXAMPLE,
+        "--max-tokens",
+        "30000",
+        "--warmup-tokens",
+        "3000",
+        "--eval-every-tokens",
+        "10000",
+    )
     assert proc.returncode == 0 and "warning" not in proc.stderr
     # a study: over its points
     spec = write_spec(tmp_path)
@@ -182,8 +212,9 @@ def test_a_budget_shorter_than_warmup_or_eval_interval_is_warned_of(tmp_path: Pa
     proc = sweeps("estimate", str(spec), "--json")
     assert "warning: 4 of 4 points of the grid, e.g. warmup_tokens 50,000" in proc.stderr
     # the flags apply to the study's points, as in its table
-    proc = sweeps("estimate", str(spec), "--warmup-tokens", "100", "--eval-every-tokens", "1000",
-                  "--json")
+    proc = sweeps(
+        "estimate", str(spec), "--warmup-tokens", "100", "--eval-every-tokens", "1000", "--json"
+    )
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
@@ -192,10 +223,10 @@ def test_points_that_cannot_be_judged_are_marked(tmp_path: Path) -> None:
     them (lr 1e-6 over 3,938 steps: 0.004) are both marked: those trials run unjudged."""
     spec = write_spec(tmp_path, extra="\n[space.lr]\nchoices = [1e-6, 1e-2]\n")
     out = json.loads(sweeps("estimate", str(spec), "--json").stdout)
-    marked = {(r["params"]["batch_size"], r["params"]["lr"]): r["under_trained"]
-              for r in out["rows"]}
-    assert marked == {(1, 1e-6): True, (1, 1e-2): False, (1000, 1e-6): True,
-                      (1000, 1e-2): True}
+    marked = {
+        (r["params"]["batch_size"], r["params"]["lr"]): r["under_trained"] for r in out["rows"]
+    }
+    assert marked == {(1, 1e-6): True, (1, 1e-2): False, (1000, 1e-6): True, (1000, 1e-2): True}
     assert out["under_trained"] == 6 and out["min_lr_sum"] == 0.5
     text = " ".join(sweeps("estimate", str(spec)).stdout.split())
     assert "3,938 (unjudged)" in text and "6 of 8 points get fewer than" in text

@@ -39,30 +39,53 @@ def test_report_writes_one_html_file_and_summarises(db: str, tmp_path: Path) -> 
 
 def test_report_defaults_to_study_html_and_env_storage(db: str, tmp_path: Path) -> None:
     env = {**os.environ, "SWEEPS_STORAGE": db}
-    proc = subprocess.run([sys.executable, "-m", "sweeps", "report", "vocab"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps", "report", "vocab"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "vocab.html").is_file()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("kaleido") is not None,
-                    reason="kaleido is installed: --png works instead of failing")
+@pytest.mark.skipif(
+    importlib.util.find_spec("kaleido") is not None,
+    reason="kaleido is installed: --png works instead of failing",
+)
 def test_png_without_kaleido_is_a_one_line_error(db: str, tmp_path: Path) -> None:
-    assert_user_error(sweeps("report", "vocab", "--storage", db, "--out",
-                             str(tmp_path / "r.html"), "--png", str(tmp_path / "png")),
-                      "pip install kaleido")
+    assert_user_error(
+        sweeps(
+            "report",
+            "vocab",
+            "--storage",
+            db,
+            "--out",
+            str(tmp_path / "r.html"),
+            "--png",
+            str(tmp_path / "png"),
+        ),
+        "pip install kaleido",
+    )
     assert not (tmp_path / "r.html").exists()
 
 
 def test_report_errors_are_one_line(db: str, tmp_path: Path) -> None:
-    assert_user_error(sweeps("report", "nope", "--storage", db, "--out", str(tmp_path / "r.html")),
-                      "'nope'", "studies there: vocab")
+    assert_user_error(
+        sweeps("report", "nope", "--storage", db, "--out", str(tmp_path / "r.html")),
+        "'nope'",
+        "studies there: vocab",
+    )
     missing = tmp_path / "missing.db"
-    assert_user_error(sweeps("report", "vocab", "--storage", f"sqlite:///{missing}"),
-                      "does not exist")
+    assert_user_error(
+        sweeps("report", "vocab", "--storage", f"sqlite:///{missing}"), "does not exist"
+    )
     assert not missing.exists()
-    assert_user_error(sweeps("report", "vocab", "--storage", db, "--out", str(tmp_path)),
-                      "is a directory")
+    assert_user_error(
+        sweeps("report", "vocab", "--storage", db, "--out", str(tmp_path)), "is a directory"
+    )
 
 
 def test_export_csv_to_stdout_is_the_study_frame(db: str) -> None:
@@ -72,8 +95,9 @@ def test_export_csv_to_stdout_is_the_study_frame(db: str) -> None:
     want = results.study_frame(db, "vocab")
     assert list(got.columns) == list(want.columns) and len(got) == 25
     assert got["outcome"].tolist() == want["outcome"].tolist()
-    assert got["val_bpb"].to_numpy() == pytest.approx(want["val_bpb"].to_numpy(dtype=float),
-                                                      nan_ok=True)
+    assert got["val_bpb"].to_numpy() == pytest.approx(
+        want["val_bpb"].to_numpy(dtype=float), nan_ok=True
+    )
     # integer columns print as integers
     assert str(want["vocab_size"].iloc[0]) + "," in proc.stdout.splitlines()[1]
 
@@ -95,19 +119,25 @@ def test_export_json_file_is_strict_json(db: str, tmp_path: Path) -> None:
 def test_export_parquet(db: str, tmp_path: Path) -> None:
     out = tmp_path / "t.parquet"
     proc = sweeps("export", "vocab", "--storage", db, "--format", "parquet", "--out", str(out))
-    if importlib.util.find_spec("pyarrow") is None and \
-            importlib.util.find_spec("fastparquet") is None:
+    if (
+        importlib.util.find_spec("pyarrow") is None
+        and importlib.util.find_spec("fastparquet") is None
+    ):
         assert_user_error(proc, "pyarrow", "pip install pyarrow")
         assert not out.exists()
         return
     assert proc.returncode == 0, proc.stderr
-    pd.testing.assert_frame_equal(pd.read_parquet(out), results.study_frame(db, "vocab"),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out), results.study_frame(db, "vocab"), check_dtype=False
+    )
 
 
 def test_export_unknown_format(db: str) -> None:
-    assert_user_error(sweeps("export", "vocab", "--storage", db, "--format", "xlsx"),
-                      "'xlsx'", "csv, parquet, json")
+    assert_user_error(
+        sweeps("export", "vocab", "--storage", db, "--format", "xlsx"),
+        "'xlsx'",
+        "csv, parquet, json",
+    )
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------------
@@ -119,8 +149,10 @@ def test_report_and_export_against_postgresql(pg_url: str, db: str, tmp_path: Pa
     pg_url = url.set(password=url.password or "s3cret-pw").render_as_string(hide_password=False)
     fake_study.fabricate(pg_url, "vocab", 25, seed=7)
     when = ["datetime_start", "datetime_complete"]
-    pd.testing.assert_frame_equal(results.study_frame(pg_url, "vocab").drop(columns=when),
-                                  results.study_frame(db, "vocab").drop(columns=when))
+    pd.testing.assert_frame_equal(
+        results.study_frame(pg_url, "vocab").drop(columns=when),
+        results.study_frame(db, "vocab").drop(columns=when),
+    )
     out = tmp_path / "pg.html"
     proc = sweeps("report", "vocab", "--storage", pg_url, "--out", str(out))
     assert proc.returncode == 0, proc.stderr

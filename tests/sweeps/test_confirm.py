@@ -33,20 +33,28 @@ TOP, SEEDS = 2, 3
 
 def source_spec(corpus: Path) -> dict:
     """Three distinct tiny configurations, one seed each (a search's single-seed winners)."""
-    return spec_dict("src", corpus, fixed={"tokenizer": "word", "vocab_size": 300, "seed": 0},
-                     space={"d_ff": {"choices": [8, 16, 32]}},
-                     enqueue=[{"d_ff": 8}, {"d_ff": 16}, {"d_ff": 32}],
-                     study={"n_trials": 3})
+    return spec_dict(
+        "src",
+        corpus,
+        fixed={"tokenizer": "word", "vocab_size": 300, "seed": 0},
+        space={"d_ff": {"choices": [8, 16, 32]}},
+        enqueue=[{"d_ff": 8}, {"d_ff": 16}, {"d_ff": 32}],
+        study={"n_trials": 3},
+    )
 
 
-def test_the_confirmation_spec_enqueues_each_configuration_per_fresh_seed(
-        corpus: Path) -> None:
+def test_the_confirmation_spec_enqueues_each_configuration_per_fresh_seed(corpus: Path) -> None:
     stored = source_spec(corpus)
     spec = cf.confirm_spec(stored, "src-confirm", [{"d_ff": 16}, {"d_ff": 8}], (1, 2, 3))
     assert spec.name == "src-confirm" and spec.study.n_trials == 6
-    assert spec.initial_trials() == [{"d_ff": 16, "seed": 1}, {"d_ff": 8, "seed": 1},
-                                     {"d_ff": 16, "seed": 2}, {"d_ff": 8, "seed": 2},
-                                     {"d_ff": 16, "seed": 3}, {"d_ff": 8, "seed": 3}]
+    assert spec.initial_trials() == [
+        {"d_ff": 16, "seed": 1},
+        {"d_ff": 8, "seed": 1},
+        {"d_ff": 16, "seed": 2},
+        {"d_ff": 8, "seed": 2},
+        {"d_ff": 16, "seed": 3},
+        {"d_ff": 8, "seed": 3},
+    ]
     assert "seed" not in spec.fixed and spec.fixed["vocab_size"] == 300
     assert spec.study.pruner.name == "none"
 
@@ -77,8 +85,9 @@ def completed(url: str, name: str) -> int:
 
 
 @pytest.mark.study
-def test_confirm_killed_then_resumed_runs_exactly_k_times_s(tmp_path: Path, corpus: Path,
-                                                            url: str) -> None:
+def test_confirm_killed_then_resumed_runs_exactly_k_times_s(
+    tmp_path: Path, corpus: Path, url: str
+) -> None:
     spec = tmp_path / "src.toml"
     spec.write_text(toml_text(source_spec(corpus)))
     first = sweeps_run("run", str(spec), "--storage", url, "--workers", "1", cwd=tmp_path)
@@ -86,13 +95,26 @@ def test_confirm_killed_then_resumed_runs_exactly_k_times_s(tmp_path: Path, corp
     source = {t.number: t for t in study_trials(url, "src")}
     assert all(t.state == TrialState.COMPLETE for t in source.values())
 
-    args = ("confirm", "src", "--top", str(TOP), "--seeds", str(SEEDS), "--storage", url,
-            "--max-concurrent", "1")
+    args = (
+        "confirm",
+        "src",
+        "--top",
+        str(TOP),
+        "--seeds",
+        str(SEEDS),
+        "--storage",
+        url,
+        "--max-concurrent",
+        "1",
+    )
     proc = sweeps_popen(*args, cwd=tmp_path)
     try:
         # Killed once a trial has finished and before the last could: mid-way.
-        wait_for(lambda: completed(url, "src-confirm") >= 1 or proc.poll() is not None, 240,
-                 "a first confirmation trial")
+        wait_for(
+            lambda: completed(url, "src-confirm") >= 1 or proc.poll() is not None,
+            240,
+            "a first confirmation trial",
+        )
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -118,8 +140,9 @@ def test_confirm_killed_then_resumed_runs_exactly_k_times_s(tmp_path: Path, corp
     # The ranking: both configurations with intervals, and the verdict on the best.
     assert "confirmation of src (val_bpb, minimize)" in again.stdout
     assert "src's best (d_ff=" in again.stdout and " with fresh seeds" in again.stdout
-    assert "distinguishable from the runner-up" in again.stdout or "cannot be tested" in \
-        again.stdout, again.stdout
+    assert (
+        "distinguishable from the runner-up" in again.stdout or "cannot be tested" in again.stdout
+    ), again.stdout
     # Run again: nothing more to do, the same K x S.
     third = sweeps_run(*args, cwd=tmp_path, timeout=300)
     assert third.returncode == 0, third.stderr
@@ -133,10 +156,13 @@ def test_confirm_errors_are_one_line(tmp_path: Path) -> None:
     optuna.create_study(study_name="bare", storage=url)
     assert_user_error(sweeps("confirm", "nope", "--storage", url), "study 'nope' is not in")
     assert_user_error(sweeps("confirm", "bare", "--storage", url), "has no stored spec")
-    assert_user_error(sweeps("confirm", "bare", "--top", "0", "--storage", url),
-                      "--top must be >= 1")
-    assert_user_error(sweeps("confirm", "bare", "--level", "1.5", "--storage", url),
-                      "--level must be between 0 and 1")
+    assert_user_error(
+        sweeps("confirm", "bare", "--top", "0", "--storage", url), "--top must be >= 1"
+    )
+    assert_user_error(
+        sweeps("confirm", "bare", "--level", "1.5", "--storage", url),
+        "--level must be between 0 and 1",
+    )
 
 
 def test_confirm_takes_seeds_the_source_never_used(tmp_path: Path) -> None:

@@ -34,40 +34,74 @@ def _refused(build: Any, *needles: str) -> str:
 
 @pytest.mark.parametrize("fraction", [1e9, 1.5])
 def test_a_config_refuses_a_read_longer_than_the_run_before_it(fraction: float) -> None:
-    for build in (lambda: TrainConfig(**{**WSD, "cooldown_fraction": fraction}),
-                  lambda: TrainConfig.from_dict({**WSD, "cooldown_fraction": fraction})):
+    for build in (
+        lambda: TrainConfig(**{**WSD, "cooldown_fraction": fraction}),
+        lambda: TrainConfig.from_dict({**WSD, "cooldown_fraction": fraction}),
+    ):
         _refused(build, "cooldown_fraction", f"<= {MAX_COOLDOWN_FRACTION:g}", "use e.g. 0.25")
     assert TrainConfig(**{**WSD, "cooldown_fraction": 1.0}).read_cooldown_fraction == 1.0
 
 
 def test_a_decay_fraction_that_makes_reads_too_long_is_named() -> None:
     # cooldown_fraction follows decay_fraction (d / (1 - d) = 4 at 0.8) when it is left out.
-    _refused(lambda: TrainConfig.from_dict({**WSD, "decay_fraction": 0.8}), "decay_fraction",
-             "set cooldown_fraction", "decay_fraction <= 0.5")
+    _refused(
+        lambda: TrainConfig.from_dict({**WSD, "decay_fraction": 0.8}),
+        "decay_fraction",
+        "set cooldown_fraction",
+        "decay_fraction <= 0.5",
+    )
     assert TrainConfig.from_dict({**WSD, "cooldown_reads": [], "decay_fraction": 0.8})
     assert TrainConfig.from_dict({**WSD, "decay_fraction": 0.8, "cooldown_fraction": 0.25})
 
 
 def _spec(corpus: Path, pruner: dict[str, Any] | None = None, **fixed: Any) -> dict[str, Any]:
-    return spec_dict("reads", corpus, space={"d_ff": {"choices": [32, 64]}},
-                     fixed={"lr_schedule": "wsd", "eval_every_tokens": 500, **fixed},
-                     study={"pruner": {"name": "successive_halving", "read": "cooldown",
-                                       "min_tokens": 500, **(pruner or {})}})
+    return spec_dict(
+        "reads",
+        corpus,
+        space={"d_ff": {"choices": [32, 64]}},
+        fixed={"lr_schedule": "wsd", "eval_every_tokens": 500, **fixed},
+        study={
+            "pruner": {
+                "name": "successive_halving",
+                "read": "cooldown",
+                "min_tokens": 500,
+                **(pruner or {}),
+            }
+        },
+    )
 
 
 def test_the_pruner_refuses_it_however_it_is_built(corpus: Path) -> None:
-    _refused(lambda: PrunerSpec("successive_halving", read="cooldown", cooldown_fraction=1e9),
-             "cooldown_fraction", "must be <= 1")
-    _refused(lambda: read_spec(_spec(corpus, {"cooldown_fraction": 1e9})),
-             "study.pruner.cooldown_fraction: must be <= 1", "use e.g. 0.25")
-    _refused(lambda: read_spec(_spec(corpus, decay_fraction=0.8)),
-             "study.pruner.cooldown_fraction: is missing", "decay_fraction <= 0.5")
+    _refused(
+        lambda: PrunerSpec("successive_halving", read="cooldown", cooldown_fraction=1e9),
+        "cooldown_fraction",
+        "must be <= 1",
+    )
+    _refused(
+        lambda: read_spec(_spec(corpus, {"cooldown_fraction": 1e9})),
+        "study.pruner.cooldown_fraction: must be <= 1",
+        "use e.g. 0.25",
+    )
+    _refused(
+        lambda: read_spec(_spec(corpus, decay_fraction=0.8)),
+        "study.pruner.cooldown_fraction: is missing",
+        "decay_fraction <= 0.5",
+    )
     assert read_spec(_spec(corpus, {"cooldown_fraction": 1.0}))
 
 
 def test_the_command_line_refuses_it() -> None:
-    proc = sweeps_here("estimate", "--lr-schedule", "wsd", "--max-tokens", "20000",
-                       "--cooldown-reads", "2000", "--cooldown-fraction", "1e9")
+    proc = sweeps_here(
+        "estimate",
+        "--lr-schedule",
+        "wsd",
+        "--max-tokens",
+        "20000",
+        "--cooldown-reads",
+        "2000",
+        "--cooldown-fraction",
+        "1e9",
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "cooldown_fraction must be <= 1" in proc.stderr, proc.stderr
 

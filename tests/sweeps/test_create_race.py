@@ -25,8 +25,13 @@ def _spec(name: str, corpus: Path) -> StudySpec:
     return read_spec(spec_dict(name, corpus, enqueue=ENQUEUE), check_paths=False)
 
 
-def _start(url: str, name: str, corpus: Path, barrier: multiprocessing.synchronize.Barrier,
-           results: multiprocessing.queues.Queue) -> None:
+def _start(
+    url: str,
+    name: str,
+    corpus: Path,
+    barrier: multiprocessing.synchronize.Barrier,
+    results: multiprocessing.queues.Queue,
+) -> None:
     try:
         storage = st.open_storage(url)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -44,8 +49,10 @@ def _race(url: str, tmp_path: Path) -> None:
     for round_ in range(ROUNDS):
         name = f"race-{round_}"
         barrier, results = ctx.Barrier(PROCESSES), ctx.Queue()
-        procs = [ctx.Process(target=_start, args=(url, name, tmp_path, barrier, results))
-                 for _ in range(PROCESSES)]
+        procs = [
+            ctx.Process(target=_start, args=(url, name, tmp_path, barrier, results))
+            for _ in range(PROCESSES)
+        ]
         for p in procs:
             p.start()
         outcomes = sorted(results.get(timeout=180) for _ in procs)
@@ -56,10 +63,16 @@ def _race(url: str, tmp_path: Path) -> None:
         storage = st.open_storage(url)
         trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
         storage.engine.dispose()
-        assert [t.state for t in trials] == [TrialState.WAITING] * len(ENQUEUE), \
+        assert [t.state for t in trials] == [TrialState.WAITING] * len(ENQUEUE), (
             f"round {round_}: {len(trials)} trials for {len(ENQUEUE)} [[enqueue]] entries"
-        queued = sorted((t.system_attrs["fixed_params"]["tokenizer"],
-                         t.system_attrs["fixed_params"]["vocab_size"]) for t in trials)
+        )
+        queued = sorted(
+            (
+                t.system_attrs["fixed_params"]["tokenizer"],
+                t.system_attrs["fixed_params"]["vocab_size"],
+            )
+            for t in trials
+        )
         assert queued == sorted((e["tokenizer"], e["vocab_size"]) for e in ENQUEUE)
         assert [kind for kind, _ in outcomes] == ["created"] + ["resumed"] * (PROCESSES - 1)
 
@@ -99,6 +112,8 @@ def test_marker_and_trials_commit_together(tmp_path: Path) -> None:
     assert study.get_trials(deepcopy=False) == [] and "queued" not in study.user_attrs
     assert optuna_compat.enqueue_once(storage, study_id, "queued", [{"x": 1}, {"x": 2}])
     assert not optuna_compat.enqueue_once(storage, study_id, "queued", [{"x": 3}])
-    assert [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False)] == \
-        [{"x": 1}, {"x": 2}]
+    assert [t.system_attrs["fixed_params"] for t in study.get_trials(deepcopy=False)] == [
+        {"x": 1},
+        {"x": 2},
+    ]
     assert study.user_attrs["queued"] is True

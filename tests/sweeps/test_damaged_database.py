@@ -21,8 +21,10 @@ def test_status_shows_every_study_and_names_the_damaged_one(tmp_path: Path) -> N
     for name in ("good", "bad"):
         optuna.create_study(storage=url, study_name=name).set_user_attr("spec", {"x": 1})
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE study_user_attributes SET value_json = '{broken' WHERE study_id = "
-                     "(SELECT study_id FROM studies WHERE study_name = 'bad')")
+        conn.execute(
+            "UPDATE study_user_attributes SET value_json = '{broken' WHERE study_id = "
+            "(SELECT study_id FROM studies WHERE study_name = 'bad')"
+        )
     proc = sweeps("status", "--storage", url)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -36,8 +38,7 @@ def test_report_copy_and_rename_of_a_damaged_study_are_one_line(tmp_path: Path) 
     optuna.create_study(storage=url, study_name="bad").set_user_attr("spec", {"x": 1})
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE study_user_attributes SET value_json = '{broken'")
-    for command in (["report", "bad", "--out", str(tmp_path / "r.html")],
-                    ["rename", "bad", "b3"]):
+    for command in (["report", "bad", "--out", str(tmp_path / "r.html")], ["rename", "bad", "b3"]):
         proc = sweeps(*command, "--storage", url)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "not valid JSON" in proc.stderr
@@ -62,8 +63,12 @@ def test_every_reader_refuses_a_database_of_a_newer_schema(tmp_path: Path) -> No
     optuna.create_study(storage=url, study_name="s").optimize(lambda t: 1.0, n_trials=1)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0'")
-    for command in (["status"], ["trials", "s"], ["export", "s"],
-                    ["report", "s", "--out", str(tmp_path / "r.html")]):
+    for command in (
+        ["status"],
+        ["trials", "s"],
+        ["export", "s"],
+        ["report", "s", "--out", str(tmp_path / "r.html")],
+    ):
         proc = sweeps(*command, "--storage", url)
         assert_user_error(proc, "newer Optuna", "v99.0.0", "pip install -U optuna")
     assert not (tmp_path / "r.html").exists()
@@ -78,7 +83,8 @@ def test_sqlite_errors_name_their_cause() -> None:
 
 
 def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     with small_tmpfs(tmp_path / "small", "40k") as mount:
         (mount / "fill").write_bytes(b"\0" * (36 * 1024))
         spec = tmp_path / "spec.toml"
@@ -91,12 +97,15 @@ def test_a_new_sqlite_database_on_a_full_disk_is_one_line_and_leaves_nothing(
 
 @pytest.mark.study
 def test_a_worker_joins_a_study_whose_stored_spec_names_another(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """A study renamed outside sweeps: its stored spec still says the old name."""
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     spec = tmp_path / "spec.toml"
-    spec.write_text(toml_text(spec_dict("old", shared_corpus(tmp_path_factory),
-                                        study={"n_trials": 1})), encoding="utf-8")
+    spec.write_text(
+        toml_text(spec_dict("old", shared_corpus(tmp_path_factory), study={"n_trials": 1})),
+        encoding="utf-8",
+    )
     from tests.sweeps.helpers import sweeps_run
 
     assert sweeps_run("run", str(spec), "--storage", url, cwd=tmp_path).returncode == 0

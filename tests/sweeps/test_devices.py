@@ -23,8 +23,7 @@ GiB = 2**30
 
 
 def _spec(device: str, corpus: Path = Path("/c"), **kw: Any) -> StudySpec:
-    return read_spec(spec_dict("dev", corpus, fixed={"device": device}, **kw),
-                     check_paths=False)
+    return read_spec(spec_dict("dev", corpus, fixed={"device": device}, **kw), check_paths=False)
 
 
 # --- the resolver alone --------------------------------------------------------------------------
@@ -44,7 +43,8 @@ def test_auto_and_cuda_take_every_gpu_each_trial_seeing_its_own() -> None:
         placed = devices.resolve(wanted, ["0", "3"])
         assert [(d.kind, d.label, d.env, d.index) for d in placed] == [
             ("cuda", "gpu 0", {"CUDA_VISIBLE_DEVICES": "0"}, 0),
-            ("cuda", "gpu 3", {"CUDA_VISIBLE_DEVICES": "3"}, 1)]
+            ("cuda", "gpu 3", {"CUDA_VISIBLE_DEVICES": "3"}, 1),
+        ]
     assert devices.resolve("auto", []) == [devices.CPU]
 
 
@@ -53,13 +53,24 @@ def test_a_pinned_gpu_is_that_gpu_alone_seen_as_the_config_names_it() -> None:
     assert (gpu.kind, gpu.label, gpu.env, gpu.index) == ("cuda", "gpu 3", {}, 1)
 
 
-@pytest.mark.parametrize(("wanted", "gpus", "words"), [
-    ("cuda", [], "asks for device cuda, but no GPU is visible on this host (nvidia-smi / "
-                 "CUDA_VISIBLE_DEVICES); use device auto or cpu"),
-    ("cuda:7", ["0"], "asks for device cuda:7, but this host has 1 visible GPU(s) (nvidia-smi "
-                      "/ CUDA_VISIBLE_DEVICES); use device auto, cuda or cpu"),
-    ("cuda:0", [], "this host has 0 visible GPU(s)"),
-])
+@pytest.mark.parametrize(
+    ("wanted", "gpus", "words"),
+    [
+        (
+            "cuda",
+            [],
+            "asks for device cuda, but no GPU is visible on this host (nvidia-smi / "
+            "CUDA_VISIBLE_DEVICES); use device auto or cpu",
+        ),
+        (
+            "cuda:7",
+            ["0"],
+            "asks for device cuda:7, but this host has 1 visible GPU(s) (nvidia-smi "
+            "/ CUDA_VISIBLE_DEVICES); use device auto, cuda or cpu",
+        ),
+        ("cuda:0", [], "this host has 0 visible GPU(s)"),
+    ],
+)
 def test_a_gpu_the_place_lacks_is_one_line(wanted: str, gpus: list[str], words: str) -> None:
     with pytest.raises(SweepsError) as err:
         devices.resolve(wanted, gpus)
@@ -100,8 +111,9 @@ def _fake_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host, "mps_pipe", lambda: None)
 
 
-def _what_the_run_takes(spec: StudySpec, cap: int | None, db: Path,
-                        monkeypatch: pytest.MonkeyPatch) -> tuple[str, int | None]:
+def _what_the_run_takes(
+    spec: StudySpec, cap: int | None, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, int | None]:
     """(the workers line, the per-trial budget) of ``run_workers`` on the fake host, read where
     it starts its threads (nothing is launched)."""
     seen: dict[str, Any] = {}
@@ -114,17 +126,23 @@ def _what_the_run_takes(spec: StudySpec, cap: int | None, db: Path,
     monkeypatch.setattr(wk, "run_threads", run_threads)
     storage, study = worker_study(spec, db)
     try:
-        wk.run_workers(spec, storage, study, db.parent / "runs", wk.RunOptions(n_workers=cap),
-                       launcher=object())
+        wk.run_workers(
+            spec,
+            storage,
+            study,
+            db.parent / "runs",
+            wk.RunOptions(n_workers=cap),
+            launcher=object(),
+        )
     finally:
         storage.engine.dispose()
     return seen["line"], seen["budget"]
 
 
 @pytest.mark.parametrize(("device", "cap"), [("auto", None), ("auto", 3), ("cpu", 2)])
-def test_the_dry_run_prints_the_split_the_run_uses(device: str, cap: int | None, corpus: Path,
-                                                   tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dry_run_prints_the_split_the_run_uses(
+    device: str, cap: int | None, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_host(monkeypatch)
     spec = _spec(device, corpus, study={"n_trials": 12}, limits={"memory_budget": "auto"})
     rows = dict(plan.dry_run(spec, "sqlite://", cap, None).rows)

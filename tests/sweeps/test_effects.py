@@ -19,8 +19,14 @@ from tests.sweeps.ablation import noisy, table
 
 def test_replicates_group_trials_that_differ_only_in_seed() -> None:
     trials = table({256: [2.193, 2.203, 2.248], 1: [2.235, 2.210, 2.198]})
-    trials.loc[len(trials)] = {"number": 99, "outcome": "oom", "param_d_ff": 64,
-                               "param_seed": 0, "seed": 0, "val_bpb": float("nan")}
+    trials.loc[len(trials)] = {
+        "number": 99,
+        "outcome": "oom",
+        "param_d_ff": 64,
+        "param_seed": 0,
+        "seed": 0,
+        "val_bpb": float("nan"),
+    }
     reps = fx.replicates(trials)
     assert list(reps["config"]) == ["d_ff=1", "d_ff=256"]  # best (lowest mean) first
     base = reps.set_index("config").loc["d_ff=256"]
@@ -35,9 +41,15 @@ def test_replicates_group_trials_that_differ_only_in_seed() -> None:
 def test_replicates_of_a_sampled_study_without_seed_parameter() -> None:
     # A TPE study: the seed is fixed, so every configuration is its own (n = 1, sd NaN),
     # unless the sampler proposed the same point twice.
-    trials = pd.DataFrame({"number": [0, 1, 2], "outcome": ["complete"] * 3,
-                           "param_lr": [0.01, 0.003, 0.01], "seed": [0, 0, 0],
-                           "val_bpb": [2.0, 2.2, 2.1]})
+    trials = pd.DataFrame(
+        {
+            "number": [0, 1, 2],
+            "outcome": ["complete"] * 3,
+            "param_lr": [0.01, 0.003, 0.01],
+            "seed": [0, 0, 0],
+            "val_bpb": [2.0, 2.2, 2.1],
+        }
+    )
     reps = fx.replicates(trials).set_index("config")
     assert reps.loc["lr=0.003", "n"] == 1 and math.isnan(reps.loc["lr=0.003", "sd"])
     assert reps.loc["lr=0.01", "n"] == 2 and reps.loc["lr=0.01", "mean"] == pytest.approx(2.05)
@@ -100,11 +112,14 @@ def test_comparison_checks_its_own_rules() -> None:
 def test_seeds_needed_is_the_noncentral_t_power() -> None:
     n = fx.seeds_needed(0.01, 0.02, 0.05, paired=True)
     assert n is not None
+
     # At n the power reaches 80 %; at n - 1 it does not.
     def power(k: int) -> float:
         crit = stats.t.ppf(0.975, k - 1)
-        return stats.nct.sf(crit, k - 1, 0.5 * math.sqrt(k)) + stats.nct.cdf(-crit, k - 1,
-                                                                           0.5 * math.sqrt(k))
+        return stats.nct.sf(crit, k - 1, 0.5 * math.sqrt(k)) + stats.nct.cdf(
+            -crit, k - 1, 0.5 * math.sqrt(k)
+        )
+
     assert power(n) >= 0.8 > power(n - 1)
     assert fx.seeds_needed(0.0, 0.02, 0.05, paired=True) is None
     assert fx.seeds_needed(1e-9, 1.0, 0.05, paired=True) is None  # beyond MAX_SEEDS
@@ -130,16 +145,27 @@ def test_a_real_three_sd_difference_with_five_seeds_is_better() -> None:
 
 def test_a_three_sd_difference_unpaired_noise_is_still_better() -> None:
     rng = np.random.default_rng(1)
-    result = fx.effects(table({256: noisy(2.20, 5, 0.02, rng), 512: noisy(2.14, 5, 0.02, rng)}),
-                        study="s", baseline={"d_ff": 256})
+    result = fx.effects(
+        table({256: noisy(2.20, 5, 0.02, rng), 512: noisy(2.14, 5, 0.02, rng)}),
+        study="s",
+        baseline={"d_ff": 256},
+    )
     assert result.rows[1].verdict == "better"
 
 
 def test_a_null_effect_cannot_be_told_apart() -> None:
     rng = np.random.default_rng(2)
-    result = fx.effects(table({256: noisy(2.2, 3, 0.02, rng), 1: noisy(2.2, 3, 0.02, rng),
-                               64: noisy(2.2, 3, 0.02, rng)}),
-                        study="s", baseline={"d_ff": 256})
+    result = fx.effects(
+        table(
+            {
+                256: noisy(2.2, 3, 0.02, rng),
+                1: noisy(2.2, 3, 0.02, rng),
+                64: noisy(2.2, 3, 0.02, rng),
+            }
+        ),
+        study="s",
+        baseline={"d_ff": 256},
+    )
     for row in result.rows[1:]:
         assert row.verdict.startswith("cannot tell apart with n = 3; about "), row.verdict
         assert "seeds per arm would resolve a difference of" in row.verdict
@@ -148,8 +174,12 @@ def test_a_null_effect_cannot_be_told_apart() -> None:
 
 def test_holm_is_applied_across_the_studys_comparisons() -> None:
     rng = np.random.default_rng(3)
-    points = {256: noisy(2.2, 4, 0.02, rng), 1: noisy(2.21, 4, 0.02, rng),
-              64: noisy(2.19, 4, 0.02, rng), 128: noisy(2.2, 4, 0.02, rng)}
+    points = {
+        256: noisy(2.2, 4, 0.02, rng),
+        1: noisy(2.21, 4, 0.02, rng),
+        64: noisy(2.19, 4, 0.02, rng),
+        128: noisy(2.2, 4, 0.02, rng),
+    }
     result = fx.effects(table(points), study="s", baseline={"d_ff": 256})
     raw = [r.comparison.p for r in result.rows[1:]]
     assert [r.p_holm for r in result.rows[1:]] == pytest.approx(fx.holm(raw))
@@ -197,8 +227,9 @@ def test_markdown_and_json_rows() -> None:
 def test_rank_says_whether_the_best_beats_the_runner_up() -> None:
     rng = np.random.default_rng(4)
     seed_effect = 0.02 * rng.standard_normal(6)
-    clear = table({1: list(2.10 + seed_effect), 2: list(2.20 + seed_effect + 0.002
-                                                        * rng.standard_normal(6))})
+    clear = table(
+        {1: list(2.10 + seed_effect), 2: list(2.20 + seed_effect + 0.002 * rng.standard_normal(6))}
+    )
     ranking = fx.rank(clear, level=0.01)
     assert ranking.rows["config"].iloc[0] == "d_ff=1" and ranking.distinguishable is True
     assert "is distinguishable" in ranking.sentence()
@@ -210,18 +241,26 @@ def test_rank_says_whether_the_best_beats_the_runner_up() -> None:
 def test_a_configuration_with_no_complete_trial_is_named_not_dropped() -> None:
     trials = table({256: [2.193, 2.203], 64: [2.214, 2.219]})
     for number, seed in ((10, 0), (11, 1)):
-        trials.loc[len(trials)] = {"number": number, "outcome": "unigram_collapse",
-                                   "param_d_ff": 1, "param_seed": seed, "seed": seed,
-                                   "val_bpb": 2.77}
+        trials.loc[len(trials)] = {
+            "number": number,
+            "outcome": "unigram_collapse",
+            "param_d_ff": 1,
+            "param_seed": seed,
+            "seed": seed,
+            "val_bpb": 2.77,
+        }
     result = fx.effects(trials, study="s", baseline={"d_ff": 256})
     # A row of its own, with no value and both seeds named with their outcome.
     assert [e.level for e in result.rows] == ["d_ff=256", "64", "1"]
     row = result.rows[2]
     assert row.n == 0 and [(s.seed, s.outcome) for s in row.stopped] == [
-        (0, "unigram_collapse"), (1, "unigram_collapse")]
+        (0, "unigram_collapse"),
+        (1, "unigram_collapse"),
+    ]
     assert result.not_compared == (("d_ff=1", "unigram_collapse: seeds 0, 1"),)
     text = fx.markdown(result)
     assert "seed 0: unigram_collapse, seed 1: unigram_collapse" in text
-    assert result.as_dict()["not_compared"] == [{"config": "d_ff=1",
-                                                 "trials": "unigram_collapse: seeds 0, 1"}]
+    assert result.as_dict()["not_compared"] == [
+        {"config": "d_ff=1", "trials": "unigram_collapse: seeds 0, 1"}
+    ]
     assert [s["seed"] for s in result.as_dict()["stopped"]] == [0, 1]

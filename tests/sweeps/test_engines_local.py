@@ -29,9 +29,12 @@ MiB = 2**20
 
 def gpus(*sizes: int) -> local.MemoryPool:
     """A fake host of GPUs of these capacities (bytes)."""
-    return local.MemoryPool([local.PoolDevice(f"gpu {i}", "cuda", s, {"CUDA_VISIBLE_DEVICES":
-                                                                      str(i)})
-                             for i, s in enumerate(sizes)])
+    return local.MemoryPool(
+        [
+            local.PoolDevice(f"gpu {i}", "cuda", s, {"CUDA_VISIBLE_DEVICES": str(i)})
+            for i, s in enumerate(sizes)
+        ]
+    )
 
 
 # --- the pool (pure) -----------------------------------------------------------------------------
@@ -61,8 +64,10 @@ def test_placement_spreads_trials_and_pins_each_to_its_gpu() -> None:
     pool = gpus(1000, 1000)
     a, b = pool.try_reserve(100), pool.try_reserve(100)
     assert a is not None and b is not None
-    assert {a.device.env["CUDA_VISIBLE_DEVICES"], b.device.env["CUDA_VISIBLE_DEVICES"]} == {"0",
-                                                                                         "1"}
+    assert {a.device.env["CUDA_VISIBLE_DEVICES"], b.device.env["CUDA_VISIBLE_DEVICES"]} == {
+        "0",
+        "1",
+    }
     big = pool.try_reserve(950)
     assert big is None  # 100 held on each: room for 900, not 950
     pool.release(a)
@@ -178,10 +183,12 @@ def fake_trial(log: list[tuple[str, int, int]], lock: threading.Lock, sizes: dic
     return run
 
 
-def test_worker_threads_pack_trials_exactly_n_trials_none_twice(tmp_path: Path,
-                                                                 corpus: Path) -> None:
-    spec = read_spec(spec_dict("pack", corpus, space={"seed": {"low": 0, "high": 9}},
-                               study={"n_trials": 40}))
+def test_worker_threads_pack_trials_exactly_n_trials_none_twice(
+    tmp_path: Path, corpus: Path
+) -> None:
+    spec = read_spec(
+        spec_dict("pack", corpus, space={"seed": {"low": 0, "high": 9}}, study={"n_trials": 40})
+    )
     storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
     wk.create_or_resume(spec, storage)
     study = wk.load_for_workers(spec, storage)
@@ -189,12 +196,26 @@ def test_worker_threads_pack_trials_exactly_n_trials_none_twice(tmp_path: Path,
     sizes = {x: 60 * (x + 1) for x in range(10)}
     sizes[9] = 5000  # fits no device: predicted_oom, never admitted
     pool = gpus(capacity)
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp_path,
-                        launcher=None, admission=local.Admission(pool, poll_s=0.01))
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=tmp_path,
+        launcher=None,
+        admission=local.Admission(pool, poll_s=0.01),
+    )
     log: list[tuple[str, int, int]] = []
-    results = wk.run_threads(ctx, WorkerDevice("cuda"), wk.WorkerOptions(n_trials=40),
-                              8, wk.StopFlags(), None, None, False,
-                              fake_trial(log, threading.Lock(), sizes))
+    results = wk.run_threads(
+        ctx,
+        WorkerDevice("cuda"),
+        wk.WorkerOptions(n_trials=40),
+        8,
+        wk.StopFlags(),
+        None,
+        None,
+        False,
+        fake_trial(log, threading.Lock(), sizes),
+    )
     assert [r.error for r in results] == [None] * 8
     held = 0
     for kind, _, size in log:
@@ -224,32 +245,46 @@ def _max_overlap(log: list[tuple[str, int, int]]) -> int:
 
 @pytest.mark.study
 def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
-        tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = spec_dict("real", corpus, fixed={"tokenizer": "word", "lr": 3e-2, "max_tokens": 8192},
-                     space={"vocab_size": {"choices": [300, 600]},
-                            "batch_size": {"choices": [8, 256]}, "seed": {"choices": [0, 1]}},
-                     study={"n_trials": 4}, limits={"collapse": False, "memory_budget": "auto"},
-                     # Two small trials of one configuration, told apart by their seed (the same
-                     # point twice would be a copy of the first, never trained).
-                     enqueue=[{"vocab_size": 300, "batch_size": 8, "seed": 0},
-                              {"vocab_size": 600, "batch_size": 8, "seed": 0},
-                              {"vocab_size": 300, "batch_size": 256, "seed": 0},
-                              {"vocab_size": 600, "batch_size": 8, "seed": 1}])
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = spec_dict(
+        "real",
+        corpus,
+        fixed={"tokenizer": "word", "lr": 3e-2, "max_tokens": 8192},
+        space={
+            "vocab_size": {"choices": [300, 600]},
+            "batch_size": {"choices": [8, 256]},
+            "seed": {"choices": [0, 1]},
+        },
+        study={"n_trials": 4},
+        limits={"collapse": False, "memory_budget": "auto"},
+        # Two small trials of one configuration, told apart by their seed (the same
+        # point twice would be a copy of the first, never trained).
+        enqueue=[
+            {"vocab_size": 300, "batch_size": 8, "seed": 0},
+            {"vocab_size": 600, "batch_size": 8, "seed": 0},
+            {"vocab_size": 300, "batch_size": 256, "seed": 0},
+            {"vocab_size": 600, "batch_size": 8, "seed": 1},
+        ],
+    )
     spec = read_spec(data)
     from lm.tokens import load_tokens
 
     for vocab in (300, 600):  # warm: a cold cache read while a child writes it is another bug
         load_tokens(corpus, "word", vocab)
-    small = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8,
-                                                  "seed": 0}), device="cpu")[0]
-    big = preflight.predict(trial_config(spec, {"vocab_size": 300, "batch_size": 256,
-                                                "seed": 0}), device="cpu")[0]
+    small = preflight.predict(
+        trial_config(spec, {"vocab_size": 600, "batch_size": 8, "seed": 0}), device="cpu"
+    )[0]
+    big = preflight.predict(
+        trial_config(spec, {"vocab_size": 300, "batch_size": 256, "seed": 0}), device="cpu"
+    )[0]
     # Room for two small trials, or the big one alone.
     room = 2 * local.reservation(small) + (local.reservation(big) - local.reservation(small)) // 2
     assert local.reservation(big) + local.reservation(small) > room >= local.reservation(big)
     pool = local.MemoryPool([local.PoolDevice("cpu", "cpu", room, {}, (0, 1), 1)])
-    storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
-                              grace_period=5)
+    storage = st.open_storage(
+        f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1, grace_period=5
+    )
     wk.create_or_resume(spec, storage)
     study = wk.load_for_workers(spec, storage)
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
@@ -257,12 +292,19 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
     results = wk.run_workers(spec, storage, study, tmp_path / "runs", options, pool=pool)
     assert len(results) == 2 and [r.error for r in results] == [None, None]
     trials = study.get_trials()
-    assert [t.user_attrs["outcome"] for t in trials] == ["complete"] * 4, \
-        [t.user_attrs.get("reason") for t in trials]
+    assert [t.user_attrs["outcome"] for t in trials] == ["complete"] * 4, [
+        t.user_attrs.get("reason") for t in trials
+    ]
     # From admission to the end (the reservation is released after the trial is told).
-    spans = {t.number: (t.user_attrs["admitted_at"], t.datetime_complete.timestamp(),
-                        t.user_attrs["reserved_mem_bytes"], t.user_attrs["placed_on"])
-             for t in trials}
+    spans = {
+        t.number: (
+            t.user_attrs["admitted_at"],
+            t.datetime_complete.timestamp(),
+            t.user_attrs["reserved_mem_bytes"],
+            t.user_attrs["placed_on"],
+        )
+        for t in trials
+    }
     assert {s[3] for s in spans.values()} <= {"cpu 0", "cpu 1"}
     overlapped = False
     # Whenever two trials overlapped, their reservations fit the pool together.
@@ -279,8 +321,9 @@ def test_a_real_sweep_packs_small_trials_and_runs_a_big_one_alone(
 
 
 @pytest.mark.slow
-def test_cap_options_disagreeing_and_address_without_ray_are_one_line(tmp_path: Path,
-                                                                      corpus: Path) -> None:
+def test_cap_options_disagreeing_and_address_without_ray_are_one_line(
+    tmp_path: Path, corpus: Path
+) -> None:
     spec = tmp_path / "s.toml"
     spec.write_text(toml_text(spec_dict("cli", corpus)))
     both = sweeps_run("run", str(spec), "--workers", "2", "--max-concurrent", "3", cwd=tmp_path)
@@ -292,8 +335,9 @@ def test_cap_options_disagreeing_and_address_without_ray_are_one_line(tmp_path: 
     assert dry.returncode == 0, dry.stderr
 
 
-def test_suggest_is_idempotent_for_a_node_that_reruns_a_planned_trial(tmp_path: Path,
-                                                                        corpus: Path) -> None:
+def test_suggest_is_idempotent_for_a_node_that_reruns_a_planned_trial(
+    tmp_path: Path, corpus: Path
+) -> None:
     """The Ray engine plans a trial where it asks it and runs it on a node, where the runner
     suggests again: the same values."""
     spec = read_spec(spec_dict("idem", corpus))
@@ -311,17 +355,16 @@ def test_a_gpus_pool_is_what_is_free_on_it() -> None:
     the 50 GiB left, not of the 80 GiB it has."""
     from lm import host
 
-    spec = read_spec(spec_dict("pool", Path("/c"), fixed={"device": "auto"}),
-                     check_paths=False)
+    spec = read_spec(spec_dict("pool", Path("/c"), fixed={"device": "auto"}), check_paths=False)
     free = [host.parse_gpu_memory(line).free for line in ("81050, 81920", "51200, 81920")]
     pool = local.host_pool(spec, gpus=["0", "1"], gpu_free=free)
     assert [d.capacity for d in pool.devices] == [int(free[0] * 0.9), int(50 * 2**30 * 0.9)]
-    assert [d.env for d in pool.devices] == [{"CUDA_VISIBLE_DEVICES": "0"},
-                                             {"CUDA_VISIBLE_DEVICES": "1"}]
-    pinned = read_spec(spec_dict("pool", Path("/c"), fixed={"device": "cuda:1"}),
-                       check_paths=False)
-    assert local.host_pool(pinned, gpus=["0", "1"], gpu_free=free).largest == int(
-        50 * 2**30 * 0.9)
+    assert [d.env for d in pool.devices] == [
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"CUDA_VISIBLE_DEVICES": "1"},
+    ]
+    pinned = read_spec(spec_dict("pool", Path("/c"), fixed={"device": "cuda:1"}), check_paths=False)
+    assert local.host_pool(pinned, gpus=["0", "1"], gpu_free=free).largest == int(50 * 2**30 * 0.9)
 
 
 def test_a_trials_child_gets_pci_device_order_and_its_devices_env() -> None:
@@ -331,8 +374,9 @@ def test_a_trials_child_gets_pci_device_order_and_its_devices_env() -> None:
     assert child_env(gpu) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3"}
 
 
-def test_sweeps_run_says_what_packing_on_a_gpu_buys(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweeps_run_says_what_packing_on_a_gpu_buys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lm import host
 
     gpu = local.MemoryPool([local.PoolDevice("gpu 0", "cuda", 70 * 2**30)])

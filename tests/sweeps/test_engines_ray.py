@@ -50,8 +50,10 @@ def test_requests_follow_the_prediction() -> None:
 
 
 def test_the_budget_is_the_largest_node() -> None:
-    nodes = [ray_engine.Node("a", "10.0.0.1", 4, 0, 1 * GiB),
-             ray_engine.Node("b", "10.0.0.2", 2, 2, 8 * GiB)]
+    nodes = [
+        ray_engine.Node("a", "10.0.0.1", 4, 0, 1 * GiB),
+        ray_engine.Node("b", "10.0.0.2", 2, 2, 8 * GiB),
+    ]
     pool = ray_engine.cluster_pool(nodes, "cpu", 1, None)
     budget = local.trial_budget(Limits(memory_budget="auto"), pool)
     assert local.reservation(budget) <= 8 * GiB < local.reservation(budget) + GiB
@@ -104,13 +106,17 @@ class FakeRemote:
 
 
 def test_gpu_memory_is_read_by_a_task_that_needs_no_free_gpu(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from lm import host
 
-    nodes = [ray_engine.Node("a", "10.0.0.1", 4, 0, GiB),
-             ray_engine.Node("b", "10.0.0.2", 16, 8, 64 * GiB)]
-    monkeypatch.setattr(host, "gpu_memory",
-                        lambda gpu: host.parse_gpu_memory("1024, 143771\n"))  # a busy H200
+    nodes = [
+        ray_engine.Node("a", "10.0.0.1", 4, 0, GiB),
+        ray_engine.Node("b", "10.0.0.2", 16, 8, 64 * GiB),
+    ]
+    monkeypatch.setattr(
+        host, "gpu_memory", lambda gpu: host.parse_gpu_memory("1024, 143771\n")
+    )  # a busy H200
     fake = FakeRay()
     assert ray_engine._gpu_bytes(fake, nodes) == 143771 * 2**20
     ((options, _),) = fake.submitted
@@ -124,7 +130,8 @@ def test_gpu_memory_is_read_by_a_task_that_needs_no_free_gpu(
 
 
 def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A node re-planned with its own, fresh calibration (it could launch what the driver
     rejected, or the reverse), and a rejected trial went out as a task with no CPU and an
     empty CUDA_VISIBLE_DEVICES."""
@@ -139,15 +146,26 @@ def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
     monkeypatch.setattr(preflight, "calibration_factor", lambda study: 1.3)
     monkeypatch.setattr(liveness, "heartbeat", lambda storage, trial_id: contextlib.nullcontext())
     here: list[tuple[int, float | None]] = []
-    monkeypatch.setattr(ray_engine, "run_trial", lambda ctx, device, trial, calibration=None: (
-        here.append((trial.number, calibration)) or TrialReport(trial.number, "predicted_oom",
-                                                               "too big")))
+    monkeypatch.setattr(
+        ray_engine,
+        "run_trial",
+        lambda ctx, device, trial, calibration=None: (
+            here.append((trial.number, calibration))
+            or TrialReport(trial.number, "predicted_oom", "too big")
+        ),
+    )
 
     def runner(budget: int | None) -> tuple[FakeRay, TrialReport]:
         report = dataclasses.asdict(TrialReport(0, "complete", "ok", [1.0]))
         fake = FakeRay(report)
-        ctx = RunnerContext(spec=spec, study=study, storage=None, study_dir=tmp_path,
-                            launcher=None, budget_bytes=budget)
+        ctx = RunnerContext(
+            spec=spec,
+            study=study,
+            storage=None,
+            study_dir=tmp_path,
+            launcher=None,
+            budget_bytes=budget,
+        )
         run = ray_engine._trial_runner(fake, {"kind": "cpu"}, "cpu", 1, None)
         return fake, run(ctx, WorkerDevice("cpu"), study.ask())
 
@@ -166,8 +184,9 @@ def _namespace_or_skip() -> None:
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("a private network namespace needs root, unshare and ip")
-    probe = subprocess.run(["unshare", "--net", "ip", "link", "set", "lo", "up"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "--net", "ip", "link", "set", "lo", "up"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot make a network namespace: {probe.stderr.strip()[:200]}")
 
@@ -176,26 +195,42 @@ def _namespace_or_skip() -> None:
 @pytest.mark.cluster
 @pytest.mark.study
 @pytest.mark.server
-def test_a_cluster_places_by_memory_and_requeues_a_lost_node(tmp_path: Path,
-                                                             corpus: Path) -> None:
+def test_a_cluster_places_by_memory_and_requeues_a_lost_node(tmp_path: Path, corpus: Path) -> None:
     _namespace_or_skip()
     with fresh_database("sweeps_ray") as url:
         socket_url = f"postgresql://{url.username}@/{url.database}?host=/var/run/postgresql"
-        env = {**os.environ, INNER_ENV: "1", "SWEEPS_TEST_RAY_URL": socket_url,
-               "SWEEPS_TEST_RAY_DIR": str(tmp_path), "SWEEPS_TEST_RAY_CORPUS": str(corpus),
-               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            INNER_ENV: "1",
+            "SWEEPS_TEST_RAY_URL": socket_url,
+            "SWEEPS_TEST_RAY_DIR": str(tmp_path),
+            "SWEEPS_TEST_RAY_CORPUS": str(corpus),
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        }
         inner = f"{Path(__file__).relative_to(REPO)}::test_inside_the_namespace"
         done = subprocess.run(
-            ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" -m pytest -q -x '
-             f'-p no:cacheprovider -s {inner}', sys.executable],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            [
+                "unshare",
+                "--net",
+                "sh",
+                "-c",
+                f'ip link set lo up && exec "$0" -m pytest -q -x -p no:cacheprovider -s {inner}',
+                sys.executable,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         assert "1 passed" in done.stdout, done.stdout[-2000:]
         trials = study_trials(url.render_as_string(hide_password=False), "ray")
         state = wk.budget_state(trials, N_TRIALS)
         assert state.done and state.finished == N_TRIALS
-        assert sum(t.user_attrs.get("outcome") == "complete" for t in state.in_budget) \
-            == N_TRIALS, [t.user_attrs.get("reason") for t in trials]
+        assert (
+            sum(t.user_attrs.get("outcome") == "complete" for t in state.in_budget) == N_TRIALS
+        ), [t.user_attrs.get("reason") for t in trials]
         assert len(wk.superseded_numbers(trials)) == 1  # the trial the lost node held
 
 
@@ -207,12 +242,14 @@ def test_inside_the_namespace() -> None:
     from ray.cluster_utils import Cluster
 
     tmp, url = Path(os.environ["SWEEPS_TEST_RAY_DIR"]), os.environ["SWEEPS_TEST_RAY_URL"]
-    data = spec_dict("ray", Path(os.environ["SWEEPS_TEST_RAY_CORPUS"]),
-                     fixed={"tokenizer": "word", "max_tokens": 300_000,
-                            "eval_every_tokens": 20_000},
-                     space={"vocab_size": {"choices": [300, 600]}},
-                     study={"n_trials": N_TRIALS}, limits={"collapse": False,
-                                                           "memory_budget": "auto"})
+    data = spec_dict(
+        "ray",
+        Path(os.environ["SWEEPS_TEST_RAY_CORPUS"]),
+        fixed={"tokenizer": "word", "max_tokens": 300_000, "eval_every_tokens": 20_000},
+        space={"vocab_size": {"choices": [300, 600]}},
+        study={"n_trials": N_TRIALS},
+        limits={"collapse": False, "memory_budget": "auto"},
+    )
     spec = read_spec(data)
     # The head and "big" hold a trial; "small" has more cores but too little memory for any.
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "memory": 3 * GiB})
@@ -233,16 +270,29 @@ def _run_and_lose_a_node(ray, cluster, spec, url, tmp, big, small) -> None:
     study = wk.load_for_workers(spec, storage)
     out: list = []
     options = wk.RunOptions(n_workers=None)
-    runner = threading.Thread(target=lambda: out.append(ray_engine.run_on_cluster(
-        spec, storage, study, url, tmp / "runs" / "ray", options, beats=(2, 30))))
+    runner = threading.Thread(
+        target=lambda: out.append(
+            ray_engine.run_on_cluster(
+                spec, storage, study, url, tmp / "runs" / "ray", options, beats=(2, 30)
+            )
+        )
+    )
     runner.start()
     on_big = f"node {big.node_id[:8]} cpu"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        running = [t for t in study.get_trials(deepcopy=False)
-                   if t.state.name == "RUNNING" and t.user_attrs.get("placed_on") == on_big]
-        if running and records.read_evals(storage, "ray") and any(
-                e["trial_number"] == running[0].number for e in records.read_evals(storage, "ray")):
+        running = [
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.state.name == "RUNNING" and t.user_attrs.get("placed_on") == on_big
+        ]
+        if (
+            running
+            and records.read_evals(storage, "ray")
+            and any(
+                e["trial_number"] == running[0].number for e in records.read_evals(storage, "ray")
+            )
+        ):
             break
         time.sleep(0.5)
     else:

@@ -31,36 +31,42 @@ def ablation_spec(corpus: Path, name: str = "abl", **extra: object) -> dict:
     design = extra.get("ablation", {})
     for key in [*design.get("baseline", {}), *design.get("vary", {})]:  # type: ignore[attr-defined]
         fixed.pop(key, None)
-    return {"study": {"name": name, **extra.pop("study", {})},  # type: ignore[dict-item]
-            "corpus": {"dir": str(corpus)}, "fixed": fixed,
-            "ablation": {"baseline": {"vocab_size": 1024}, "vary": {"vocab_size": [260]},
-                         "seeds": [0, 1], **extra.pop("ablation", {})},  # type: ignore[dict-item]
-            "limits": {"memory_budget": "4GiB", "max_wall_s": 120,
-                       **extra.pop("limits", {})}}  # type: ignore[dict-item]
+    return {
+        "study": {"name": name, **extra.pop("study", {})},  # type: ignore[dict-item]
+        "corpus": {"dir": str(corpus)},
+        "fixed": fixed,
+        "ablation": {
+            "baseline": {"vocab_size": 1024},
+            "vary": {"vocab_size": [260]},
+            "seeds": [0, 1],
+            **extra.pop("ablation", {}),
+        },  # type: ignore[dict-item]
+        "limits": {"memory_budget": "4GiB", "max_wall_s": 120, **extra.pop("limits", {})},
+    }  # type: ignore[dict-item]
 
 
 # --- the spec ------------------------------------------------------------------------------------
 
 
-def test_an_ablation_of_the_vocabulary_compares_equal_text_and_is_not_pruned(
-        corpus: Path) -> None:
+def test_an_ablation_of_the_vocabulary_compares_equal_text_and_is_not_pruned(corpus: Path) -> None:
     spec = read_spec(ablation_spec(corpus))
     assert spec.study.pruner.name == "none"  # an arm is never cut by another arm's speed
     assert spec.ablation is not None and spec.ablation.equal_unit == "bytes"
     # The baseline trains its max_tokens; the other arm the same text at its own rate.
     rates = {260: budget.TextRate(1.0, 1.0, True), 1024: budget.TextRate(3.0, 3.0, True)}
-    base = space.trial_config(spec, {"vocab_size": 1024, "seed": 0},
-                              rates=lambda c: rates[c.vocab_size])
-    other = space.trial_config(spec, {"vocab_size": 260, "seed": 0},
-                               rates=lambda c: rates[c.vocab_size])
+    base = space.trial_config(
+        spec, {"vocab_size": 1024, "seed": 0}, rates=lambda c: rates[c.vocab_size]
+    )
+    other = space.trial_config(
+        spec, {"vocab_size": 260, "seed": 0}, rates=lambda c: rates[c.vocab_size]
+    )
     assert base.max_bytes == other.max_bytes == 4_000 * 3
     assert base.max_tokens == 4_000 and other.max_tokens == 12_000
     assert other.eval_every_bytes == TINY["eval_every_tokens"] * 3
     # At equal tokens when asked, and an ablation of something else stays in tokens.
     tokens = read_spec(ablation_spec(corpus, ablation={"equal": "tokens"}))
     assert space.trial_config(tokens, {"vocab_size": 260, "seed": 0}).max_tokens == 4_000
-    width_data = ablation_spec(corpus, ablation={"baseline": {"d_ff": 32},
-                                                 "vary": {"d_ff": [8]}})
+    width_data = ablation_spec(corpus, ablation={"baseline": {"d_ff": 32}, "vary": {"d_ff": [8]}})
     width = read_spec(width_data)
     assert width.ablation is not None and width.ablation.equal_unit == "tokens"
     with pytest.raises(SweepsError, match=r"ablation\.equal"):
@@ -68,9 +74,13 @@ def test_an_ablation_of_the_vocabulary_compares_equal_text_and_is_not_pruned(
 
 
 def test_halving_rungs_are_in_the_budgets_unit(corpus: Path) -> None:
-    data = spec_dict("h", corpus, fixed={"max_bytes": 90_000, "eval_every_bytes": 10_000},
-                     space={"vocab_size": {"choices": [260, 1024]}},
-                     study={"pruner": {"name": "successive_halving", "min_bytes": 10_000}})
+    data = spec_dict(
+        "h",
+        corpus,
+        fixed={"max_bytes": 90_000, "eval_every_bytes": 10_000},
+        space={"vocab_size": {"choices": [260, 1024]}},
+        study={"pruner": {"name": "successive_halving", "min_bytes": 10_000}},
+    )
     for key in ("max_tokens", "eval_every_tokens"):
         data["fixed"].pop(key)
     spec = read_spec(data)
@@ -78,8 +88,7 @@ def test_halving_rungs_are_in_the_budgets_unit(corpus: Path) -> None:
     data["study"]["pruner"] = {"name": "successive_halving", "min_tokens": 1_000}
     with pytest.raises(SweepsError, match="min_bytes"):
         read_spec(data)
-    data["study"]["pruner"] = {"name": "successive_halving", "min_tokens": 1_000,
-                               "min_bytes": 5}
+    data["study"]["pruner"] = {"name": "successive_halving", "min_tokens": 1_000, "min_bytes": 5}
     with pytest.raises(SweepsError, match="give the first rung once"):
         read_spec(data)
     rate = budget.TextRate(3.0, 3.0, True)
@@ -90,11 +99,17 @@ def test_halving_rungs_are_in_the_budgets_unit(corpus: Path) -> None:
 # --- the effects table -------------------------------------------------------------------------
 
 
-def _with_stopped(trials: pd.DataFrame, d_ff: int, seed: int, outcome: str,
-                  value: float = 3.0) -> pd.DataFrame:
-    trials.loc[len(trials)] = {"number": 100 + len(trials), "outcome": outcome,
-                               "param_d_ff": d_ff, "param_seed": seed, "seed": seed,
-                               "val_bpb": value}
+def _with_stopped(
+    trials: pd.DataFrame, d_ff: int, seed: int, outcome: str, value: float = 3.0
+) -> pd.DataFrame:
+    trials.loc[len(trials)] = {
+        "number": 100 + len(trials),
+        "outcome": outcome,
+        "param_d_ff": d_ff,
+        "param_seed": seed,
+        "seed": seed,
+        "val_bpb": value,
+    }
     return trials
 
 
@@ -108,8 +123,14 @@ def test_a_stopped_seed_is_named_tested_and_left_out_of_the_pairs_with_why() -> 
     assert "seed 2: unigram_collapse here" in row.verdict
     assert row.stopped_p == pytest.approx(stats.fisher_exact([[1, 2], [0, 3]]).pvalue)
     data = result.as_dict()
-    assert data["stopped"] == [{"config": "d_ff=1", "seed": 2, "outcome": "unigram_collapse",
-                                "trial": row.stopped[0].trial}]
+    assert data["stopped"] == [
+        {
+            "config": "d_ff=1",
+            "seed": 2,
+            "outcome": "unigram_collapse",
+            "trial": row.stopped[0].trial,
+        }
+    ]
     assert data["tests_corrected"] == 1
     text = fx.markdown(result)
     assert "seed 2: unigram_collapse (p 1.000 vs baseline)" in text
@@ -123,8 +144,7 @@ def test_a_stopped_seed_is_named_tested_and_left_out_of_the_pairs_with_why() -> 
 
 
 def test_identical_paired_differences_are_no_test() -> None:
-    result = fx.effects(table({256: [2.0, 2.1], 1: [2.5, 2.6]}), study="s",
-                        baseline={"d_ff": 256})
+    result = fx.effects(table({256: [2.0, 2.1], 1: [2.5, 2.6]}), study="s", baseline={"d_ff": 256})
     row = result.rows[1]
     assert row.comparison.test == "none" and math.isnan(row.p_holm)
     assert row.verdict.startswith("cannot tell: the 2 paired differences are identical")
@@ -133,7 +153,8 @@ def test_identical_paired_differences_are_no_test() -> None:
 
 def test_each_arm_against_its_own_unigram_and_unequal_text_is_said() -> None:
     trials = table({1024: [2.95, 2.96], 4096: [2.42, 2.44]}).rename(
-        columns={"param_d_ff": "param_vocab_size"})
+        columns={"param_d_ff": "param_vocab_size"}
+    )
     trials["vocab_size"] = trials["param_vocab_size"]
     trials["tokenizer"] = "bpe"
     trials["unigram_bpb"] = trials["vocab_size"].map({1024: 2.96, 4096: 2.42})
@@ -151,8 +172,7 @@ def test_each_arm_against_its_own_unigram_and_unequal_text_is_said() -> None:
 def test_seeds_come_out_of_a_frame_as_python_ints() -> None:
     # A nullable integer column gives numpy integers, which isinstance(s, int) refuses: the
     # confirm plan then thought no seed was used and reused the source's (issue 34, item 1).
-    trials = pd.DataFrame({"seed": pd.Series([0, 1, 2], dtype="Int64"),
-                           "param_seed": [0, 1, 2]})
+    trials = pd.DataFrame({"seed": pd.Series([0, 1, 2], dtype="Int64"), "param_seed": [0, 1, 2]})
     assert [type(s) for s in fx.seeds_of(trials)] == [int, int, int]
 
 
@@ -161,15 +181,21 @@ def test_seeds_come_out_of_a_frame_as_python_ints() -> None:
 
 @pytest.mark.study
 def test_a_vocabulary_ablation_runs_at_equal_text_and_names_what_its_vocabulary_drops(
-        tmp_path: Path, corpus: Path) -> None:
+    tmp_path: Path, corpus: Path
+) -> None:
     """bpe 1024 against bpe 260 and word 1024 at equal bytes: every arm's text within one
     sequence; the word arm, whose <unk> targets are "most" here (max_unk_targets = 0.05 for
     the test), is stopped at its first evaluation however short its run, and effects names
     each seed."""
-    spec = ablation_spec(corpus, fixed={"eval_every_tokens": 1_000},
-                         ablation={"baseline": {"tokenizer": "bpe", "vocab_size": 1024},
-                                   "vary": {"tokenizer": ["word"], "vocab_size": [260]}},
-                         limits={"collapse": {"max_unk_targets": 0.05}})
+    spec = ablation_spec(
+        corpus,
+        fixed={"eval_every_tokens": 1_000},
+        ablation={
+            "baseline": {"tokenizer": "bpe", "vocab_size": 1024},
+            "vary": {"tokenizer": ["word"], "vocab_size": [260]},
+        },
+        limits={"collapse": {"max_unk_targets": 0.05}},
+    )
     (tmp_path / "abl.toml").write_text(toml_text(spec))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     dry = sweeps_run("run", "abl.toml", "--storage", url, "--dry-run", cwd=tmp_path)
@@ -177,8 +203,9 @@ def test_a_vocabulary_ablation_runs_at_equal_text_and_names_what_its_vocabulary_
     flat = " ".join(dry.stdout.split())
     assert "equal text (the default for an [ablation] that varies the vocabulary)" in flat
     assert "<unk> bytes" in flat
-    ran = sweeps_run("run", "abl.toml", "--storage", url, "--workers", "1", cwd=tmp_path,
-                     timeout=600)
+    ran = sweeps_run(
+        "run", "abl.toml", "--storage", url, "--workers", "1", cwd=tmp_path, timeout=600
+    )
     assert ran.returncode == 0, ran.stderr
     trials = study_trials(url, "abl")
     by_arm: dict[tuple, list] = {}
@@ -189,8 +216,9 @@ def test_a_vocabulary_ablation_runs_at_equal_text_and_names_what_its_vocabulary_
     rates = {arm: ts[0].user_attrs["config"]["bytes_per_token"] for arm, ts in by_arm.items()}
     for t in complete:
         assert t.user_attrs["outcome"] == "complete"
-        assert abs(t.user_attrs["train_bytes"] - t.user_attrs["config"]["max_bytes"]) <= \
-            16 * max(rates.values())
+        assert abs(t.user_attrs["train_bytes"] - t.user_attrs["config"]["max_bytes"]) <= 16 * max(
+            rates.values()
+        )
     for t in by_arm[("word", 1024)]:
         assert t.user_attrs["outcome"] == "unk_dominated", t.user_attrs["reason"]
         assert "of the validation targets" in t.user_attrs["reason"]
@@ -200,23 +228,31 @@ def test_a_vocabulary_ablation_runs_at_equal_text_and_names_what_its_vocabulary_
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert sorted((s["seed"], s["outcome"]) for s in data["stopped"]) == [
-        (0, "unk_dominated"), (1, "unk_dominated")]
+        (0, "unk_dominated"),
+        (1, "unk_dominated"),
+    ]
     shown = sweeps_run("effects", "abl", "--storage", url, "--markdown", cwd=tmp_path)
     assert "seed 0: unk_dominated, seed 1: unk_dominated" in shown.stdout
 
 
 @pytest.mark.study
 def test_vocabularies_under_a_token_budget_are_said_to_be_unequal(
-        tmp_path: Path, corpus: Path) -> None:
+    tmp_path: Path, corpus: Path
+) -> None:
     """A search over vocab_size under max_tokens: the dry run says so, with each arm's bytes
     where it is tokenized; the report repeats it from the trials' recorded text."""
     from lm.tokens import load_tokens
 
     for vocab in (260, 1024):
         load_tokens(corpus, "bpe", vocab)  # tokenized: the dry run reads, never builds
-    spec = spec_dict("toks", corpus, fixed={"tokenizer": "bpe"},
-                     space={"vocab_size": {"choices": [260, 1024]}},
-                     enqueue=[{"vocab_size": 260}, {"vocab_size": 1024}], study={"n_trials": 2})
+    spec = spec_dict(
+        "toks",
+        corpus,
+        fixed={"tokenizer": "bpe"},
+        space={"vocab_size": {"choices": [260, 1024]}},
+        enqueue=[{"vocab_size": 260}, {"vocab_size": 1024}],
+        study={"n_trials": 2},
+    )
     (tmp_path / "s.toml").write_text(toml_text(spec))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     dry = sweeps_run("run", "s.toml", "--storage", url, "--dry-run", cwd=tmp_path)
@@ -235,16 +271,26 @@ def test_vocabularies_under_a_token_budget_are_said_to_be_unequal(
 
 @pytest.mark.study
 def test_a_halving_study_under_max_bytes_reads_its_rungs_at_equal_text(
-        tmp_path: Path, corpus: Path) -> None:
+    tmp_path: Path, corpus: Path
+) -> None:
     """Each trial reaches each rung at its own tokens (recorded), the same bytes for all."""
-    fixed = {"tokenizer": "bpe", "max_bytes": 18_000, "eval_every_bytes": 2_000,
-             "eval_bytes": 2_000}
-    spec = spec_dict("halve", corpus, fixed=fixed,
-                     space={"vocab_size": {"choices": [260, 1024]},
-                            "seed": {"choices": [0, 1]}},
-                     study={"n_trials": 4, "pruner": {"name": "successive_halving",
-                                                      "min_bytes": 2_000, "min_trials": 9}},
-                     enqueue=[{"vocab_size": v, "seed": s} for v in (260, 1024) for s in (0, 1)])
+    fixed = {
+        "tokenizer": "bpe",
+        "max_bytes": 18_000,
+        "eval_every_bytes": 2_000,
+        "eval_bytes": 2_000,
+    }
+    spec = spec_dict(
+        "halve",
+        corpus,
+        fixed=fixed,
+        space={"vocab_size": {"choices": [260, 1024]}, "seed": {"choices": [0, 1]}},
+        study={
+            "n_trials": 4,
+            "pruner": {"name": "successive_halving", "min_bytes": 2_000, "min_trials": 9},
+        },
+        enqueue=[{"vocab_size": v, "seed": s} for v in (260, 1024) for s in (0, 1)],
+    )
     for key in ("max_tokens", "eval_every_tokens", "eval_tokens"):
         spec["fixed"].pop(key)
     (tmp_path / "h.toml").write_text(toml_text(spec))
@@ -266,8 +312,13 @@ def test_a_halving_study_under_max_bytes_reads_its_rungs_at_equal_text(
 def test_a_repeated_proposal_is_copied_not_trained(tmp_path: Path, corpus: Path) -> None:
     """A space of one point: the sampler can only repeat it. The second trial records the
     first's result as a copy, trains nothing, and Optuna sees the same value."""
-    spec = spec_dict("dup", corpus, fixed={"tokenizer": "word", "vocab_size": 300},
-                     space={"d_ff": {"choices": [16]}}, study={"n_trials": 2})
+    spec = spec_dict(
+        "dup",
+        corpus,
+        fixed={"tokenizer": "word", "vocab_size": 300},
+        space={"d_ff": {"choices": [16]}},
+        study={"n_trials": 2},
+    )
     (tmp_path / "d.toml").write_text(toml_text(spec))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     ran = sweeps_run("run", "d.toml", "--storage", url, "--workers", "1", cwd=tmp_path)
@@ -275,8 +326,10 @@ def test_a_repeated_proposal_is_copied_not_trained(tmp_path: Path, corpus: Path)
     first, second = sorted(study_trials(url, "dup"), key=lambda t: t.number)
     assert first.user_attrs["train_s"] > 0 and second.user_attrs["train_s"] == 0
     assert second.user_attrs["copy_of"] == first.number
-    assert second.values == first.values and second.user_attrs["val_bpb"] == \
-        first.user_attrs["val_bpb"]
+    assert (
+        second.values == first.values
+        and second.user_attrs["val_bpb"] == first.user_attrs["val_bpb"]
+    )
     assert second.user_attrs["reason"].startswith(f"copy of trial {first.number}")
     # A short word-300 trial (31 steps: under_trained) is not a plain complete: what its
     # vocabulary drops is in its reason.
@@ -292,11 +345,21 @@ def test_a_word_300_dry_run_states_its_unk_share(tmp_path: Path, corpus: Path) -
     from lm import tokens
 
     rate = tokens.measured_rate(corpus, "word", 300)  # tokenized: the dry run reads it
-    spec = spec_dict("w300", corpus, fixed={"tokenizer": "word", "vocab_size": 300},
-                     space={"d_ff": {"choices": [16, 32]}})
+    spec = spec_dict(
+        "w300",
+        corpus,
+        fixed={"tokenizer": "word", "vocab_size": 300},
+        space={"d_ff": {"choices": [16, 32]}},
+    )
     (tmp_path / "w.toml").write_text(toml_text(spec))
-    dry = sweeps_run("run", "w.toml", "--dry-run", "--storage",
-                     f"sqlite:///{tmp_path / 'db.sqlite'}", cwd=tmp_path)
+    dry = sweeps_run(
+        "run",
+        "w.toml",
+        "--dry-run",
+        "--storage",
+        f"sqlite:///{tmp_path / 'db.sqlite'}",
+        cwd=tmp_path,
+    )
     assert dry.returncode == 0, dry.stderr
     row = next(line for line in dry.stdout.splitlines() if "tokenizer=word" in line)
     assert f"{rate.unk_tokens:.1%}" in row and f"{rate.unk_bytes:.1%}" in row
@@ -305,9 +368,15 @@ def test_a_word_300_dry_run_states_its_unk_share(tmp_path: Path, corpus: Path) -
 def test_the_report_gives_each_word_vocabularys_unk_share() -> None:
     from sweeps.charts import vocab
 
-    trials = pd.DataFrame({"tokenizer": ["word", "word", "bpe"], "vocab_size": [300, 300, 1024],
-                           "unk_rate_targets": [0.31, 0.33, 0.0],
-                           "unk_byte_rate": [0.46, 0.48, 0.0]})
-    assert vocab.unk_shares(trials) == ("300 words: 32.0% of the validation tokens, 47.0% of "
-                                        "their bytes")
+    trials = pd.DataFrame(
+        {
+            "tokenizer": ["word", "word", "bpe"],
+            "vocab_size": [300, 300, 1024],
+            "unk_rate_targets": [0.31, 0.33, 0.0],
+            "unk_byte_rate": [0.46, 0.48, 0.0],
+        }
+    )
+    assert vocab.unk_shares(trials) == (
+        "300 words: 32.0% of the validation tokens, 47.0% of their bytes"
+    )
     assert vocab.unk_shares(trials[trials["tokenizer"] == "bpe"]) == ""

@@ -28,26 +28,45 @@ from tests.sweeps.helpers import CPU, spec_dict
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-HALVING = {"name": "successive_halving", "min_tokens": 2000, "reduction_factor": 2,
-           "min_trials": 3}
+HALVING = {"name": "successive_halving", "min_tokens": 2000, "reduction_factor": 2, "min_trials": 3}
 
 
-def make(corpus: Path, pruner: Any, *, fixed: dict | None = None, space: dict | None = None,
-         objectives: list[str] | None = None) -> StudySpec:
+def make(
+    corpus: Path,
+    pruner: Any,
+    *,
+    fixed: dict | None = None,
+    space: dict | None = None,
+    objectives: list[str] | None = None,
+) -> StudySpec:
     study = {"pruner": pruner, **({"objectives": objectives} if objectives else {})}
     fixed = {"max_tokens": 8000, "eval_every_tokens": 1000, **(fixed or {})}
     space = space if space is not None else {"lr": {"choices": [0.03, 0.01, 1e-6]}}
     return read_spec(spec_dict("fid", corpus, fixed=fixed, space=space, study=study))
 
 
-def frozen(number: int, state: TrialState, rungs: dict[str, list[float]] | None = None,
-           outcome: str | None = None) -> FrozenTrial:
+def frozen(
+    number: int,
+    state: TrialState,
+    rungs: dict[str, list[float]] | None = None,
+    outcome: str | None = None,
+) -> FrozenTrial:
     attrs: dict[str, Any] = {} if rungs is None else {fidelity.RUNGS_ATTR: rungs}
     if outcome is not None:
         attrs["outcome"] = outcome
-    return FrozenTrial(number=number, state=state, value=None, datetime_start=None,
-                       datetime_complete=None, params={}, distributions={}, user_attrs=attrs,
-                       system_attrs={}, intermediate_values={}, trial_id=number + 1)
+    return FrozenTrial(
+        number=number,
+        state=state,
+        value=None,
+        datetime_start=None,
+        datetime_complete=None,
+        params={},
+        distributions={},
+        user_attrs=attrs,
+        system_attrs={},
+        intermediate_values={},
+        trial_id=number + 1,
+    )
 
 
 # --- rungs and brackets -------------------------------------------------------------------------
@@ -62,8 +81,7 @@ def test_rungs_explicit_default_and_refused(corpus: Path) -> None:
     with pytest.raises(SweepsError, match="not below max_tokens = 8,000"):
         make(corpus, {**HALVING, "min_tokens": 8000})
     with pytest.raises(SweepsError, match="max_tokens varies between trials"):
-        make(corpus, "successive_halving",
-             space={"max_tokens": {"choices": [4000, 8000]}})
+        make(corpus, "successive_halving", space={"max_tokens": {"choices": [4000, 8000]}})
     # A searched max_tokens: rungs below the largest; a short trial is judged at fewer.
     spec = make(corpus, HALVING, space={"max_tokens": {"choices": [4000, 8000]}})
     assert halving.rungs(spec) == (2000, 4000)
@@ -76,7 +94,12 @@ def test_hyperband_brackets_judge_from_their_own_rung(corpus: Path) -> None:
     assert study_rungs == (1000, 2000, 4000)
     assert halving.n_brackets(spec, study_rungs) == 4
     assert [fidelity.decision_rungs(spec, study_rungs, n, 8000) for n in range(5)] == [
-        (1000, 2000, 4000), (2000, 4000), (4000,), (), (1000, 2000, 4000)]
+        (1000, 2000, 4000),
+        (2000, 4000),
+        (4000,),
+        (),
+        (1000, 2000, 4000),
+    ]
     # Competitors come from the same bracket only.
     trials = [frozen(n, TrialState.COMPLETE, {"4000": [float(n)]}) for n in range(8)]
     assert fidelity.competitors(trials, spec, study_rungs, 6, 4000) == [[2.0]]
@@ -88,8 +111,9 @@ def test_interpolation_reads_every_trial_at_exactly_the_rung() -> None:
     assert fidelity.at_tokens(before, row, 2000, "val_bpb") == pytest.approx(3.0)  # log-middle
     assert fidelity.at_tokens(before, row, 4000, "val_bpb") == 2.0
     assert fidelity.at_tokens(None, row, 2000, "val_bpb") == 2.0  # nothing before: its own
-    assert fidelity.at_tokens(before, {"tokens": 4000, "val_bpb": math.nan}, 2000,
-                              "val_bpb") is None
+    assert (
+        fidelity.at_tokens(before, {"tokens": 4000, "val_bpb": math.nan}, 2000, "val_bpb") is None
+    )
 
 
 # --- who competes, and the decision -------------------------------------------------------------
@@ -119,9 +143,11 @@ def test_judge_keeps_the_best_share_and_says_why(corpus: Path) -> None:
     assert fidelity.judge(spec, (2000, 4000), 9, 2000, [2.0], [[1.0], [3.0], [4.0]], row) is None
     verdict = fidelity.judge(spec, (2000, 4000), 9, 2000, [3.5], [[1.0], [3.0], [4.0]], row)
     assert verdict is not None and verdict.outcome == outcomes.PRUNED
-    assert verdict.reason == ("successive halving: at rung 1 (2,000 tokens, 15 optimizer "
-                              "steps) val_bpb 3.5 ranks 3 of 4 trials; only the best 2 (1/2) "
-                              "go on")
+    assert verdict.reason == (
+        "successive halving: at rung 1 (2,000 tokens, 15 optimizer "
+        "steps) val_bpb 3.5 ranks 3 of 4 trials; only the best 2 (1/2) "
+        "go on"
+    )
 
 
 def test_ranking_by_fronts_then_crowding() -> None:
@@ -150,16 +176,26 @@ def test_a_dominated_point_never_ranks_above_its_dominator(points: list[tuple[in
 # --- real studies -------------------------------------------------------------------------------
 
 
-def run_study(tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]],
-              server: ForkServer) -> list[FrozenTrial]:
-    storage = st.open_storage(f"sqlite:///{tmp / 'sweeps.db'}", heartbeat_interval=1,
-                              grace_period=5, max_retries=0)
+def run_study(
+    tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]], server: ForkServer
+) -> list[FrozenTrial]:
+    storage = st.open_storage(
+        f"sqlite:///{tmp / 'sweeps.db'}", heartbeat_interval=1, grace_period=5, max_retries=0
+    )
     create_or_resume(spec, storage)
     study = load_for_workers(spec, storage)
     for params in numbers:
         study.enqueue_trial(params)
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp / "runs",
-                        launcher=server, budget_bytes=4 * 2**30, poll_s=0.02, term_grace_s=5.0)
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=tmp / "runs",
+        launcher=server,
+        budget_bytes=4 * 2**30,
+        poll_s=0.02,
+        term_grace_s=5.0,
+    )
     for _ in numbers:
         run_trial(ctx, CPU, study.ask())
     return study.get_trials()
@@ -167,15 +203,14 @@ def run_study(tmp: Path, spec: StudySpec, numbers: list[dict[str, Any]],
 
 @pytest.mark.parametrize("objectives", [["val_bpb"], ["val_bpb", "params"]])
 @pytest.mark.study
-def test_halving_stops_a_trial_that_ranks_low_at_a_rung(corpus: Path, tmp_path: Path,
-                                                        fork_server: ForkServer,
-                                                        objectives: list[str]) -> None:
+def test_halving_stops_a_trial_that_ranks_low_at_a_rung(
+    corpus: Path, tmp_path: Path, fork_server: ForkServer, objectives: list[str]
+) -> None:
     """Two learning rates that train, then one that learns nothing: at the first rung (2,000
     tokens) the third ranks last of three and only the best 1 of 3 may go on. With params as a
     second objective (the same for all three) it is dominated: the same verdict."""
     spec = make(corpus, HALVING, objectives=objectives)
-    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}],
-                       fork_server)
+    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}], fork_server)
     ends = [t.user_attrs["outcome"] for t in trials]
     assert ends == ["complete", "complete", "pruned"], [t.user_attrs["reason"] for t in trials]
     for t in trials[:2]:  # both ran past every rung and recorded their values there
@@ -205,18 +240,20 @@ def test_cooldown_reads_need_a_wsd_schedule_and_place_themselves(corpus: Path) -
 
 
 @pytest.mark.study
-def test_cooldown_reads_are_what_a_rung_ranks(corpus: Path, tmp_path: Path,
-                                              fork_server: ForkServer) -> None:
+def test_cooldown_reads_are_what_a_rung_ranks(
+    corpus: Path, tmp_path: Path, fork_server: ForkServer
+) -> None:
     """With read = "cooldown", each rung's value is the trial's cooldown read there (its
     metrics.jsonl line marked "read"), not the running loss; the reads are charged in its
     FLOPs and kept out of its learning curve (the sweeps_evals rows)."""
     spec = make(corpus, {**HALVING, "read": "cooldown"}, fixed={"lr_schedule": "wsd"})
-    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}],
-                       fork_server)
+    trials = run_study(tmp_path, spec, [{"lr": 0.03}, {"lr": 0.01}, {"lr": 1e-6}], fork_server)
     assert [t.user_attrs["outcome"] for t in trials] == ["complete", "complete", "pruned"]
     for t in trials[:2]:
-        rows = [json.loads(line) for line in
-                (Path(t.user_attrs["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(line)
+            for line in (Path(t.user_attrs["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+        ]
         reads = [r for r in rows if r.get("read") == "cooldown"]
         assert len(reads) == 2
         for r, rung in zip(reads, (2000, 4000), strict=True):
@@ -224,8 +261,9 @@ def test_cooldown_reads_are_what_a_rung_ranks(corpus: Path, tmp_path: Path,
             assert t.user_attrs[fidelity.RUNGS_ATTR][str(rung)] == [r["val_bpb"]]
         plain = [r for r in rows if "read" not in r]
         cfg = TrainConfig.from_dict(t.user_attrs["config"])
-        without_reads = flops.count(cfg, t.user_attrs["tokens_seen"], n_evals=len(plain),
-                                       cooldown_tokens=0)
+        without_reads = flops.count(
+            cfg, t.user_attrs["tokens_seen"], n_evals=len(plain), cooldown_tokens=0
+        )
         assert t.user_attrs["flops"] > without_reads.flops
         engine = st.open_storage(f"sqlite:///{tmp_path / 'sweeps.db'}").engine
         stored = [e for e in records.read_evals(engine, spec.name) if e["trial_number"] == t.number]

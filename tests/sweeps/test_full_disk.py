@@ -30,11 +30,20 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_child_without_result_on_a_full_disk_is_the_environments_failure(
-        small_disk: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = read_spec(spec_dict(
-        "full", shared_corpus(tmp_path_factory), fixed={"tokenizer": "byte", "vocab_size": 260},
-        space={"lr": {"low": 0.001, "high": 0.01}}, study={"n_trials": 2}))
+    small_disk: Path,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = read_spec(
+        spec_dict(
+            "full",
+            shared_corpus(tmp_path_factory),
+            fixed={"tokenizer": "byte", "vocab_size": 260},
+            space={"lr": {"low": 0.001, "high": 0.01}},
+            study={"n_trials": 2},
+        )
+    )
     storage, study = worker_study(spec, tmp_path / "db.sqlite")
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
     options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)

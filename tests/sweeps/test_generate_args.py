@@ -12,15 +12,19 @@ import pytest
 from tests.sweeps.cli import assert_user_error, sweeps
 
 
-@pytest.mark.parametrize(("flag", "value", "needle"), [
-    ("--temperature", "nan", "temperature must be 0 (greedy) or a number from 1e-06"),
-    ("--temperature", "inf", "temperature must be 0"),
-    ("--temperature", "1e-300", "temperature must be 0"),
-    ("--temperature", "-1", "temperature must be 0"),
-    ("--seed", "99999999999999999999999", "seed"),
-    ("--seed", "-1", "seed"),
-])
-def test_bad_sampling_arguments_are_one_line(flag: str, value: str, needle: str,
-                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--temperature", "nan", "temperature must be 0 (greedy) or a number from 1e-06"),
+        ("--temperature", "inf", "temperature must be 0"),
+        ("--temperature", "1e-300", "temperature must be 0"),
+        ("--temperature", "-1", "temperature must be 0"),
+        ("--seed", "99999999999999999999999", "seed"),
+        ("--seed", "-1", "seed"),
+    ],
+)
+def test_bad_sampling_arguments_are_one_line(
+    flag: str, value: str, needle: str, tmp_path: Path
+) -> None:
     proc = sweeps("generate", str(tmp_path / "no-run"), flag, value, cwd=tmp_path)
     assert_user_error(proc, needle)

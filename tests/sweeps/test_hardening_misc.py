@@ -19,11 +19,14 @@ from tests.sweeps.cli import assert_user_error, sweeps
 from tests.sweeps.helpers import spec_dict
 
 
-@pytest.mark.parametrize("text", [
-    "host=127.0.0.1 password=s3cret dbname=x",
-    "host=h password='s3cret with space' user=u",
-    "PASSWORD = s3cret",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "host=127.0.0.1 password=s3cret dbname=x",
+        "host=h password='s3cret with space' user=u",
+        "PASSWORD = s3cret",
+    ],
+)
 def test_a_key_value_connection_string_has_its_password_hidden(text: str) -> None:
     assert "s3cret" not in mask_url(text) and "***" in mask_url(text)
 
@@ -34,11 +37,10 @@ def test_the_cli_never_echoes_a_key_value_password(tmp_path: Path) -> None:
     assert "s3cret" not in proc.stderr + proc.stdout
 
 
-def test_the_dry_run_refuses_a_gpu_this_host_lacks(monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path_factory: pytest.TempPathFactory
-                                                   ) -> None:
-    spec = read_spec(spec_dict("gpu", shared_corpus(tmp_path_factory),
-                               fixed={"device": "cuda:7"}))
+def test_the_dry_run_refuses_a_gpu_this_host_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    spec = read_spec(spec_dict("gpu", shared_corpus(tmp_path_factory), fixed={"device": "cuda:7"}))
     monkeypatch.setattr(host, "visible_gpus", lambda: ["0"])
     with pytest.raises(SweepsError, match="cuda:7"):
         plan.dry_run(spec, "sqlite://", 1, None)

@@ -18,17 +18,20 @@ from sweeps.space import distributions, trial_config
 from sweeps.spec import FLOPS_BUDGET, Scaling, budget_tokens, read_spec
 from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
-SIZES = [{"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-         {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 128},
-         {"d_model": 64, "n_layers": 1, "n_heads": 4, "d_ff": 256}]
+SIZES = [
+    {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+    {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 128},
+    {"d_model": 64, "n_layers": 1, "n_heads": 4, "d_ff": 256},
+]
 #: About 4,000 to 40,000 tokens a cell: the tiny grid trains in seconds.
 BUDGETS = [6e8, 1.2e9, 2.4e9]
 
 
 def scaling_dict(name: str, corpus: Path, **scaling: Any) -> dict[str, Any]:
     """A ``[scaling]`` spec: TINY's settings less what the grid sets, no [space]."""
-    data = spec_dict(name, corpus, space={}, fixed={"tokenizer": "word", "vocab_size": 300,
-                                                      "lr": 3e-2})
+    data = spec_dict(
+        name, corpus, space={}, fixed={"tokenizer": "word", "vocab_size": 300, "lr": 3e-2}
+    )
     for key in ("d_model", "n_layers", "n_heads", "d_ff", "max_tokens"):
         data["fixed"].pop(key)
     del data["space"]
@@ -45,8 +48,15 @@ def test_a_grid_expands_into_cells_that_spend_their_budget(corpus: Path) -> None
     trials = spec.initial_trials()
     assert len(trials) == 18
     assert [t["seed"] for t in trials] == [0] * 9 + [1] * 9  # seed-major: a whole grid first
-    assert spec.param_names == [FLOPS_BUDGET, "d_model", "n_layers", "n_heads", "d_ff",
-                                "max_tokens", "seed"]
+    assert spec.param_names == [
+        FLOPS_BUDGET,
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "d_ff",
+        "max_tokens",
+        "seed",
+    ]
     for point in trials:
         cfg = trial_config(spec, point)  # the budget is the trial's, not a config field
         per_step = flops.count(cfg, 0, n_evals=0).flops_per_token * cfg.tokens_per_step
@@ -94,13 +104,22 @@ MALFORMED: list[tuple[str, dict[str, Any], list[str]]] = [
     ("budget under a step", {"budgets": [1e3]}, ["scaling.budgets[0]", "half an optimizer step"]),
     ("sizes empty", {"sizes": []}, ["scaling.sizes", "non-empty"]),
     ("size not a table", {"sizes": [64]}, ["scaling.sizes[0]"]),
-    ("size unknown key", {"sizes": [{"d_model": 64, "vocab_size": 300}]},
-     ["scaling.sizes[0].vocab_size", "[fixed]"]),
-    ("sizes differ in keys", {"sizes": [{"d_model": 64}, {"d_model": 32, "n_layers": 2}]},
-     ["scaling.sizes[1]", "same keys"]),
+    (
+        "size unknown key",
+        {"sizes": [{"d_model": 64, "vocab_size": 300}]},
+        ["scaling.sizes[0].vocab_size", "[fixed]"],
+    ),
+    (
+        "sizes differ in keys",
+        {"sizes": [{"d_model": 64}, {"d_model": 32, "n_layers": 2}]},
+        ["scaling.sizes[1]", "same keys"],
+    ),
     ("size twice", {"sizes": [{"d_model": 64}, {"d_model": 64}]}, ["scaling.sizes[1]", "twice"]),
-    ("size not a valid config", {"sizes": [{"d_model": 30, "n_heads": 4}]},
-     ["scaling.sizes[0]", "divisible"]),
+    (
+        "size not a valid config",
+        {"sizes": [{"d_model": 30, "n_heads": 4}]},
+        ["scaling.sizes[0]", "divisible"],
+    ),
     ("size not an integer", {"sizes": [{"d_model": 64.5}]}, ["scaling.sizes[0]", "d_model"]),
     ("seeds twice", {"seeds": [0, 0]}, ["scaling.seeds", "twice"]),
     ("seeds negative", {"seeds": [-1]}, ["scaling.seeds[0]"]),
@@ -108,8 +127,11 @@ MALFORMED: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("change", "expected"), [(c, e) for _, c, e in MALFORMED],
-                         ids=[name for name, _, _ in MALFORMED])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [(c, e) for _, c, e in MALFORMED],
+    ids=[name for name, _, _ in MALFORMED],
+)
 def test_malformed_scaling(corpus: Path, change: dict[str, Any], expected: list[str]) -> None:
     data = scaling_dict("iso", corpus)
     for key, value in change.items():
@@ -138,10 +160,12 @@ CLASHES: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("change", "expected"), [(c, e) for _, c, e in CLASHES],
-                         ids=[name for name, _, _ in CLASHES])
-def test_scaling_clashes_with_other_sections(corpus: Path, change: dict[str, Any],
-                                             expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("change", "expected"), [(c, e) for _, c, e in CLASHES], ids=[name for name, _, _ in CLASHES]
+)
+def test_scaling_clashes_with_other_sections(
+    corpus: Path, change: dict[str, Any], expected: list[str]
+) -> None:
     data, change = scaling_dict("iso", corpus), dict(change)
     for key in ("fixed", "study"):
         data[key].update(change.pop(key, {}))
@@ -169,12 +193,15 @@ def test_the_dry_run_shows_the_grid_and_flags_untrainable_cells(corpus: Path) ->
     spec = read_spec(data)
     cells = plan.scaling_cells(spec, "cpu", 300 * 2**20)
     assert [(c.budget, c.size["d_model"]) for c in cells] == [
-        (b, d) for b in (2e8, 2.4e9) for d in (16, 32, 64)]
+        (b, d) for b in (2e8, 2.4e9) for d in (16, 32, 64)
+    ]
     for cell, point in zip(cells, spec.initial_trials(), strict=True):
         assert cell.tokens == point["max_tokens"]
         assert cell.steps == -(-cell.tokens // 128)
-        assert cell.params_non_embedding == flops.count(
-            trial_config(spec, point), 0).params_non_embedding
+        assert (
+            cell.params_non_embedding
+            == flops.count(trial_config(spec, point), 0).params_non_embedding
+        )
     short = [c for c in cells if any("min_steps = 40" in f for f in c.flags)]
     assert short and all(c.steps < 40 for c in short)
     assert all(c.steps >= 40 for c in cells if c not in short)
@@ -189,8 +216,13 @@ def test_the_dry_run_prints_the_grid(corpus: Path, tmp_path: Path) -> None:
     data = scaling_dict("iso", corpus, budgets=[2e8, 1.2e9, 2.4e9])
     data["limits"]["collapse"] = {"min_steps": 40}
     (tmp_path / "iso.toml").write_text(toml_text(data))
-    proc = sweeps_run("run", "iso.toml", "--dry-run", cwd=tmp_path,
-                      env={"COLUMNS": "200", "SWEEPS_STORAGE": "sqlite:///sweeps.db"})
+    proc = sweeps_run(
+        "run",
+        "iso.toml",
+        "--dry-run",
+        cwd=tmp_path,
+        env={"COLUMNS": "200", "SWEEPS_STORAGE": "sqlite:///sweeps.db"},
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "IsoFLOP grid" in out and "3 budgets x 3 sizes x 1 seed(s) = 9 trials" in out
@@ -200,8 +232,15 @@ def test_the_dry_run_prints_the_grid(corpus: Path, tmp_path: Path) -> None:
     assert "< limits.collapse.min_steps = 40" in out  # 2e8 FLOPs is a few steps of d_model 64
     assert not (tmp_path / "sweeps.db").exists()
     # More trials than cells on the command line is refused like in the spec: one line, exit 2.
-    proc = sweeps_run("run", "iso.toml", "--dry-run", "--n-trials", "10", cwd=tmp_path,
-                      env={"SWEEPS_STORAGE": "sqlite:///sweeps.db"})
+    proc = sweeps_run(
+        "run",
+        "iso.toml",
+        "--dry-run",
+        "--n-trials",
+        "10",
+        cwd=tmp_path,
+        env={"SWEEPS_STORAGE": "sqlite:///sweeps.db"},
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "--n-trials is 10, but the [scaling] grid has 9 cells" in proc.stderr
@@ -243,13 +282,13 @@ def test_the_shipped_isoflop_study_can_be_fitted() -> None:
 
     spec = load_spec(Path(__file__).parents[2] / "studies" / "isoflop.toml", check_paths=False)
     assert spec.scaling is not None and len(spec.scaling.budgets) >= scaling.MIN_BUDGETS
-    sizes = {flops.count(trial_config(spec, p), 0).params_non_embedding
-             for p in spec.initial_trials()}
+    sizes = {
+        flops.count(trial_config(spec, p), 0).params_non_embedding for p in spec.initial_trials()
+    }
     assert len(sizes) >= scaling.MIN_SIZES and max(sizes) >= scaling.MIN_SIZE_RATIO * min(sizes)
     for point in spec.initial_trials():
         cfg = trial_config(spec, point)
-        assert planned_steps(cfg.max_tokens, cfg.tokens_per_step) >= \
-            spec.limits.collapse.min_steps
+        assert planned_steps(cfg.max_tokens, cfg.tokens_per_step) >= spec.limits.collapse.min_steps
         assert cfg.max_tokens > 4 * cfg.warmup_tokens
 
 
@@ -264,8 +303,7 @@ def test_a_study_resumed_with_another_grid_is_refused(corpus: Path, tmp_path: Pa
         spec = read_spec(scaling_dict("iso", corpus))
         study, created = wk.create_or_resume(spec, storage)
         assert created and len(study.get_trials()) == 9
-        assert [t.system_attrs["fixed_params"] for t in study.get_trials()] == \
-            spec.initial_trials()
+        assert [t.system_attrs["fixed_params"] for t in study.get_trials()] == spec.initial_trials()
         assert wk.create_or_resume(spec, storage)[1] is False
         other = read_spec(scaling_dict("iso", corpus, budgets=BUDGETS[:2]))
         with pytest.raises(SweepsError, match=r"different \[scaling\]"):

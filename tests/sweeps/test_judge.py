@@ -17,8 +17,7 @@ from sweeps.space import trial_config
 from sweeps.spec import StudySpec, read_spec
 from tests.sweeps.helpers import spec_dict
 
-HALVING = {"name": "successive_halving", "min_tokens": 2000, "reduction_factor": 2,
-           "min_trials": 3}
+HALVING = {"name": "successive_halving", "min_tokens": 2000, "reduction_factor": 2, "min_trials": 3}
 LR = {"lr": {"choices": [0.03, 0.01]}}
 
 
@@ -47,8 +46,9 @@ class FakeBoard:
         self.rivals = rivals or []
         self.posted: list[dict[str, list[float]]] = []
 
-    def post(self, rung_values: dict[str, list[float]],
-             rung_tokens: dict[str, int] | None = None) -> None:
+    def post(
+        self, rung_values: dict[str, list[float]], rung_tokens: dict[str, int] | None = None
+    ) -> None:
         self.posted.append(dict(rung_values))
         self.tokens = dict(rung_tokens or {})
 
@@ -57,27 +57,49 @@ class FakeBoard:
 
 
 def rival(number: int, value_at_2000: float) -> FrozenTrial:
-    return FrozenTrial(number=number, state=TrialState.COMPLETE, value=None, datetime_start=None,
-                       datetime_complete=None, params={}, distributions={},
-                       user_attrs={fidelity.RUNGS_ATTR: {"2000": [value_at_2000]}},
-                       system_attrs={}, intermediate_values={}, trial_id=number + 1)
+    return FrozenTrial(
+        number=number,
+        state=TrialState.COMPLETE,
+        value=None,
+        datetime_start=None,
+        datetime_complete=None,
+        params={},
+        distributions={},
+        user_attrs={fidelity.RUNGS_ATTR: {"2000": [value_at_2000]}},
+        system_attrs={},
+        intermediate_values={},
+        trial_id=number + 1,
+    )
 
 
 def row(tokens: int, val_loss: float, step: int | None = None) -> dict[str, Any]:
     """An evaluation of a model that learns (it uses its context, it beats the unigram)."""
-    return {"step": step if step is not None else tokens // 100, "tokens": tokens,
-            "val_loss": val_loss, "val_bpb": val_loss / 2, "mean_kl_to_mean": 1.0,
-            "kl_mean_to_unigram": 1.0, "unigram_gap": 1.0}
+    return {
+        "step": step if step is not None else tokens // 100,
+        "tokens": tokens,
+        "val_loss": val_loss,
+        "val_bpb": val_loss / 2,
+        "mean_kl_to_mean": 1.0,
+        "kl_mean_to_unigram": 1.0,
+        "unigram_gap": 1.0,
+    }
 
 
 def make(corpus: Path, pruner: Any = "median", **study: Any) -> StudySpec:
-    return read_spec(spec_dict(
-        "judge", corpus, fixed={"max_tokens": 8000, "eval_every_tokens": 1000}, space=LR,
-        study={"pruner": pruner, **study}))
+    return read_spec(
+        spec_dict(
+            "judge",
+            corpus,
+            fixed={"max_tokens": 8000, "eval_every_tokens": 1000},
+            space=LR,
+            study={"pruner": pruner, **study},
+        )
+    )
 
 
-def judged(spec: StudySpec, rows: list[dict[str, Any]], trial: FakeTrial,
-           board: FakeBoard | None = None) -> tuple[Any, list[dict[str, Any]]]:
+def judged(
+    spec: StudySpec, rows: list[dict[str, Any]], trial: FakeTrial, board: FakeBoard | None = None
+) -> tuple[Any, list[dict[str, Any]]]:
     """Feed ``rows`` one by one, as the monitor does; the first verdict and the history."""
     judge = Judge(spec, trial, board or FakeBoard())
     judge.start(trial_config(spec, {"lr": 0.03}))
@@ -106,8 +128,10 @@ def test_a_healthy_sequence_under_halving_is_ranked_and_goes_on(corpus: Path) ->
     verdict, _ = judged(make(corpus, HALVING), HEALTHY, FakeTrial(), board)
     assert verdict is None
     # val_bpb at each rung passed (2,000 and 4,000 tokens), posted for the other workers.
-    assert board.posted == [{"2000": [pytest.approx(2.0)]},
-                            {"2000": [pytest.approx(2.0)], "4000": [pytest.approx(1.6)]}]
+    assert board.posted == [
+        {"2000": [pytest.approx(2.0)]},
+        {"2000": [pytest.approx(2.0)], "4000": [pytest.approx(1.6)]},
+    ]
 
 
 def test_the_projects_verdict_fires(corpus: Path) -> None:
@@ -146,9 +170,16 @@ def test_the_projects_verdict_comes_before_optunas_pruner(corpus: Path) -> None:
 
 def test_the_projects_verdict_comes_before_halving(corpus: Path) -> None:
     board = FakeBoard([rival(1, 0.5), rival(2, 0.6)])  # halving would stop it at 2,000
-    spec = read_spec(spec_dict(
-        "judge", corpus, fixed={"max_tokens": 8000, "eval_every_tokens": 1000}, space=LR,
-        study={"pruner": HALVING}, limits={"divergence": {"patience": 1}}))
+    spec = read_spec(
+        spec_dict(
+            "judge",
+            corpus,
+            fixed={"max_tokens": 8000, "eval_every_tokens": 1000},
+            space=LR,
+            study={"pruner": HALVING},
+            limits={"divergence": {"patience": 1}},
+        )
+    )
     verdict, history = judged(spec, DIVERGING, FakeTrial(), board)
     assert verdict.outcome == outcomes.DIVERGED and len(history) == 2
     assert board.posted == []  # stopped by a rule: no value at the rung, no rank

@@ -44,22 +44,37 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield found
 
 
-def run(*args: str, cwd: Path, stdin: int | None = subprocess.DEVNULL
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, stdin=stdin,
-                          capture_output=True, text=True, timeout=120)
+def run(
+    *args: str, cwd: Path, stdin: int | None = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        cwd=cwd,
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def optuna_studies(url: str) -> list[str]:
-    proc = subprocess.run([OPTUNA, "studies", "--storage", url, "-f", "json"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [OPTUNA, "studies", "--storage", url, "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return sorted(s["name"] for s in json.loads(proc.stdout))
 
 
 def optuna_trials(url: str, name: str) -> list[tuple[int, str]]:
-    proc = subprocess.run([OPTUNA, "trials", "--study-name", name, "--storage", url, "-f",
-                           "json"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [OPTUNA, "trials", "--study-name", name, "--storage", url, "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return [(t["number"], t["state"]) for t in json.loads(proc.stdout)]
 
@@ -77,8 +92,9 @@ def states_here(url: str, name: str) -> list[str]:
     """The states of ``optuna_trials``, read through Optuna's API in this process."""
     storage = st.open_storage(url)
     try:
-        return [t.state.name for t in optuna.load_study(study_name=name,
-                                                        storage=storage).get_trials()]
+        return [
+            t.state.name for t in optuna.load_study(study_name=name, storage=storage).get_trials()
+        ]
     finally:
         storage.engine.dispose()
 
@@ -110,8 +126,17 @@ def test_copy_rename_delete_and_optunas_cli_agrees(url: str, tmp_path: Path) -> 
     (runs / "alpha").mkdir()
     refused = run("delete", "gamma", "--storage", url, cwd=tmp_path)  # stdin: not a terminal
     assert_user_error(refused, "without a confirmation", "--yes")
-    proc = run("delete", "gamma", "--storage", url, "--yes", "--runs-dir", str(runs),
-               "--delete-runs", cwd=tmp_path)
+    proc = run(
+        "delete",
+        "gamma",
+        "--storage",
+        url,
+        "--yes",
+        "--runs-dir",
+        str(runs),
+        "--delete-runs",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert optuna_studies(url) == ["alpha"]
     assert not (runs / "gamma").exists() and (runs / "alpha").is_dir()
@@ -147,8 +172,11 @@ def test_running_trials_need_force(url: str) -> None:
     storage = st.open_storage(url)
     optuna.load_study(study_name="alpha", storage=storage).ask()  # a RUNNING trial, no worker
     storage.engine.dispose()
-    for args in (("delete", "alpha", "--yes"), ("rename", "alpha", "beta"),
-                 ("copy", "alpha", "beta")):
+    for args in (
+        ("delete", "alpha", "--yes"),
+        ("rename", "alpha", "beta"),
+        ("copy", "alpha", "beta"),
+    ):
         assert_user_error(sweeps_here(*args, "--storage", url), "1 RUNNING trial", "--force")
     assert studies_here(url) == ["alpha"]
     proc = sweeps_here("copy", "alpha", "beta", "--force", "--storage", url)
@@ -164,8 +192,7 @@ def test_running_trials_need_force(url: str) -> None:
 def test_copy_to_another_database(tmp_path: Path) -> None:
     source, target = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     fake_study.fabricate(source, "alpha", 5, seed=2)
-    proc = run("copy", "alpha", "alpha", "--storage", source, "--to-storage", target,
-               cwd=tmp_path)
+    proc = run("copy", "alpha", "alpha", "--storage", source, "--to-storage", target, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert snapshot(target, "alpha") == snapshot(source, "alpha")
     assert optuna_studies(target) == ["alpha"]
@@ -173,12 +200,18 @@ def test_copy_to_another_database(tmp_path: Path) -> None:
 
 @pytest.mark.study
 def test_a_copied_study_resumes_under_its_new_name(tmp_path: Path, corpus: Path) -> None:
-    data = spec_dict("orig", corpus, fixed={"tokenizer": "word"},
-                     space={"vocab_size": {"choices": [300, 600]},
-                            # a continuous lr: the twin's new trial is not a repeat of trial 0
-                            # (a repeated point is copied, not trained, so it has no run folder)
-                            "lr": {"low": 1e-3, "high": 3e-2, "log": True}},
-                     study={"n_trials": 1})
+    data = spec_dict(
+        "orig",
+        corpus,
+        fixed={"tokenizer": "word"},
+        space={
+            "vocab_size": {"choices": [300, 600]},
+            # a continuous lr: the twin's new trial is not a repeat of trial 0
+            # (a repeated point is copied, not trained, so it has no run folder)
+            "lr": {"low": 1e-3, "high": 3e-2, "log": True},
+        },
+        study={"n_trials": 1},
+    )
     (tmp_path / "orig.toml").write_text(toml_text(data))
     url = f"sqlite:///{tmp_path / 'sweeps.db'}"
     assert sweeps_run("run", "orig.toml", "--storage", url, cwd=tmp_path).returncode == 0

@@ -30,8 +30,13 @@ TRIALS = 40
 FRACTIONS = (0.10, 0.40, 0.75)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.server),
-                        pytest.param("sqlite-to-postgresql", marks=pytest.mark.server)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.server),
+        pytest.param("sqlite-to-postgresql", marks=pytest.mark.server),
+    ]
+)
 def urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(source, target) URLs: the source holds ``alpha`` (``TRIALS`` trials, evaluations,
     samples); the target is the same database, or a PostgreSQL one with sweeps' tables."""
@@ -70,17 +75,27 @@ def whole(url: str, name: str) -> tuple[Any, ...] | None:
     storage = st.open_storage(url)
     try:
         evals = [(r["trial_number"], r["metrics"]) for r in records.read_evals(storage, name)]
-        samples = [(r["trial_number"], r["prompt"], r["text"])
-                   for r in records.read_samples(storage, name)]
+        samples = [
+            (r["trial_number"], r["prompt"], r["text"]) for r in records.read_samples(storage, name)
+        ]
         try:
             study = optuna.load_study(study_name=name, storage=storage)
         except KeyError:
             assert (evals, samples) == ([], []), f"rows of a study {name!r} that is not there"
             return None
-        trials = [(t.number, t.state.name, t.values, t.params, t.intermediate_values,
-                   t.user_attrs, t.system_attrs) for t in study.get_trials()]
-        attrs = {**study.user_attrs, "spec": lifecycle.renamed_spec(study.user_attrs["spec"],
-                                                                    "-")}
+        trials = [
+            (
+                t.number,
+                t.state.name,
+                t.values,
+                t.params,
+                t.intermediate_values,
+                t.user_attrs,
+                t.system_attrs,
+            )
+            for t in study.get_trials()
+        ]
+        attrs = {**study.user_attrs, "spec": lifecycle.renamed_spec(study.user_attrs["spec"], "-")}
         return trials, attrs, [d.name for d in study.directions], evals, samples
     finally:
         storage.engine.dispose()
@@ -92,21 +107,26 @@ def kill_points(total: int) -> list[int]:
 
 @pytest.mark.slow
 def test_a_killed_copy_leaves_nothing_and_a_retry_copies_it_whole(
-        urls: tuple[str, str], tmp_path: Path) -> None:
+    urls: tuple[str, str], tmp_path: Path
+) -> None:
     source, target = urls
     original = whole(source, "alpha")
     assert original is not None and original[3] and original[4]
     dialect = target.split(":")[0].split("+")[0]
     to = () if source == target else ("--to-storage", target)
     # The same copy under another name, run through once, sizes the kill points.
-    total = writes_of(sweeps_killed_at(dialect, 0, "copy", "alpha", "probe", "--storage",
-                                       source, *to, cwd=tmp_path))
+    total = writes_of(
+        sweeps_killed_at(
+            dialect, 0, "copy", "alpha", "probe", "--storage", source, *to, cwd=tmp_path
+        )
+    )
     assert whole(target, "probe") == original
     lifecycle.delete_study(target, "probe")
     assert total >= 10  # enough writes that the points below fall inside the work
     for n in kill_points(total):
-        killed = sweeps_killed_at(dialect, n, "copy", "alpha", "beta", "--storage", source,
-                                  *to, cwd=tmp_path)
+        killed = sweeps_killed_at(
+            dialect, n, "copy", "alpha", "beta", "--storage", source, *to, cwd=tmp_path
+        )
         assert killed.returncode == -9, (n, killed.stderr[-2000:])
         left = whole(target, "beta")
         assert left is None or left == original, f"killed at write {n} of {total}"
@@ -121,7 +141,8 @@ def test_a_killed_copy_leaves_nothing_and_a_retry_copies_it_whole(
 
 @pytest.mark.slow
 def test_a_killed_delete_leaves_the_study_whole_and_a_retry_deletes_it(
-        url: str, tmp_path: Path) -> None:
+    url: str, tmp_path: Path
+) -> None:
     original = whole(url, "alpha")
     assert original is not None
     dialect = url.split(":")[0].split("+")[0]
@@ -130,19 +151,40 @@ def test_a_killed_delete_leaves_the_study_whole_and_a_retry_deletes_it(
     (runs / "other").mkdir()
     # A copy deleted through once sizes the kill points (the same rows as alpha's).
     lifecycle.copy_study(url, "alpha", "probe")
-    total = writes_of(sweeps_killed_at(dialect, 0, "delete", "probe", "--yes", "--storage",
-                                       url, cwd=tmp_path))
+    total = writes_of(
+        sweeps_killed_at(dialect, 0, "delete", "probe", "--yes", "--storage", url, cwd=tmp_path)
+    )
     assert whole(url, "probe") is None
     for n in kill_points(total):
-        killed = sweeps_killed_at(dialect, n, "delete", "alpha", "--yes", "--storage", url,
-                                  "--runs-dir", str(runs), "--delete-runs", cwd=tmp_path)
+        killed = sweeps_killed_at(
+            dialect,
+            n,
+            "delete",
+            "alpha",
+            "--yes",
+            "--storage",
+            url,
+            "--runs-dir",
+            str(runs),
+            "--delete-runs",
+            cwd=tmp_path,
+        )
         assert killed.returncode == -9, (n, killed.stderr[-2000:])
         left = whole(url, "alpha")
         assert left == original, f"killed at write {n} of {total}: not whole"
         # The runs go only after the commit: a study still there keeps its runs.
         assert (runs / "alpha" / "trials" / "0").is_dir()
-    proc = sweeps("delete", "alpha", "--yes", "--storage", url, "--runs-dir", str(runs),
-                  "--delete-runs", cwd=tmp_path)
+    proc = sweeps(
+        "delete",
+        "alpha",
+        "--yes",
+        "--storage",
+        url,
+        "--runs-dir",
+        str(runs),
+        "--delete-runs",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert whole(url, "alpha") is None
     assert not (runs / "alpha").exists() and (runs / "other").is_dir()
@@ -151,9 +193,9 @@ def test_a_killed_delete_leaves_the_study_whole_and_a_retry_deletes_it(
 # --- counted, not timed --------------------------------------------------------------------------
 
 
-def test_a_copy_sends_the_same_statements_for_more_trials(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_a_copy_sends_the_same_statements_for_more_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"sqlite:///{tmp_path / 'count.db'}"
     fake_study.fabricate(url, "small", 5, seed=1)
     fake_study.fabricate(url, "large", 30, seed=2)
@@ -181,13 +223,23 @@ def one_objective(url: str, n: int) -> None:
     unigram baseline), the rest are not."""
     storage = st.open_storage(url)
     study = optuna.create_study(study_name="mono", storage=storage, direction="minimize")
-    study.set_user_attr("spec", {"study": {"name": "mono", "objectives": [
-        {"metric": "val_bpb", "direction": "minimize"}]}})
+    study.set_user_attr(
+        "spec",
+        {"study": {"name": "mono", "objectives": [{"metric": "val_bpb", "direction": "minimize"}]}},
+    )
     dist = optuna.distributions.FloatDistribution(0.0, 1.0)
-    study.add_trials([optuna.trial.create_trial(
-        value=2.0 + i / 100, params={"x": i / n}, distributions={"x": dist},
-        user_attrs={"outcome": "complete", "unigram_bpb": 3.0},
-        intermediate_values={1: 3.0, 2: 2.5}) for i in range(n)])
+    study.add_trials(
+        [
+            optuna.trial.create_trial(
+                value=2.0 + i / 100,
+                params={"x": i / n},
+                distributions={"x": dist},
+                user_attrs={"outcome": "complete", "unigram_bpb": 3.0},
+                intermediate_values={1: 3.0, 2: 2.5},
+            )
+            for i in range(n)
+        ]
+    )
     storage.engine.dispose()
 
 
@@ -206,7 +258,12 @@ def test_status_reads_the_trials_it_counts_not_every_trial_whole(tmp_path: Path)
         assert rows[1]["best"] == "2.0000 (trial 0; unigram 3.0000)"
         counts.append(len(sent.seen))
         # Parameters and curves belong to whole trials: of those only the best one's are read.
-        read.append(max(s.values for table in ("trial_params", "trial_intermediate_values")
-                        for s in sent.touching(table)))
+        read.append(
+            max(
+                s.values
+                for table in ("trial_params", "trial_intermediate_values")
+                for s in sent.touching(table)
+            )
+        )
     assert counts[0] == counts[1]
     assert read == [1, 1]

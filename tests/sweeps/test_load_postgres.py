@@ -29,8 +29,10 @@ from tests.sweeps.helpers import (
 )
 from tests.sweeps.pg import fresh_database
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning"),
+]
 
 N_TRIALS = 40
 CONCURRENT = ("--max-concurrent", "2")
@@ -49,33 +51,52 @@ def load_spec(corpus: Path) -> dict:
     # Learning rates this low keep the models near their random start, whose samples are any
     # byte at all (NUL, lone continuation bytes shown as U+FFFD, escapes): what a sweep's worst
     # corner writes. A seed per trial: one start (the fixed seed 0) may never sample NUL.
-    space = {"lr": {"low": 1e-5, "high": 1e-3, "log": True},
-             "seed": {"type": "int", "low": 0, "high": 100_000},
-             "vocab_size": {"choices": [260, 512]},
-             "tokenizer": {"choices": ["byte", "bpe"], "when": "vocab_size == 260"}}
+    space = {
+        "lr": {"low": 1e-5, "high": 1e-3, "log": True},
+        "seed": {"type": "int", "low": 0, "high": 100_000},
+        "vocab_size": {"choices": [260, 512]},
+        "tokenizer": {"choices": ["byte", "bpe"], "when": "vocab_size == 260"},
+    }
     # 64 tokens per prompt, two prompts, two evaluations: ~10k sampled tokens in all.
-    fixed = {"max_tokens": 4096, "eval_every_tokens": 2048, "sample_tokens": 64,
-             "sample_prompts": ["<Q>How do I", "<Q>What is"]}
-    return spec_dict("load", corpus, fixed=fixed, space=space, study={"n_trials": N_TRIALS},
-                     limits={"collapse": False})
+    fixed = {
+        "max_tokens": 4096,
+        "eval_every_tokens": 2048,
+        "sample_tokens": 64,
+        "sample_prompts": ["<Q>How do I", "<Q>What is"],
+    }
+    return spec_dict(
+        "load",
+        corpus,
+        fixed=fixed,
+        space=space,
+        study={"n_trials": N_TRIALS},
+        limits={"collapse": False},
+    )
 
 
 def nul_samples(runs: Path) -> int:
     """How many of the children's metrics lines hold a NUL in their samples (JSON ``\\u0000``)."""
-    return sum(line.count("\\u0000") for path in runs.glob("load/trials/*/metrics.jsonl")
-               for line in path.read_text(encoding="utf-8").splitlines())
+    return sum(
+        line.count("\\u0000")
+        for path in runs.glob("load/trials/*/metrics.jsonl")
+        for line in path.read_text(encoding="utf-8").splitlines()
+    )
 
 
 def test_four_processes_finish_forty_trials_whatever_the_models_write(
-        tmp_path: Path, corpus: Path, pg_url: str) -> None:
+    tmp_path: Path, corpus: Path, pg_url: str
+) -> None:
     spec = tmp_path / "load.toml"
     spec.write_text(toml_text(load_spec(corpus)))
     procs = [sweeps_popen("run", str(spec), "--storage", pg_url, *CONCURRENT, cwd=tmp_path)]
     try:
-        wait_for(lambda: study_trials(pg_url, "load") or procs[0].poll() is not None, 180,
-                 "the study")
-        procs += [sweeps_popen("worker", "load", "--storage", pg_url, *CONCURRENT, cwd=tmp_path)
-                  for _ in range(3)]
+        wait_for(
+            lambda: study_trials(pg_url, "load") or procs[0].poll() is not None, 180, "the study"
+        )
+        procs += [
+            sweeps_popen("worker", "load", "--storage", pg_url, *CONCURRENT, cwd=tmp_path)
+            for _ in range(3)
+        ]
         ends = [p.communicate(timeout=PROCESS_TIMEOUT_S) for p in procs]
     finally:
         for p in procs:
@@ -89,8 +110,12 @@ def test_four_processes_finish_forty_trials_whatever_the_models_write(
     assert state.done and state.finished == N_TRIALS
     # Nothing RUNNING; nothing WAITING inside the budget. (Two processes asking the 40th trial
     # at once: the one numbered beyond the budget hands it back, WAITING and never counted.)
-    left = [(t.number, t.state.name) for t in trials if t.state == TrialState.RUNNING
-            or (t.state == TrialState.WAITING and state.holds(t.number))]
+    left = [
+        (t.number, t.state.name)
+        for t in trials
+        if t.state == TrialState.RUNNING
+        or (t.state == TrialState.WAITING and state.holds(t.number))
+    ]
     assert left == []
     finished = [t.number for t in state.in_budget if t.state.is_finished()]
     assert len(finished) == len(set(finished)) == N_TRIALS

@@ -23,15 +23,19 @@ def test_elide_keeps_the_start_and_the_fix() -> None:
 
 
 @pytest.mark.parametrize("case", ["when", "choice"])
-def test_a_huge_literal_in_a_spec_is_a_short_line(case: str, tmp_path: Path,
-                                                  tmp_path_factory: pytest.TempPathFactory
-                                                  ) -> None:
+def test_a_huge_literal_in_a_spec_is_a_short_line(
+    case: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     huge = "z" * (1_000_000 if case == "when" else 5_000_000)
-    space = ({"lr": {"low": 0.001, "high": 0.01, "when": f"tokenizer == '{huge}'"}}
-             if case == "when" else {"tokenizer": {"choices": ["word", huge]}})
+    space = (
+        {"lr": {"low": 0.001, "high": 0.01, "when": f"tokenizer == '{huge}'"}}
+        if case == "when"
+        else {"tokenizer": {"choices": ["word", huge]}}
+    )
     spec = tmp_path / "spec.toml"
-    spec.write_text(toml_text(spec_dict("long", shared_corpus(tmp_path_factory), space=space)),
-                    encoding="utf-8")
+    spec.write_text(
+        toml_text(spec_dict("long", shared_corpus(tmp_path_factory), space=space)), encoding="utf-8"
+    )
     proc = sweeps("run", str(spec), "--dry-run", cwd=tmp_path)
     assert_user_error(proc)
     assert len(proc.stderr) <= MAX_LINE_CHARS + 1, len(proc.stderr)

@@ -34,9 +34,13 @@ def _quadratic_unique(items: list[Any]) -> list[Any]:
     return out
 
 
-SCALARS = hs.one_of(hs.booleans(), hs.integers(-3, 3), hs.sampled_from([0.0, -0.0, 1.0, 2.5,
-                                                                          math.nan]),
-                    hs.none(), hs.sampled_from(["a", "b", "1"]))
+SCALARS = hs.one_of(
+    hs.booleans(),
+    hs.integers(-3, 3),
+    hs.sampled_from([0.0, -0.0, 1.0, 2.5, math.nan]),
+    hs.none(),
+    hs.sampled_from(["a", "b", "1"]),
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -56,8 +60,9 @@ def test_unique_and_repeated_keep_the_rule_of_same(items: list[Any]) -> None:
 
 
 def _spec_data(corpus: Path, lrs: list[float]) -> dict[str, Any]:
-    return spec_dict("many", corpus, space={"lr": {"choices": lrs}},
-                     study={"sampler": "random", "n_trials": 5})
+    return spec_dict(
+        "many", corpus, space={"lr": {"choices": lrs}}, study={"sampler": "random", "n_trials": 5}
+    )
 
 
 def _lrs(n: int) -> list[float]:
@@ -83,15 +88,17 @@ def _plan_everything(corpus: Path, n: int) -> None:
     plan.feasibility(spec, {}, None, 1, "subprocess", 50, 0)
 
 
-def test_checking_choices_for_repeats_is_linear(corpus: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checking_choices_for_repeats_is_linear(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = _count(monkeypatch, values, "same")
     _plan_everything(corpus, 3000)
     assert calls[0] <= 3000  # was 9.0M: each choice against every one kept
 
 
-def test_the_configs_built_do_not_grow_with_the_choices(corpus: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_configs_built_do_not_grow_with_the_choices(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each probe builds a config (and the largest-point search a memory estimate): 3,000 and
     6,000 choices build as many, where every choice was a probe. (A grid of up to 2,048 points
     is searched whole for the largest point: a bound that does not grow either.)"""
@@ -131,8 +138,9 @@ def test_a_repeat_in_a_long_list_is_named_in_one_short_line(corpus: Path) -> Non
     assert "choices[17] and choices[2999]" in message and len(message) < 300, message
 
 
-def test_the_dry_run_summarises_a_long_list(corpus: Path, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dry_run_summarises_a_long_list(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "100")
     lines = []

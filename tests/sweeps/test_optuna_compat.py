@@ -37,13 +37,15 @@ def test_user_attrs_are_written_in_one_transaction(tmp_path: Path) -> None:
 
 
 def test_tables_callback_argument_retry_base_and_schema() -> None:
-    tables = {optuna_compat.STUDIES_TABLE: "studies",
-              optuna_compat.STUDY_DIRECTIONS_TABLE: "study_directions",
-              optuna_compat.STUDY_USER_ATTRS_TABLE: "study_user_attributes",
-              optuna_compat.TRIALS_TABLE: "trials",
-              optuna_compat.TRIAL_PARAMS_TABLE: "trial_params",
-              optuna_compat.TRIAL_USER_ATTRS_TABLE: "trial_user_attributes",
-              optuna_compat.TRIAL_SYSTEM_ATTRS_TABLE: "trial_system_attributes"}
+    tables = {
+        optuna_compat.STUDIES_TABLE: "studies",
+        optuna_compat.STUDY_DIRECTIONS_TABLE: "study_directions",
+        optuna_compat.STUDY_USER_ATTRS_TABLE: "study_user_attributes",
+        optuna_compat.TRIALS_TABLE: "trials",
+        optuna_compat.TRIAL_PARAMS_TABLE: "trial_params",
+        optuna_compat.TRIAL_USER_ATTRS_TABLE: "trial_user_attributes",
+        optuna_compat.TRIAL_SYSTEM_ATTRS_TABLE: "trial_system_attributes",
+    }
     assert {t.name: n for t, n in tables.items()} == {n: n for n in tables.values()}
     assert optuna_compat.stale_callback_arg() in inspect.signature(RDBStorage.__init__).parameters
     assert optuna_compat.RetryCallbackBase.__module__.startswith("optuna.")
@@ -57,8 +59,11 @@ def test_a_study_is_renamed_by_its_one_name_column(tmp_path: Path) -> None:
     import sqlalchemy as sa
     from optuna.storages._rdb import models
 
-    named = sorted(table.name for table in models.BaseModel.metadata.sorted_tables
-                   if "study_name" in table.columns)
+    named = sorted(
+        table.name
+        for table in models.BaseModel.metadata.sorted_tables
+        if "study_name" in table.columns
+    )
     assert named == ["studies"]
     assert optuna_compat.STUDIES_TABLE.name == "studies"
     assert {"study_id", "study_name"} <= set(optuna_compat.STUDIES_TABLE.columns.keys())
@@ -67,32 +72,44 @@ def test_a_study_is_renamed_by_its_one_name_column(tmp_path: Path) -> None:
     study.ask()
     with storage.engine.begin() as conn:
         optuna_compat.rename_study(conn, study._study_id, "renamed")
-        optuna_compat.set_study_user_attr(conn, study._study_id, "spec",
-                                          {"study": {"name": "renamed"}})
+        optuna_compat.set_study_user_attr(
+            conn, study._study_id, "spec", {"study": {"name": "renamed"}}
+        )
         assert optuna_compat.running_trials(conn, study._study_id) == 1
     again = optuna.load_study(study_name="renamed", storage=storage)
     assert again.user_attrs == {"spec": {"study": {"name": "renamed"}}}
     assert len(again.trials) == 1
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["renamed"]
     with storage.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM studies WHERE study_name = 'compat'")
-                            ).scalar_one() == 0
+        assert (
+            conn.execute(
+                sa.text("SELECT count(*) FROM studies WHERE study_name = 'compat'")
+            ).scalar_one()
+            == 0
+        )
 
 
 def test_finished_trials_are_added_once_with_their_marker(tmp_path: Path) -> None:
     from optuna.trial import TrialState, create_trial
 
     storage, study = _study(tmp_path)
-    done = create_trial(state=TrialState.COMPLETE, value=1.0,
-                        params={"x": 1.0}, distributions={
-                            "x": optuna.distributions.FloatDistribution(0, 2)},
-                        user_attrs={"carried_from": "old#0"},
-                        system_attrs={"constraints": [0.0]})
+    done = create_trial(
+        state=TrialState.COMPLETE,
+        value=1.0,
+        params={"x": 1.0},
+        distributions={"x": optuna.distributions.FloatDistribution(0, 2)},
+        user_attrs={"carried_from": "old#0"},
+        system_attrs={"constraints": [0.0]},
+    )
     assert optuna_compat.add_trials_once(storage, study._study_id, "m", [done], {"n": 1})
     assert not optuna_compat.add_trials_once(storage, study._study_id, "m", [done], {"n": 1})
     [t] = study.get_trials()
-    assert (t.state, t.value, t.params, t.user_attrs) == (TrialState.COMPLETE, 1.0, {"x": 1.0},
-                                                          {"carried_from": "old#0"})
+    assert (t.state, t.value, t.params, t.user_attrs) == (
+        TrialState.COMPLETE,
+        1.0,
+        {"x": 1.0},
+        {"carried_from": "old#0"},
+    )
     assert optuna_compat.constraint_attrs(t.system_attrs) == {"constraints": [0.0]}
     assert study.user_attrs["m"] == {"n": 1}
 
@@ -106,15 +123,24 @@ def test_a_study_is_copied_and_deleted_row_for_row_with_plain_sql(tmp_path: Path
     import sqlalchemy as sa
 
     assert [o.table.name for o in optuna_compat.study_tables()] == [
-        "study_directions", "study_system_attributes", "study_user_attributes", "trials",
-        "trial_heartbeats", "trial_intermediate_values", "trial_params",
-        "trial_system_attributes", "trial_user_attributes", "trial_values"]
+        "study_directions",
+        "study_system_attributes",
+        "study_user_attributes",
+        "trials",
+        "trial_heartbeats",
+        "trial_intermediate_values",
+        "trial_params",
+        "trial_system_attributes",
+        "trial_user_attributes",
+        "trial_values",
+    ]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         storage = RDBStorage(f"sqlite:///{tmp_path / 'rows.db'}", heartbeat_interval=60)
-    study = optuna.create_study(study_name="src", storage=storage,
-                                directions=["minimize", "maximize"])
+    study = optuna.create_study(
+        study_name="src", storage=storage, directions=["minimize", "maximize"]
+    )
     study.set_user_attr("spec", {"study": {"name": "src"}})
     storage.set_study_system_attr(study._study_id, "marker", [1, 2])
     for i in range(3):
@@ -133,9 +159,21 @@ def test_a_study_is_copied_and_deleted_row_for_row_with_plain_sql(tmp_path: Path
     copy = optuna.load_study(study_name="dst", storage=storage)
 
     def shown(s: optuna.Study) -> list[tuple]:
-        return [(t.number, t.state, t.values, t.params, t.distributions, t.user_attrs,
-                 t.system_attrs, t.intermediate_values, t.datetime_start, t.datetime_complete)
-                for t in s.get_trials()]
+        return [
+            (
+                t.number,
+                t.state,
+                t.values,
+                t.params,
+                t.distributions,
+                t.user_attrs,
+                t.system_attrs,
+                t.intermediate_values,
+                t.datetime_start,
+                t.datetime_complete,
+            )
+            for t in s.get_trials()
+        ]
 
     assert shown(copy) == shown(study) and copy.directions == study.directions
     assert copy.user_attrs == study.user_attrs
@@ -144,8 +182,10 @@ def test_a_study_is_copied_and_deleted_row_for_row_with_plain_sql(tmp_path: Path
     with storage.engine.begin() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(heartbeats)).scalar() == 6
         optuna_compat.delete_study_rows(conn, source_id)
-        left = {o.table.name: conn.execute(sa.select(sa.func.count()).select_from(o.table))
-                .scalar() for o in optuna_compat.study_tables()}
+        left = {
+            o.table.name: conn.execute(sa.select(sa.func.count()).select_from(o.table)).scalar()
+            for o in optuna_compat.study_tables()
+        }
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["dst"]
     assert shown(optuna.load_study(study_name="dst", storage=storage)) == shown(copy)
     assert left["trials"] == 3 and left["trial_heartbeats"] == 3 and left["trial_params"] == 6

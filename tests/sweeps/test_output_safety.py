@@ -102,8 +102,7 @@ def test_symlink_to_a_file_is_written_through(db: str, tmp_path: Path, command: 
     assert _leftovers(tmp_path) == [] and _leftovers(tmp_path / "real") == []
 
 
-def test_dangling_symlink_into_an_existing_dir_creates_its_target(db: str,
-                                                                  tmp_path: Path) -> None:
+def test_dangling_symlink_into_an_existing_dir_creates_its_target(db: str, tmp_path: Path) -> None:
     link = tmp_path / "link.csv"
     link.symlink_to(tmp_path / "new.csv")
     proc = _write("export", db, link)
@@ -115,8 +114,9 @@ def test_dangling_symlink_into_an_existing_dir_creates_its_target(db: str,
 def test_symlink_into_a_missing_dir_is_refused(db: str, tmp_path: Path, command: str) -> None:
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "missing" / "out.txt")
-    assert_user_error(_write(command, db, link), str(link), str(tmp_path / "missing"),
-                      "does not exist")
+    assert_user_error(
+        _write(command, db, link), str(link), str(tmp_path / "missing"), "does not exist"
+    )
     assert link.is_symlink() and not (tmp_path / "missing").exists()
     assert _leftovers(tmp_path) == []
 
@@ -139,16 +139,23 @@ def _sweeps_with_file_size_limit(*args: str) -> subprocess.CompletedProcess[str]
     """``python -m sweeps ARGS`` in a child that may write no file past ``LIMIT`` bytes: a write
     beyond fails with EFBIG (SIGXFSZ ignored), as one on a full disk fails with ENOSPC. (Reading
     the database writes only SQLite's -shm file; Python's failed .pyc writes are silent.)"""
+
     def limit_writes() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
-                          text=True, timeout=300, preexec_fn=limit_writes)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_writes,
+    )
 
 
-def test_report_that_cannot_be_written_is_one_line_and_leaves_no_temp(big_db: str,
-                                                                       tmp_path: Path) -> None:
+def test_report_that_cannot_be_written_is_one_line_and_leaves_no_temp(
+    big_db: str, tmp_path: Path
+) -> None:
     out = tmp_path / "r.html"
     proc = _sweeps_with_file_size_limit("report", "vocab", "--storage", big_db, "--out", str(out))
     assert_user_error(proc, str(out), "File too large")
@@ -156,12 +163,13 @@ def test_report_that_cannot_be_written_is_one_line_and_leaves_no_temp(big_db: st
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_export_that_cannot_be_written_is_one_line_and_leaves_no_temp(big_db: str,
-                                                                       tmp_path: Path,
-                                                                       fmt: str) -> None:
+def test_export_that_cannot_be_written_is_one_line_and_leaves_no_temp(
+    big_db: str, tmp_path: Path, fmt: str
+) -> None:
     out = tmp_path / f"t.{fmt}"
-    proc = _sweeps_with_file_size_limit("export", "vocab", "--storage", big_db,
-                                        "--format", fmt, "--out", str(out))
+    proc = _sweeps_with_file_size_limit(
+        "export", "vocab", "--storage", big_db, "--format", fmt, "--out", str(out)
+    )
     assert_user_error(proc, str(out), "File too large")
     assert list(tmp_path.iterdir()) == []
 
@@ -187,7 +195,7 @@ def evil_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def _raw_controls(stream: str) -> list[str]:
-    return [c for c in stream if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) < 0xa0]
+    return [c for c in stream if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0]
 
 
 def _assert_escaped(proc: subprocess.CompletedProcess[str], *visible: str) -> None:
@@ -205,13 +213,19 @@ def test_status_escapes_control_characters(evil_db: tuple[str, str]) -> None:
 def test_trials_escapes_control_characters(evil_db: tuple[str, str]) -> None:
     url, name = evil_db
     proc = sweeps("trials", name, "--storage", url)
-    _assert_escaped(proc, r"s\x1b]0;PWNED\x07\x9b2J[/x]", r"v\x1b]0;PWNED\x07\x9b2J[/x]",
-                    r"\x9b2J[/x]\nfake", r"o\x1b]0;PWNED")
+    _assert_escaped(
+        proc,
+        r"s\x1b]0;PWNED\x07\x9b2J[/x]",
+        r"v\x1b]0;PWNED\x07\x9b2J[/x]",
+        r"\x9b2J[/x]\nfake",
+        r"o\x1b]0;PWNED",
+    )
     assert not any(line.startswith("fake row") for line in proc.stdout.splitlines())
 
 
-def test_report_summary_escapes_control_characters(evil_db: tuple[str, str],
-                                                   tmp_path: Path) -> None:
+def test_report_summary_escapes_control_characters(
+    evil_db: tuple[str, str], tmp_path: Path
+) -> None:
     url, name = evil_db
     proc = sweeps("report", name, "--storage", url, "--out", str(tmp_path / "r.html"))
     _assert_escaped(proc, r"s\x1b]0;PWNED\x07\x9b2J[/x]")
@@ -223,11 +237,25 @@ def test_run_progress_escapes_control_characters(capsys: pytest.CaptureFixture[s
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     board = Board(optuna.create_study(), 1)
     with live_display(board, every_s=0) as tick:
-        board.on_event("start", {"number": 0, "params": {"note": f"v{EVIL}{MARKUP}"},
-                                 "max_tokens": 100, "worker": f"w{EVIL}"})
+        board.on_event(
+            "start",
+            {
+                "number": 0,
+                "params": {"note": f"v{EVIL}{MARKUP}"},
+                "max_tokens": 100,
+                "worker": f"w{EVIL}",
+            },
+        )
         wide_console().print(board.render())
-        board.on_event("end", {"number": 0, "outcome": "crashed", "values": None,
-                               "reason": f"r{EVIL}{MARKUP}\nfake row"})
+        board.on_event(
+            "end",
+            {
+                "number": 0,
+                "outcome": "crashed",
+                "values": None,
+                "reason": f"r{EVIL}{MARKUP}\nfake row",
+            },
+        )
         tick()
     out, err = capsys.readouterr()
     assert _raw_controls(out) == [] and _raw_controls(err) == []

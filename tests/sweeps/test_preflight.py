@@ -20,8 +20,15 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 def cfg_of(**kw: object) -> TrainConfig:
     values: dict[str, object] = {
-        "corpus": "/nonexistent-corpus", "tokenizer": "word", "vocab_size": 300, "d_model": 200,
-        "n_layers": 1, "n_heads": 4, "d_ff": 800, "seq_len": 254, "batch_size": 1000,
+        "corpus": "/nonexistent-corpus",
+        "tokenizer": "word",
+        "vocab_size": 300,
+        "d_model": 200,
+        "n_layers": 1,
+        "n_heads": 4,
+        "d_ff": 800,
+        "seq_len": 254,
+        "batch_size": 1000,
         "device": "cpu",
     }
     values.update(kw)
@@ -43,8 +50,9 @@ def test_no_budget_or_room_to_spare_fits_unchanged() -> None:
 
 def test_prune_policy_reports_what_does_not_fit() -> None:
     cfg = cfg_of()
-    plan = preflight.plan_trial(cfg, Limits(oom_policy="prune"), device="cpu",
-                                budget_bytes=2 * 2**30)
+    plan = preflight.plan_trial(
+        cfg, Limits(oom_policy="prune"), device="cpu", budget_bytes=2 * 2**30
+    )
     assert not plan.fits and plan.cfg is cfg and plan.fitted is None
     assert plan.budget_bytes == 2 * 2**30 and plan.predicted_bytes > plan.budget_bytes
     assert "predicted" in plan.reason and "budget" in plan.reason
@@ -59,15 +67,21 @@ def test_fit_policy_halves_the_micro_batch_and_keeps_the_effective_batch() -> No
     assert plan.cfg.batch_size * plan.cfg.grad_accum == 2000
     assert plan.cfg.batch_size < 1000
     # The largest micro-batch that fits: the next larger one (x 2) would not.
-    bigger = TrainConfig.from_dict({**plan.cfg.to_dict(), "batch_size": plan.cfg.batch_size * 2,
-                                    "grad_accum": plan.cfg.grad_accum // 2})
+    bigger = TrainConfig.from_dict(
+        {
+            **plan.cfg.to_dict(),
+            "batch_size": plan.cfg.batch_size * 2,
+            "grad_accum": plan.cfg.grad_accum // 2,
+        }
+    )
     assert raw(bigger) > budget
     assert "same effective batch" in plan.reason
 
 
 def test_fit_policy_gives_up_at_batch_size_one() -> None:
-    plan = preflight.plan_trial(cfg_of(batch_size=8), Limits(oom_policy="fit"), device="cpu",
-                                budget_bytes=100 * 2**20)  # below the process's own baseline
+    plan = preflight.plan_trial(
+        cfg_of(batch_size=8), Limits(oom_policy="fit"), device="cpu", budget_bytes=100 * 2**20
+    )  # below the process's own baseline
     assert not plan.fits and plan.fitted is None and "even at batch_size 1" in plan.reason
 
 
@@ -80,8 +94,9 @@ def test_calibration_scales_the_prediction() -> None:
     # A factor can turn "fits" into "does not fit".
     budget = int(1.2 * raw(cfg))
     assert preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=budget).fits
-    assert not preflight.plan_trial(cfg, Limits(), device="cpu", budget_bytes=budget,
-                                    calibration=1.5).fits
+    assert not preflight.plan_trial(
+        cfg, Limits(), device="cpu", budget_bytes=budget, calibration=1.5
+    ).fits
 
 
 def test_the_corpus_counts_reach_the_estimate(tmp_path: Path) -> None:
@@ -90,8 +105,9 @@ def test_the_corpus_counts_reach_the_estimate(tmp_path: Path) -> None:
     (cache / "meta.json").write_text(json.dumps({"train_tokens": 10**6, "val_tokens": 300}))
     cfg = cfg_of(corpus=str(tmp_path))
     counts = CorpusCounts(train_tokens=10**6, val_tokens=300)
-    assert preflight.predict(cfg, device="cpu")[1] == memory.estimate(cfg, "cpu",
-                                                                      counts=counts).total
+    assert (
+        preflight.predict(cfg, device="cpu")[1] == memory.estimate(cfg, "cpu", counts=counts).total
+    )
     assert memory.estimate(cfg, "cpu", counts=counts).total != raw(cfg)  # the counts matter
 
 
@@ -105,9 +121,16 @@ def test_launcher_and_device_reach_the_estimate() -> None:
         preflight.plan_trial(cfg, Limits(), device="tpu", budget_bytes=None)
 
 
-@pytest.mark.parametrize(("batch", "accum", "want"), [
-    (16, 1, (8, 2)), (16, 3, (8, 6)), (15, 1, (5, 3)), (7, 2, (1, 14)), (2, 5, (1, 10)),
-])
+@pytest.mark.parametrize(
+    ("batch", "accum", "want"),
+    [
+        (16, 1, (8, 2)),
+        (16, 3, (8, 6)),
+        (15, 1, (5, 3)),
+        (7, 2, (1, 14)),
+        (2, 5, (1, 10)),
+    ],
+)
 def test_halve_batch(batch: int, accum: int, want: tuple[int, int]) -> None:
     out = preflight.halve_batch(cfg_of(batch_size=batch, grad_accum=accum))
     assert out is not None
@@ -121,8 +144,10 @@ def test_halve_batch_stops_at_one() -> None:
 
 def test_resolve_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     assert preflight.resolve_budget(Limits(memory_budget=None), device="cpu", workers=4) is None
-    assert preflight.resolve_budget(Limits(memory_budget=3 * 2**30), device="cuda",
-                                    workers=4) == 3 * 2**30
+    assert (
+        preflight.resolve_budget(Limits(memory_budget=3 * 2**30), device="cuda", workers=4)
+        == 3 * 2**30
+    )
     monkeypatch.setattr(host, "mem_available_bytes", lambda: 10 * 2**30)
     auto = Limits(memory_budget="auto")
 
@@ -156,8 +181,11 @@ def test_calibration_factor_is_the_median_of_finished_trials_once_three() -> Non
     failed = optuna.trial.TrialState.FAIL
 
     def attrs(measured: int, predicted: int, outcome: str = "complete") -> dict:
-        return {"outcome": outcome, "peak_mem_bytes": measured,
-                "predicted_mem_raw_bytes": predicted}
+        return {
+            "outcome": outcome,
+            "peak_mem_bytes": measured,
+            "predicted_mem_raw_bytes": predicted,
+        }
 
     rows = [(complete, attrs(110, 100)), (pruned, attrs(130, 100, "pruned"))]
     assert preflight.calibration_factor(_study(rows)) == 1.0  # only two so far
@@ -208,21 +236,37 @@ CUDA_CONTEXT = 500 * MIB
 
 
 def cuda_cfg(d_model: int, batch_size: int) -> TrainConfig:
-    return cfg_of(device="cuda", d_model=d_model, d_ff=4 * d_model, n_layers=2, seq_len=128,
-                  batch_size=batch_size, vocab_size=4096, tokenizer="bpe", precision="bf16")
+    return cfg_of(
+        device="cuda",
+        d_model=d_model,
+        d_ff=4 * d_model,
+        n_layers=2,
+        seq_len=128,
+        batch_size=batch_size,
+        vocab_size=4096,
+        tokenizer="bpe",
+        precision="bf16",
+    )
 
 
 def cuda_record(plan: preflight.TrialPlan, allocated: int) -> dict:
     """The trial record the runner writes for a finished CUDA trial (its own functions)."""
     from sweeps.runner import peak_measured
 
-    result = {"peak_mem_bytes": allocated, "peak_mem_kind": memory.PEAK_CUDA_ALLOCATED,
-              "device": "cuda:0"}
+    result = {
+        "peak_mem_bytes": allocated,
+        "peak_mem_kind": memory.PEAK_CUDA_ALLOCATED,
+        "device": "cuda:0",
+    }
     peak, kind = peak_measured(result, {}, 3 * 2**30, "cuda")  # the host RSS is ignored
-    return {"outcome": "complete", "peak_mem_bytes": peak, "peak_mem_kind": kind,
-            "predicted_mem_raw_bytes": plan.predicted_raw_bytes,
-            "predicted_peak_mem_raw_bytes": plan.predicted_measured_raw_bytes,
-            "predicted_peak_mem_kind": plan.measured_kind}
+    return {
+        "outcome": "complete",
+        "peak_mem_bytes": peak,
+        "peak_mem_kind": kind,
+        "predicted_mem_raw_bytes": plan.predicted_raw_bytes,
+        "predicted_peak_mem_raw_bytes": plan.predicted_measured_raw_bytes,
+        "predicted_peak_mem_kind": plan.measured_kind,
+    }
 
 
 def test_cuda_calibration_compares_tensors_with_tensors() -> None:
@@ -270,7 +314,7 @@ def test_a_three_trial_cuda_study_reserves_at_least_each_real_peak() -> None:
     factor = preflight.calibration_factor(_study(rows))
     assert factor == pytest.approx(1.07, abs=0.01)
     for cfg, real in zip(cfgs, real_peaks, strict=True):
-        plan = preflight.plan_trial(cfg, Limits(), device="cuda", budget_bytes=None,
-                                    calibration=factor)
-        assert reservation(plan.predicted_bytes) >= real, (cfg.d_model, plan.predicted_bytes,
-                                                            real)
+        plan = preflight.plan_trial(
+            cfg, Limits(), device="cuda", budget_bytes=None, calibration=factor
+        )
+        assert reservation(plan.predicted_bytes) >= real, (cfg.d_model, plan.predicted_bytes, real)

@@ -20,36 +20,100 @@ from sweeps.spec import StudySpec, load_spec, read_spec
 from tests.sweeps.helpers import toml_text
 
 #: A loaded machine must not fail a property test on time.
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 BASE: dict[str, Any] = {
     "study": {"name": "prop", "sampler": "random", "seed": 0, "pruner": "none", "n_trials": 4},
     "corpus": {"dir": "corpus"},
-    "fixed": {"device": "cpu", "tokenizer": "word", "d_model": 16, "n_layers": 1, "n_heads": 2,
-              "seq_len": 16, "batch_size": 8, "max_tokens": 4000},
+    "fixed": {
+        "device": "cpu",
+        "tokenizer": "word",
+        "d_model": 16,
+        "n_layers": 1,
+        "n_heads": 2,
+        "seq_len": 16,
+        "batch_size": 8,
+        "max_tokens": 4000,
+    },
     "space": {"vocab_size": [300, 600], "lr": {"low": 1e-3, "high": 1e-1, "log": True}},
     "limits": {"memory_budget": "1GiB", "max_wall_s": 60},
 }
 SECTIONS = ("study", "corpus", "fixed", "space", "limits")
-KEYS = ("name", "sampler", "seed", "pruner", "n_trials", "objectives", "timeout", "storage",
-        "dir", "source", "format", "synthetic", "val_fraction", "out", "device", "tokenizer",
-        "vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch_size",
-        "grad_accum", "lr", "max_tokens", "precision", "attention", "dropout", "low", "high",
-        "log", "step", "choices", "when", "memory_budget", "max_wall_s", "oom_policy",
-        "collapse", "divergence", "max_retries", "min_unigram_gap", "patience", "enabled")
+KEYS = (
+    "name",
+    "sampler",
+    "seed",
+    "pruner",
+    "n_trials",
+    "objectives",
+    "timeout",
+    "storage",
+    "dir",
+    "source",
+    "format",
+    "synthetic",
+    "val_fraction",
+    "out",
+    "device",
+    "tokenizer",
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_ff",
+    "seq_len",
+    "batch_size",
+    "grad_accum",
+    "lr",
+    "max_tokens",
+    "precision",
+    "attention",
+    "dropout",
+    "low",
+    "high",
+    "log",
+    "step",
+    "choices",
+    "when",
+    "memory_budget",
+    "max_wall_s",
+    "oom_policy",
+    "collapse",
+    "divergence",
+    "max_retries",
+    "min_unigram_gap",
+    "patience",
+    "enabled",
+)
 
 scalars = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
     st.booleans(),
     st.text(max_size=40),
-    st.sampled_from(["auto", "cuda:7", "1GiB", "-1", "inf", "nan", "seq_len > 'abc'",
-                     "not " * 50 + "true", "x" * 300, "\x1b]0;T\x07", "../../etc"]),
+    st.sampled_from(
+        [
+            "auto",
+            "cuda:7",
+            "1GiB",
+            "-1",
+            "inf",
+            "nan",
+            "seq_len > 'abc'",
+            "not " * 50 + "true",
+            "x" * 300,
+            "\x1b]0;T\x07",
+            "../../etc",
+        ]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4),
-    st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)), max_leaves=10)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
 
 
 def assert_one_line(exc: SweepsError) -> None:
@@ -72,8 +136,11 @@ def test_any_bytes_as_a_spec_file(data: bytes) -> None:
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.sampled_from(SECTIONS), st.sampled_from(KEYS), values),
-                min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(SECTIONS), st.sampled_from(KEYS), values), min_size=1, max_size=4
+    )
+)
 def test_any_mutation_of_a_valid_spec(mutations: list[tuple[str, str, Any]]) -> None:
     data = copy.deepcopy(BASE)
     for section, key, value in mutations:
@@ -100,10 +167,12 @@ def first_trial(spec: StudySpec) -> None:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if spec.study.seed is not None:  # a resume adds the trials already run to the seed
-        spec = dataclasses.replace(spec, study=dataclasses.replace(
-            spec.study, seed=offset_seed(spec.study.seed, 10_000)))
-    study = optuna.create_study(sampler=make_sampler(spec),
-                                directions=[o.direction for o in spec.study.objectives])
+        spec = dataclasses.replace(
+            spec, study=dataclasses.replace(spec.study, seed=offset_seed(spec.study.seed, 10_000))
+        )
+    study = optuna.create_study(
+        sampler=make_sampler(spec), directions=[o.direction for o in spec.study.objectives]
+    )
     trial = study.ask()
     try:
         trial_config(spec, suggest(trial, spec))
@@ -112,10 +181,12 @@ def first_trial(spec: StudySpec) -> None:
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.sampled_from(SECTIONS), st.sampled_from(KEYS), values),
-                min_size=1, max_size=3))
-def test_any_mutation_survives_the_toml_round_trip(
-        mutations: list[tuple[str, str, Any]]) -> None:
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(SECTIONS), st.sampled_from(KEYS), values), min_size=1, max_size=3
+    )
+)
+def test_any_mutation_survives_the_toml_round_trip(mutations: list[tuple[str, str, Any]]) -> None:
     """The same, through a TOML file (the values TOML can hold), as ``sweeps run`` reads it."""
     data = copy.deepcopy(BASE)
     for section, key, value in mutations:
@@ -152,8 +223,12 @@ def _toml_safe(value: Any) -> bool:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from([*METRIC_KEYS, "x"]), inner, max_size=6), max_leaves=12)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from([*METRIC_KEYS, "x"]), inner, max_size=6)
+    ),
+    max_leaves=12,
+)
 lines = st.one_of(
     json_values.map(json.dumps),
     st.dictionaries(st.sampled_from(METRIC_KEYS), json_values, max_size=8).map(json.dumps),
@@ -172,8 +247,11 @@ def test_any_metrics_lines_give_checked_rows_and_verdicts(texts: list[str]) -> N
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "metrics.jsonl"
-        path.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8",
-                        errors="surrogatepass")
+        path.write_text(
+            "".join(t.replace("\n", " ") + "\n" for t in texts),
+            encoding="utf-8",
+            errors="surrogatepass",
+        )
         follower = MetricsFollower(path)
         rows = follower.read()
     history: list[dict[str, Any]] = []

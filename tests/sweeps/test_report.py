@@ -35,8 +35,10 @@ def trials(rows: list[dict]) -> pd.DataFrame:
     """A study frame with every column, from a few hand-written rows."""
     columns = results._columns({})
     extra = [k for r in rows for k in r if k not in columns]
-    return pd.DataFrame([{c: r.get(c, NAN) for c in columns} | r for r in rows],
-                        columns=columns + list(dict.fromkeys(extra)))
+    return pd.DataFrame(
+        [{c: r.get(c, NAN) for c in columns} | r for r in rows],
+        columns=columns + list(dict.fromkeys(extra)),
+    )
 
 
 # --- Pareto -------------------------------------------------------------------------------------
@@ -50,52 +52,122 @@ def test_front_mask_minimises_both() -> None:
 
 
 def test_pareto_front_is_drawn_among_complete_trials_only() -> None:
-    frame = trials([
-        {"number": 0, "outcome": "complete", "val_bpb": 2.0, "peak_mem_bytes": 100},
-        {"number": 1, "outcome": "complete", "val_bpb": 1.5, "peak_mem_bytes": 300},
-        {"number": 2, "outcome": "complete", "val_bpb": 2.5, "peak_mem_bytes": 200},
-        {"number": 3, "outcome": "pruned", "val_bpb": 1.0, "peak_mem_bytes": 50},
-        {"number": 4, "outcome": "predicted_oom", "val_bpb": NAN, "peak_mem_bytes": NAN},
-    ])
+    frame = trials(
+        [
+            {"number": 0, "outcome": "complete", "val_bpb": 2.0, "peak_mem_bytes": 100},
+            {"number": 1, "outcome": "complete", "val_bpb": 1.5, "peak_mem_bytes": 300},
+            {"number": 2, "outcome": "complete", "val_bpb": 2.5, "peak_mem_bytes": 200},
+            {"number": 3, "outcome": "pruned", "val_bpb": 1.0, "peak_mem_bytes": 50},
+            {"number": 4, "outcome": "predicted_oom", "val_bpb": NAN, "peak_mem_bytes": NAN},
+        ]
+    )
     got = pareto.data(frame, "peak_mem_bytes")
     assert list(got["number"]) == [0, 1, 2, 3]  # no val_bpb or no memory: not drawn
     assert dict(zip(got["number"], got["on_front"], strict=True)) == {
-        0: True, 1: True, 2: False, 3: False}  # the pruned trial cannot be picked
+        0: True,
+        1: True,
+        2: False,
+        3: False,
+    }  # the pruned trial cannot be picked
 
 
 # --- vocabulary ---------------------------------------------------------------------------------
 
 
 def test_vocab_best_per_size_and_token_statistics() -> None:
-    frame = trials([
-        {"number": 0, "outcome": "complete", "tokenizer": "word", "vocab_size": 300,
-         "val_bpb": 3.0, "val_loss": 2.0, "bytes_per_token": 5.0, "unk_rate": 0.4},
-        {"number": 1, "outcome": "complete", "tokenizer": "word", "vocab_size": 300,
-         "val_bpb": 2.8, "val_loss": 2.1, "bytes_per_token": 5.0, "unk_rate": 0.4},
-        {"number": 2, "outcome": "complete", "tokenizer": "bpe", "vocab_size": 1024,
-         "val_bpb": 1.8, "val_loss": 3.5, "bytes_per_token": 3.0, "unk_rate": 0.0},
-        {"number": 3, "outcome": "pruned", "tokenizer": "bpe", "vocab_size": 1024,
-         "val_bpb": 1.5, "val_loss": 3.0, "bytes_per_token": 3.0, "unk_rate": 0.0},
-        {"number": 4, "outcome": "predicted_oom", "tokenizer": "bpe", "vocab_size": 8192},
-    ])
+    frame = trials(
+        [
+            {
+                "number": 0,
+                "outcome": "complete",
+                "tokenizer": "word",
+                "vocab_size": 300,
+                "val_bpb": 3.0,
+                "val_loss": 2.0,
+                "bytes_per_token": 5.0,
+                "unk_rate": 0.4,
+            },
+            {
+                "number": 1,
+                "outcome": "complete",
+                "tokenizer": "word",
+                "vocab_size": 300,
+                "val_bpb": 2.8,
+                "val_loss": 2.1,
+                "bytes_per_token": 5.0,
+                "unk_rate": 0.4,
+            },
+            {
+                "number": 2,
+                "outcome": "complete",
+                "tokenizer": "bpe",
+                "vocab_size": 1024,
+                "val_bpb": 1.8,
+                "val_loss": 3.5,
+                "bytes_per_token": 3.0,
+                "unk_rate": 0.0,
+            },
+            {
+                "number": 3,
+                "outcome": "pruned",
+                "tokenizer": "bpe",
+                "vocab_size": 1024,
+                "val_bpb": 1.5,
+                "val_loss": 3.0,
+                "bytes_per_token": 3.0,
+                "unk_rate": 0.0,
+            },
+            {"number": 4, "outcome": "predicted_oom", "tokenizer": "bpe", "vocab_size": 8192},
+        ]
+    )
     points, best, tokens = vocab.data(frame)
     assert sorted(points["number"]) == [0, 1, 2, 3]
     # the best line uses complete trials only: trial 3 was stopped early
     assert best[["tokenizer", "vocab_size", "number"]].values.tolist() == [
-        ["bpe", 1024.0, 2], ["word", 300.0, 1]]
+        ["bpe", 1024.0, 2],
+        ["word", 300.0, 1],
+    ]
     assert tokens[["tokenizer", "vocab_size", "bytes_per_token", "unk_rate"]].values.tolist() == [
-        ["bpe", 1024.0, 3.0, 0.0], ["word", 300.0, 5.0, 0.4]]
+        ["bpe", 1024.0, 3.0, 0.0],
+        ["word", 300.0, 5.0, 0.4],
+    ]
 
 
 def test_vocab_best_line_keeps_a_judged_trial_that_trained_its_whole_budget() -> None:
-    frame = trials([
-        {"number": 0, "outcome": "unk_dominated", "tokenizer": "word", "vocab_size": 300,
-         "val_bpb": 4.8, "val_loss": 2.0, "tokens_seen": 401_408, "max_tokens": 400_000},
-        {"number": 1, "outcome": "unigram_collapse", "tokenizer": "bpe", "vocab_size": 2048,
-         "val_bpb": 2.7, "val_loss": 6.0, "tokens_seen": 150_016, "max_tokens": 200_000},
-        {"number": 2, "outcome": "complete", "tokenizer": "bpe", "vocab_size": 4096,
-         "val_bpb": 2.2, "val_loss": 5.0, "tokens_seen": 401_408, "max_tokens": 400_000},
-    ])
+    frame = trials(
+        [
+            {
+                "number": 0,
+                "outcome": "unk_dominated",
+                "tokenizer": "word",
+                "vocab_size": 300,
+                "val_bpb": 4.8,
+                "val_loss": 2.0,
+                "tokens_seen": 401_408,
+                "max_tokens": 400_000,
+            },
+            {
+                "number": 1,
+                "outcome": "unigram_collapse",
+                "tokenizer": "bpe",
+                "vocab_size": 2048,
+                "val_bpb": 2.7,
+                "val_loss": 6.0,
+                "tokens_seen": 150_016,
+                "max_tokens": 200_000,
+            },
+            {
+                "number": 2,
+                "outcome": "complete",
+                "tokenizer": "bpe",
+                "vocab_size": 4096,
+                "val_bpb": 2.2,
+                "val_loss": 5.0,
+                "tokens_seen": 401_408,
+                "max_tokens": 400_000,
+            },
+        ]
+    )
     _, best, _ = vocab.data(frame)
     # The 300-word model was judged at its last evaluation: its bits per byte is a full-budget
     # point; the collapsed BPE model stopped at 150k of 200k tokens is not.
@@ -114,26 +186,56 @@ def test_vocab_sizes_are_binned_when_continuous() -> None:
 
 
 def test_memory_map_counts_trials_per_cell_and_facets_by_attention() -> None:
-    rows = [{"number": i, "outcome": o, "reason": f"r{i}", "seq_len": t, "batch_size": b,
-             "attention": a, "d_ff": 64}
-            for i, (o, t, b, a) in enumerate([
-                ("complete", 128, 8, "sdpa"), ("complete", 128, 8, "sdpa"),
-                ("oom", 512, 64, "naive"), ("predicted_oom", 512, 64, "naive"),
-                ("predicted_oom", 512, 64, "naive"), ("complete", 128, 8, "naive")])]
+    rows = [
+        {
+            "number": i,
+            "outcome": o,
+            "reason": f"r{i}",
+            "seq_len": t,
+            "batch_size": b,
+            "attention": a,
+            "d_ff": 64,
+        }
+        for i, (o, t, b, a) in enumerate(
+            [
+                ("complete", 128, 8, "sdpa"),
+                ("complete", 128, 8, "sdpa"),
+                ("oom", 512, 64, "naive"),
+                ("predicted_oom", 512, 64, "naive"),
+                ("predicted_oom", 512, 64, "naive"),
+                ("complete", 128, 8, "naive"),
+            ]
+        )
+    ]
     name, cells = memory_map.data(trials(rows))
     assert name == "attention"
-    got = {(p, t, b, o): c for p, t, b, o, c in
-           cells[["panel", "seq_len", "batch_size", "outcome", "count"]].values.tolist()}
-    assert got == {("attention=naive", 128.0, 8.0, "complete"): 1,
-                   ("attention=naive", 512.0, 64.0, "oom"): 1,
-                   ("attention=naive", 512.0, 64.0, "predicted_oom"): 2,
-                   ("attention=sdpa", 128.0, 8.0, "complete"): 2}
+    got = {
+        (p, t, b, o): c
+        for p, t, b, o, c in cells[
+            ["panel", "seq_len", "batch_size", "outcome", "count"]
+        ].values.tolist()
+    }
+    assert got == {
+        ("attention=naive", 128.0, 8.0, "complete"): 1,
+        ("attention=naive", 512.0, 64.0, "oom"): 1,
+        ("attention=naive", 512.0, 64.0, "predicted_oom"): 2,
+        ("attention=sdpa", 128.0, 8.0, "complete"): 2,
+    }
     assert cells.loc[cells["outcome"] == "predicted_oom", "trials"].item() == "3, 4"
 
 
 def test_memory_map_facets_by_d_ff_groups_when_attention_is_fixed() -> None:
-    rows = [{"number": i, "outcome": "complete", "seq_len": 64, "batch_size": 4,
-             "attention": "sdpa", "d_ff": d} for i, d in enumerate([1, 16, 64, 256, 1024, 4096])]
+    rows = [
+        {
+            "number": i,
+            "outcome": "complete",
+            "seq_len": 64,
+            "batch_size": 4,
+            "attention": "sdpa",
+            "d_ff": d,
+        }
+        for i, d in enumerate([1, 16, 64, 256, 1024, 4096])
+    ]
     name, cells = memory_map.data(trials(rows))
     assert name == "d_ff" and cells["panel"].nunique() == memory_map.MAX_PANELS
     assert cells["count"].sum() == 6
@@ -142,12 +244,19 @@ def test_memory_map_facets_by_d_ff_groups_when_attention_is_fixed() -> None:
 
 
 def test_predicted_against_measured() -> None:
-    frame = trials([
-        {"number": 0, "outcome": "complete", "predicted_mem_bytes": 100, "peak_mem_bytes": 110,
-         "predicted_mem_raw_bytes": 90},
-        {"number": 1, "outcome": "oom", "predicted_mem_bytes": 100, "peak_mem_bytes": 200},
-        {"number": 2, "outcome": "predicted_oom", "predicted_mem_bytes": 900},
-    ])
+    frame = trials(
+        [
+            {
+                "number": 0,
+                "outcome": "complete",
+                "predicted_mem_bytes": 100,
+                "peak_mem_bytes": 110,
+                "predicted_mem_raw_bytes": 90,
+            },
+            {"number": 1, "outcome": "oom", "predicted_mem_bytes": 100, "peak_mem_bytes": 200},
+            {"number": 2, "outcome": "predicted_oom", "predicted_mem_bytes": 900},
+        ]
+    )
     points, summary = memory_pred.data(frame)
     assert points["number"].tolist() == [0, 1]
     assert points["ratio"].tolist() == pytest.approx([1.1, 2.0])
@@ -158,30 +267,40 @@ def test_predicted_against_measured() -> None:
 
 
 def _evals(spec: dict[int, list[float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"trial_number": n, "tokens": (i + 1) * 1000, "val_bpb": v}
-                         for n, values in spec.items() for i, v in enumerate(values)])
+    return pd.DataFrame(
+        [
+            {"trial_number": n, "tokens": (i + 1) * 1000, "val_bpb": v}
+            for n, values in spec.items()
+            for i, v in enumerate(values)
+        ]
+    )
 
 
 def test_curves_end_where_trials_stopped_with_their_reason() -> None:
-    frame = trials([
-        {"number": 0, "outcome": "complete", "reason": "done"},
-        {"number": 1, "outcome": "pruned", "reason": "median pruner: worse than the median"},
-        {"number": 2, "outcome": "unigram_collapse", "reason": "predicts corpus frequencies"},
-    ])
+    frame = trials(
+        [
+            {"number": 0, "outcome": "complete", "reason": "done"},
+            {"number": 1, "outcome": "pruned", "reason": "median pruner: worse than the median"},
+            {"number": 2, "outcome": "unigram_collapse", "reason": "predicts corpus frequencies"},
+        ]
+    )
     lines, band, stops = curves.data(_evals({0: [3, 2, 1.5], 1: [3.5, 3.2], 2: [4.0]}), frame)
     assert len(lines) == 6 and band.empty  # few trials: every curve
     assert stops[["trial_number", "tokens", "outcome"]].values.tolist() == [
-        [1, 2000, "pruned"], [2, 1000, "unigram_collapse"]]
+        [1, 2000, "pruned"],
+        [2, 1000, "unigram_collapse"],
+    ]
     assert stops["reason"].tolist()[0].startswith("median pruner")
 
 
 def test_many_curves_become_the_best_few_over_a_band() -> None:
     rng = np.random.default_rng(0)
     n = 200
-    frame = trials([{"number": i, "outcome": "complete" if i % 4 else "pruned"}
-                    for i in range(n)])
-    spec = {i: list(3 - np.arange(1, (5 if i % 4 else 2) + 1) * 0.1 * rng.uniform(0.5, 1.5))
-            for i in range(n)}
+    frame = trials([{"number": i, "outcome": "complete" if i % 4 else "pruned"} for i in range(n)])
+    spec = {
+        i: list(3 - np.arange(1, (5 if i % 4 else 2) + 1) * 0.1 * rng.uniform(0.5, 1.5))
+        for i in range(n)
+    }
     lines, band, stops = curves.data(_evals(spec), frame, all_below=40, best=5)
     last = _evals(spec).groupby("trial_number").tail(1).set_index("trial_number")["val_bpb"]
     best = last[[i for i in range(n) if i % 4]].nsmallest(5).index
@@ -195,16 +314,38 @@ def test_many_curves_become_the_best_few_over_a_band() -> None:
 
 
 def test_parallel_coordinates_dimensions() -> None:
-    frame = trials([
-        {"number": 0, "param_tokenizer": "bpe", "param_lr": 1e-4, "param_d_ff": 64,
-         "val_bpb": 2.0},
-        {"number": 1, "param_tokenizer": "word", "param_lr": 1e-2, "param_d_ff": 128,
-         "val_bpb": 2.5},
-        {"number": 2, "param_tokenizer": "bpe", "param_lr": 1e-3, "param_d_ff": NAN,
-         "val_bpb": 3.0},  # a conditional parameter not set: drawn at "(not set)"
-        {"number": 3, "param_tokenizer": "bpe", "param_lr": 1e-3, "param_d_ff": 64,
-         "val_bpb": NAN},  # no val_bpb: not drawn
-    ])
+    frame = trials(
+        [
+            {
+                "number": 0,
+                "param_tokenizer": "bpe",
+                "param_lr": 1e-4,
+                "param_d_ff": 64,
+                "val_bpb": 2.0,
+            },
+            {
+                "number": 1,
+                "param_tokenizer": "word",
+                "param_lr": 1e-2,
+                "param_d_ff": 128,
+                "val_bpb": 2.5,
+            },
+            {
+                "number": 2,
+                "param_tokenizer": "bpe",
+                "param_lr": 1e-3,
+                "param_d_ff": NAN,
+                "val_bpb": 3.0,
+            },  # a conditional parameter not set: drawn at "(not set)"
+            {
+                "number": 3,
+                "param_tokenizer": "bpe",
+                "param_lr": 1e-3,
+                "param_d_ff": 64,
+                "val_bpb": NAN,
+            },  # no val_bpb: not drawn
+        ]
+    )
     dims, color, unset = parallel.data(frame)
     by = {d["label"]: d for d in dims}
     assert set(by) == {"tokenizer", "lr (log)", "d_ff", "val_bpb"} and unset == {"d_ff": 1}
@@ -233,10 +374,18 @@ def test_importances_rank_the_parameter_that_matters() -> None:
     rows = []
     for i in range(60):
         x, y = float(rng.uniform(0, 1)), str(rng.choice(["a", "b"]))
-        rows.append({"number": i, "outcome": "complete", "param_x": x, "param_y": y,
-                     "val_bpb": 2 + 3 * x + 0.01 * (y == "a")})
-    rows.append({"number": 60, "outcome": "pruned", "param_x": 0.0, "param_y": "a",
-                 "val_bpb": 0.0})  # not complete: ignored
+        rows.append(
+            {
+                "number": i,
+                "outcome": "complete",
+                "param_x": x,
+                "param_y": y,
+                "val_bpb": 2 + 3 * x + 0.01 * (y == "a"),
+            }
+        )
+    rows.append(
+        {"number": 60, "outcome": "pruned", "param_x": 0.0, "param_y": "a", "val_bpb": 0.0}
+    )  # not complete: ignored
     dists = {"x": FloatDistribution(0, 1), "y": CategoricalDistribution(["a", "b"])}
     got, note = importance.data(trials(rows), dists)
     assert list(got) == ["x", "y"] and got["x"] > 0.8
@@ -249,17 +398,21 @@ def test_importances_rank_the_parameter_that_matters() -> None:
 def test_collapse_shows_collapsed_trials_and_the_best_for_contrast() -> None:
     top = {"tokens": ["the", " a", "<unk>"], "corpus": [0.5, 0.3, 0.2], "model": [0.5, 0.3, 0.2]}
     good = {"tokens": ["the", " a", "<unk>"], "corpus": [0.5, 0.3, 0.2], "model": [0.1, 0.1, 0.8]}
-    frame = trials([
-        {"number": 0, "outcome": "complete", "val_bpb": 1.5},
-        {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0},
-        {"number": 2, "outcome": "complete", "val_bpb": 1.2},
-    ])
-    evals = pd.DataFrame([
-        {"trial_number": 0, "tokens": 1, "top_tokens": good},
-        {"trial_number": 1, "tokens": 1, "top_tokens": {"tokens": []}},
-        {"trial_number": 1, "tokens": 2, "top_tokens": top},
-        {"trial_number": 2, "tokens": 1, "top_tokens": good},
-    ])
+    frame = trials(
+        [
+            {"number": 0, "outcome": "complete", "val_bpb": 1.5},
+            {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0},
+            {"number": 2, "outcome": "complete", "val_bpb": 1.2},
+        ]
+    )
+    evals = pd.DataFrame(
+        [
+            {"trial_number": 0, "tokens": 1, "top_tokens": good},
+            {"trial_number": 1, "tokens": 1, "top_tokens": {"tokens": []}},
+            {"trial_number": 1, "tokens": 2, "top_tokens": top},
+            {"trial_number": 2, "tokens": 1, "top_tokens": good},
+        ]
+    )
     got = collapse.data(frame, evals)
     assert got.groupby("trial_number").size().to_dict() == {1: 3, 2: 3}
     assert got.loc[got["trial_number"] == 1, "model"].tolist() == [0.5, 0.3, 0.2]
@@ -271,40 +424,68 @@ def test_collapse_shows_collapsed_trials_and_the_best_for_contrast() -> None:
 
 def test_every_verdict_on_predictions_is_drawn_with_its_steps_and_kls() -> None:
     top = {"tokens": ["the", "<unk>"], "corpus": [0.6, 0.4], "model": [0.1, 0.9]}
-    frame = trials([
-        {"number": 0, "outcome": "stalled", "val_bpb": 4.0, "last_eval_step": 400,
-         "kl_mean_to_unigram": 3.26, "mean_kl_to_mean": 0.001},
-        {"number": 1, "outcome": "unk_dominated", "val_bpb": 3.0, "steps": 288},
-        {"number": 2, "outcome": "pruned", "val_bpb": 3.5},
-    ])
+    frame = trials(
+        [
+            {
+                "number": 0,
+                "outcome": "stalled",
+                "val_bpb": 4.0,
+                "last_eval_step": 400,
+                "kl_mean_to_unigram": 3.26,
+                "mean_kl_to_mean": 0.001,
+            },
+            {"number": 1, "outcome": "unk_dominated", "val_bpb": 3.0, "steps": 288},
+            {"number": 2, "outcome": "pruned", "val_bpb": 3.5},
+        ]
+    )
     evals = pd.DataFrame([{"trial_number": n, "tokens": 1, "top_tokens": top} for n in range(3)])
     got = collapse.data(frame, evals)
     assert list(dict.fromkeys(got["label"])) == ["trial 0 (stalled)", "trial 1 (unk_dominated)"]
     stats = frame.set_index("number")
     assert collapse._stats_text(stats.loc[0]) == (
-        ": after 400 steps, KL(mean||unigram) 3.260, mean KL to mean 0.001")
+        ": after 400 steps, KL(mean||unigram) 3.260, mean KL to mean 0.001"
+    )
     assert collapse._stats_text(stats.loc[1]) == ": after 288 steps"
 
 
 def test_samples_are_escaped_and_selected() -> None:
-    frame = trials([{"number": 0, "outcome": "complete", "val_bpb": 2.0},
-                    {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0}])
-    rows = pd.DataFrame([
-        {"trial_number": 0, "step": 1, "tokens": 100, "prompt": "<Q>", "text": "old"},
-        {"trial_number": 0, "step": 2, "tokens": 200, "prompt": "<Q>",
-         "text": "<script>alert(1)</script> & <Q>why"},
-        {"trial_number": 1, "step": 1, "tokens": 100, "prompt": "<Q>", "text": "the the"},
-    ])
+    frame = trials(
+        [
+            {"number": 0, "outcome": "complete", "val_bpb": 2.0},
+            {"number": 1, "outcome": "unigram_collapse", "val_bpb": 3.0},
+        ]
+    )
+    rows = pd.DataFrame(
+        [
+            {"trial_number": 0, "step": 1, "tokens": 100, "prompt": "<Q>", "text": "old"},
+            {
+                "trial_number": 0,
+                "step": 2,
+                "tokens": 200,
+                "prompt": "<Q>",
+                "text": "<script>alert(1)</script> & <Q>why",
+            },
+            {"trial_number": 1, "step": 1, "tokens": 100, "prompt": "<Q>", "text": "the the"},
+        ]
+    )
     got = samples.data(rows, frame)
     assert got["text"].tolist() == ["<script>alert(1)</script> & <Q>why", "the the"]
     page = samples.render(got)
     assert "<script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;Q&gt;why" in page
     assert "&lt;Q&gt;</td>" in page
-    many = trials([{"number": i, "outcome": "complete" if i % 3 else "pruned",
-                    "val_bpb": 3 - i / 100} for i in range(100)])
-    texts = pd.DataFrame([{"trial_number": i, "step": 1, "tokens": 1, "prompt": "p", "text": "t"}
-                          for i in range(100)])
+    many = trials(
+        [
+            {"number": i, "outcome": "complete" if i % 3 else "pruned", "val_bpb": 3 - i / 100}
+            for i in range(100)
+        ]
+    )
+    texts = pd.DataFrame(
+        [
+            {"trial_number": i, "step": 1, "tokens": 1, "prompt": "p", "text": "t"}
+            for i in range(100)
+        ]
+    )
     picked = samples.data(texts, many, best=10, per_outcome=3)
     assert picked["trial_number"].tolist()[:10] == [98, 97, 95, 94, 92, 91, 89, 88, 86, 85]
     assert picked["trial_number"].tolist()[10:] == [0, 3, 6]
@@ -316,8 +497,15 @@ def test_samples_are_escaped_and_selected() -> None:
 @pytest.fixture(scope="module")
 def small_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('report') / 'small.db'}"
-    fake_study.fabricate(url, "small", 40, seed=5, samples={
-        0: [{"prompt": "<Q>How to raise", "text": "<script>document.title='PWNED'</script><A>"}]})
+    fake_study.fabricate(
+        url,
+        "small",
+        40,
+        seed=5,
+        samples={
+            0: [{"prompt": "<Q>How to raise", "text": "<script>document.title='PWNED'</script><A>"}]
+        },
+    )
     return url
 
 
@@ -327,9 +515,19 @@ def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> No
     page = out.read_text()
     # No trial of this study was planned at a compute budget: no IsoFLOP section at all; not an
     # [ablation]: no effects sections, and no placeholder saying so.
-    assert [c.key for c in charts] == ["pareto", "compute", "vocab", "memory_map", "memory_pred",
-                                       "curves", "parallel", "importance", "collapse", "samples",
-                                       "timeline"]
+    assert [c.key for c in charts] == [
+        "pareto",
+        "compute",
+        "vocab",
+        "memory_map",
+        "memory_pred",
+        "curves",
+        "parallel",
+        "importance",
+        "collapse",
+        "samples",
+        "timeline",
+    ]
     assert "Not an [ablation] study" not in page
     drawn = [c for c in charts if c.key != "samples"]
     assert all(c.figure is not None for c in drawn)
@@ -356,9 +554,15 @@ def test_report_is_one_self_contained_file(small_url: str, tmp_path: Path) -> No
 
 def test_credentials_are_masked_in_the_header() -> None:
     data = results.StudyResults(
-        name="s", storage=st.mask_url("postgresql://me:s3cret@db/x"), directions=["minimize"],
-        objectives=["val_bpb"], user_attrs={}, trials=trials([]), evals=pd.DataFrame(),
-        samples=pd.DataFrame())
+        name="s",
+        storage=st.mask_url("postgresql://me:s3cret@db/x"),
+        directions=["minimize"],
+        objectives=["val_bpb"],
+        user_attrs={},
+        trials=trials([]),
+        evals=pd.DataFrame(),
+        samples=pd.DataFrame(),
+    )
     page = report.summary(data)
     assert "s3cret" not in page and "postgresql://me:***@db/x" in page
 
@@ -384,8 +588,11 @@ def test_two_thousand_trials_report_stays_small(tmp_path: Path, big_study: str) 
     plotly_js = len(report.plotly.offline.get_plotlyjs().encode())
     # Every chart drawn, except the IsoFLOP fit (a random search plans no compute budgets) and
     # the effects and forest sections (not an [ablation] study).
-    assert len(data.trials) == 2000 and all(c.figure is not None or c.html for c in charts
-                                            if c.key not in ("scaling", "effects", "forest"))
+    assert len(data.trials) == 2000 and all(
+        c.figure is not None or c.html
+        for c in charts
+        if c.key not in ("scaling", "effects", "forest")
+    )
     assert size - plotly_js < 2 * 2**20  # the data: well under 2 MiB
     page = out.read_text()
     # thinned: 15 best curves drawn, the samples table a selection
@@ -397,13 +604,24 @@ def test_two_thousand_trials_report_stays_small(tmp_path: Path, big_study: str) 
 def test_a_section_that_cannot_apply_is_left_out() -> None:
     from sweeps.charts import scaling
 
-    one_vocab = trials([{"number": i, "outcome": "complete", "tokenizer": "bpe",
-                         "vocab_size": 4096} for i in range(2)])
+    one_vocab = trials(
+        [
+            {"number": i, "outcome": "complete", "tokenizer": "bpe", "vocab_size": 4096}
+            for i in range(2)
+        ]
+    )
 
     def study(frame: pd.DataFrame) -> results.StudyResults:
-        return results.StudyResults(name="s", storage="x", directions=["minimize"],
-                                    objectives=["val_bpb"], user_attrs={}, trials=frame,
-                                    evals=pd.DataFrame(), samples=pd.DataFrame())
+        return results.StudyResults(
+            name="s",
+            storage="x",
+            directions=["minimize"],
+            objectives=["val_bpb"],
+            user_attrs={},
+            trials=frame,
+            evals=pd.DataFrame(),
+            samples=pd.DataFrame(),
+        )
 
     assert not report.applies(scaling.chart, study(one_vocab))
     assert report.applies(scaling.chart, study(one_vocab.assign(flops_budget=[1e12, 1e12])))
@@ -429,5 +647,6 @@ def test_the_report_says_which_slurm_job_ran_a_trial(tmp_path: Path) -> None:
     assert "<tr><th>Slurm job</th><td>4242_1</td></tr>" in text
     # a study that never ran on Slurm says nothing of it
     optuna.create_study(study_name="local", storage=st.open_storage(url)).add_trial(
-        optuna.trial.create_trial(value=2.0, user_attrs={"outcome": "complete", "val_bpb": 2.0}))
+        optuna.trial.create_trial(value=2.0, user_attrs={"outcome": "complete", "val_bpb": 2.0})
+    )
     assert "Slurm" not in report.build(url, "local")[0]

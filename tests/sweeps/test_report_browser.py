@@ -51,18 +51,37 @@ def chromium() -> str:
     return chromium_path()
 
 
-def open_in_chromium(chromium: str, page: Path, tmp: Path, *,
-                     screenshot: Path | None = None, height: int = 6000) -> str:
+def open_in_chromium(
+    chromium: str, page: Path, tmp: Path, *, screenshot: Path | None = None, height: int = 6000
+) -> str:
     """The DOM of ``page`` after its scripts ran (and a screenshot, if asked)."""
-    base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'chromium-profile'}",
-            "--virtual-time-budget=10000"]
-    proc = subprocess.run([*base, "--dump-dom", page.resolve().as_uri()], capture_output=True,
-                          text=True, timeout=120, check=False)
+    base = [
+        chromium,
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={tmp / 'chromium-profile'}",
+        "--virtual-time-budget=10000",
+    ]
+    proc = subprocess.run(
+        [*base, "--dump-dom", page.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0 and proc.stdout, proc.stderr[-2000:]
     if screenshot is not None:
-        shot = subprocess.run([*base, f"--window-size=1400,{height}", f"--screenshot={screenshot}",
-                               page.resolve().as_uri()], capture_output=True, text=True,
-                              timeout=120, check=False)
+        shot = subprocess.run(
+            [
+                *base,
+                f"--window-size=1400,{height}",
+                f"--screenshot={screenshot}",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert shot.returncode == 0 and screenshot.is_file(), shot.stderr[-2000:]
     return proc.stdout
 
@@ -121,12 +140,14 @@ choices = [8, 16, 65536]  # 65536 x 32 x 300 logits cannot fit: predicted_oom
 memory_budget = "1GiB"
 """
 
+
 def write_corpus(texts: Path) -> None:
     """40 text files of Zipf-distributed pseudo-words, with markup and marker text mixed in."""
     rng = np.random.default_rng(0)
     syllables = ["ra", "to", "ki", "mo", "lu", "pe", "sa", "vi", "no", "de", "ga", "fu"]
-    vocab = sorted({"".join(rng.choice(syllables, size=int(rng.integers(1, 4))))
-                    for _ in range(2000)})
+    vocab = sorted(
+        {"".join(rng.choice(syllables, size=int(rng.integers(1, 4)))) for _ in range(2000)}
+    )
     p = 1 / np.arange(1, len(vocab) + 1)
     p /= p.sum()
     markup = ["<script>alert(1)</script>", "<Q>", "<b>bold</b>", "&amp;"]
@@ -142,8 +163,14 @@ def write_corpus(texts: Path) -> None:
 
 
 def sweeps_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +186,9 @@ def real_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 @pytest.mark.slow
-def test_a_real_study_report_renders_in_chromium(chromium: str, real_study: tuple[Path, str],
-                                                  tmp_path: Path) -> None:
+def test_a_real_study_report_renders_in_chromium(
+    chromium: str, real_study: tuple[Path, str], tmp_path: Path
+) -> None:
     root, url = real_study
     out = tmp_path / "browser.html"
     proc = sweeps_cli("report", "browser", "--storage", url, "--out", str(out), cwd=root)
@@ -184,13 +212,18 @@ def test_a_real_study_report_renders_in_chromium(chromium: str, real_study: tupl
 
 @pytest.mark.slow
 def test_a_two_thousand_trial_report_opens_and_renders(
-        chromium: str, tmp_path: Path, big_study: str) -> None:
+    chromium: str, tmp_path: Path, big_study: str
+) -> None:
     url = big_study
     out = tmp_path / "big.html"
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sweeps", "report", "big", "--storage", url,
-                           "--out", str(out)], capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps", "report", "big", "--storage", url, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     built = time.perf_counter() - started
     started = time.perf_counter()
@@ -198,9 +231,11 @@ def test_a_two_thousand_trial_report_opens_and_renders(
     opened = time.perf_counter() - started
     assert_rendered(dom, 10)  # every chart, collapse, compute and timeline (scaling: a note)
     assert dom.count("<tr>") > 30  # the samples table, thinned
-    print(f"\n2,000 trials: `sweeps report` {built:.1f} s (with interpreter start), "
-          f"{out.stat().st_size / 2**20:.2f} MiB; opened and rendered by Chromium in "
-          f"{opened:.1f} s")
+    print(
+        f"\n2,000 trials: `sweeps report` {built:.1f} s (with interpreter start), "
+        f"{out.stat().st_size / 2**20:.2f} MiB; opened and rendered by Chromium in "
+        f"{opened:.1f} s"
+    )
 
 
 @pytest.mark.slow
@@ -209,8 +244,9 @@ def test_a_two_study_report_renders_in_chromium(chromium: str, tmp_path: Path) -
     fake_study.fabricate(url, "first", 25, seed=4)
     fake_study.fabricate(url, "second", 40, seed=5)
     out = tmp_path / "two.html"
-    proc = sweeps_cli("report", "first", "second", "--storage", url, "--out", str(out),
-                      cwd=tmp_path)
+    proc = sweeps_cli(
+        "report", "first", "second", "--storage", url, "--out", str(out), cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     source = out.read_text(encoding="utf-8")
     assert source.count('<div class="chart"') == 3  # Pareto, vocabulary, learning curves
@@ -219,8 +255,7 @@ def test_a_two_study_report_renders_in_chromium(chromium: str, tmp_path: Path) -
     assert "<code>first</code>, <code>second</code>" in dom
 
 
-def test_an_ablation_report_renders_its_effects_in_chromium(chromium: str,
-                                                          tmp_path: Path) -> None:
+def test_an_ablation_report_renders_its_effects_in_chromium(chromium: str, tmp_path: Path) -> None:
     """The effects table, the forest plot and the replicate intervals, drawn by a browser."""
     url = f"sqlite:///{tmp_path / 'ffn.db'}"
     store_ablation(url, "ffn", FFN_WIDTH)
@@ -236,7 +271,8 @@ def test_an_ablation_report_renders_its_effects_in_chromium(chromium: str,
 
 @pytest.mark.parametrize("kind", list(report_kinds.SECTIONS))
 def test_each_kind_of_study_shows_the_sections_that_apply_in_chromium(
-        chromium: str, kind: str, tmp_path: Path) -> None:
+    chromium: str, kind: str, tmp_path: Path
+) -> None:
     """Issue 38: no empty section, no placeholder, the memory map only where seq_len or batch
     varied; each section that applies renders; the screenshot is ``<kind>.png``."""
     url = f"sqlite:///{tmp_path / 'kind.db'}"
@@ -264,14 +300,20 @@ def dashboard_wsgi() -> object:
     """optuna-dashboard's WSGI app factory, pip-installed into this environment if missing."""
     if importlib.util.find_spec("optuna_dashboard") is None:
         try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                                   "optuna-dashboard"], capture_output=True, text=True,
-                                  timeout=180, check=False)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "optuna-dashboard"],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             proc = None
         if proc is None or proc.returncode != 0:
-            pytest.skip("optuna-dashboard is not installed and `pip install optuna-dashboard` "
-                        "failed (no network?)")
+            pytest.skip(
+                "optuna-dashboard is not installed and `pip install optuna-dashboard` "
+                "failed (no network?)"
+            )
         importlib.invalidate_caches()
     from optuna_dashboard import wsgi
 
@@ -314,6 +356,7 @@ def test_optuna_dashboard_serves_the_study(dashboard: tuple[str, str]) -> None:
     with urllib.request.urlopen(f"{base}/api/studies/{study_id}?after=0", timeout=30) as response:
         detail = json.loads(response.read())
     assert len(detail["trials"]) == 12
-    outcomes = {a["value"] for t in detail["trials"] for a in t["user_attrs"]
-                if a["key"] == "outcome"}
+    outcomes = {
+        a["value"] for t in detail["trials"] for a in t["user_attrs"] if a["key"] == "outcome"
+    }
     assert {"complete", "predicted_oom", "unigram_collapse"} <= outcomes

@@ -27,8 +27,10 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_combined_frames_carry_the_study(url: str) -> None:
     alpha, beta = results.load_many(url, ["alpha", "beta"])
     both = results.combine([alpha, beta])
-    for frame, parts in ((both.trials, (alpha.trials, beta.trials)),
-                         (both.evals, (alpha.evals, beta.evals))):
+    for frame, parts in (
+        (both.trials, (alpha.trials, beta.trials)),
+        (both.evals, (alpha.evals, beta.evals)),
+    ):
         assert frame.columns[0] == "study"
         assert list(frame["study"]) == ["alpha"] * len(parts[0]) + ["beta"] * len(parts[1])
         mine = frame[frame["study"] == "beta"].drop(columns="study").reset_index(drop=True)
@@ -45,12 +47,14 @@ def test_each_study_keeps_its_own_front_lines_and_curves(url: str) -> None:
     fronts = compare.pareto_data(both.trials, names, "peak_mem_bytes")
     for one in (alpha, beta):
         mine = fronts[fronts["study"] == one.name].drop(columns="study").reset_index(drop=True)
-        pd.testing.assert_frame_equal(mine, pareto.data(one.trials, "peak_mem_bytes"),
-                                      check_dtype=False)
+        pd.testing.assert_frame_equal(
+            mine, pareto.data(one.trials, "peak_mem_bytes"), check_dtype=False
+        )
         lines = compare.curves_data(both.evals, both.trials, names)
         mine = lines[lines["study"] == one.name].drop(columns="study").reset_index(drop=True)
-        pd.testing.assert_frame_equal(mine, curves.data(one.evals, one.trials)[0],
-                                      check_dtype=False)
+        pd.testing.assert_frame_equal(
+            mine, curves.data(one.evals, one.trials)[0], check_dtype=False
+        )
         best = compare.vocab_data(both.trials, names)
         mine = best[best["study"] == one.name].drop(columns="study").reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, vocab.data(one.trials)[1], check_dtype=False)
@@ -66,8 +70,9 @@ def test_the_two_study_report_and_the_one_study_report(url: str) -> None:
     assert "<h1>Studies <code>alpha</code>, <code>beta</code></h1>" in text
     one, charts, _ = report.build(url, "alpha")
     alpha = results.load(url, "alpha")
-    assert [c.key for c in charts] == [make(alpha).key for make in report.CHARTS
-                                       if report.applies(make, alpha)]
+    assert [c.key for c in charts] == [
+        make(alpha).key for make in report.CHARTS if report.applies(make, alpha)
+    ]
     assert "scaling" not in [c.key for c in charts]  # no trial planned at a compute budget
     assert "<h1>Study <code>alpha</code></h1>" in one and "compare-" not in one
 
@@ -79,10 +84,17 @@ def test_a_forked_studys_summary_names_its_carried_trials(tmp_path: Path) -> Non
     attrs = optuna_compat.TRIAL_USER_ATTRS_TABLE
     trials = optuna.load_study(study_name="child", storage=storage).get_trials()[:2]
     with storage.engine.begin() as conn:  # finished trials: Optuna's API refuses new attributes
-        conn.execute(attrs.insert(), [{"trial_id": optuna_compat.trial_id(t),
-                                       "key": "carried_from",
-                                       "value_json": json.dumps(f"parent#{t.number}")}
-                                      for t in trials])
+        conn.execute(
+            attrs.insert(),
+            [
+                {
+                    "trial_id": optuna_compat.trial_id(t),
+                    "key": "carried_from",
+                    "value_json": json.dumps(f"parent#{t.number}"),
+                }
+                for t in trials
+            ],
+        )
     storage.engine.dispose()
     data = results.load(found, "child")
     assert list(data.trials["carried_from"].fillna("")) == ["parent#0", "parent#1", "", ""]

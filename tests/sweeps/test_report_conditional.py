@@ -25,8 +25,19 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 ISSUE_SPACE = {"d_ff": "attention == 'sdpa'", "lr": "attention == 'naive'"}
 #: The sections of a random-search study's report (no compute budgets: no IsoFLOP fit; not an
 #: [ablation]: no effects).
-SECTIONS = ["pareto", "compute", "vocab", "memory_map", "memory_pred", "curves", "parallel",
-            "importance", "collapse", "samples", "timeline"]
+SECTIONS = [
+    "pareto",
+    "compute",
+    "vocab",
+    "memory_map",
+    "memory_pred",
+    "curves",
+    "parallel",
+    "importance",
+    "collapse",
+    "samples",
+    "timeline",
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +53,9 @@ def _dims(chart_dims: list[dict]) -> dict[str, dict]:
     return {d["label"].removesuffix(" (log)"): d for d in chart_dims}
 
 
-def test_report_of_a_conditional_space_is_written_with_every_chart(issue_url: str,
-                                                                   tmp_path: Path) -> None:
+def test_report_of_a_conditional_space_is_written_with_every_chart(
+    issue_url: str, tmp_path: Path
+) -> None:
     data = results.load(issue_url, "cond")
     frame = data.trials
     # the space is what the issue says: no trial has both d_ff and lr
@@ -95,8 +107,11 @@ def test_sweeps_report_of_a_conditional_space_exits_0(issue_url: str, tmp_path: 
 # --- random conditional spaces ----------------------------------------------------------------
 
 FIELDS = list(fake_study.DISTRIBUTIONS)  # the order fabricate suggests them in
-_CHOICES = {name: [c for c in d.choices] for name, d in fake_study.DISTRIBUTIONS.items()
-            if isinstance(d, optuna.distributions.CategoricalDistribution)}
+_CHOICES = {
+    name: [c for c in d.choices]
+    for name, d in fake_study.DISTRIBUTIONS.items()
+    if isinstance(d, optuna.distributions.CategoricalDistribution)
+}
 _NUMBERS = {"vocab_size": [300, 1000, 4000], "lr": [3e-4, 3e-3, 3e-2]}
 _NEVER = "lr > 1000000000.0"  # holds for no trial: the parameter is never set
 
@@ -149,8 +164,11 @@ def _check_chart(chart: report.Chart, data: results.StudyResults) -> None:
             assert (np.asarray(dim["values"]) == dim["tickvals"][0]).sum() == unset[name]
     if chart.key == "importance" and chart.figure is not None:
         done = frame[(frame["outcome"] == "complete") & frame["val_bpb"].notna()]
-        partial = [c for c in frame if c.startswith("param_") and done[c].notna().any()
-                   and done[c].isna().any()]
+        partial = [
+            c
+            for c in frame
+            if c.startswith("param_") and done[c].notna().any() and done[c].isna().any()
+        ]
         assert ("Set in only some trials" in chart.about) == bool(partial), chart.about
 
 
@@ -176,8 +194,9 @@ def test_random_conditional_spaces_draw_every_chart_or_say_why(tmp_path: Path) -
         assert {c.key: c.error for c in charts if c.error} == {}, context
         # the sections that apply, in order (not an [ablation], no compute budgets)
         keys = [c.key for c in charts]
-        assert keys == [report.CHART_NAMES[make][0] for make in report.CHARTS
-                        if report.applies(make, data)], context
+        assert keys == [
+            report.CHART_NAMES[make][0] for make in report.CHARTS if report.applies(make, data)
+        ], context
         assert not {"effects", "forest", "scaling"} & set(keys), context
         for chart in charts:
             _check_chart(chart, data)
@@ -196,10 +215,12 @@ def test_random_conditional_spaces_draw_every_chart_or_say_why(tmp_path: Path) -
 
 
 def test_a_chart_that_raises_is_left_out_with_a_note_and_the_rest_is_written(
-        issue_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    issue_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(trials: object) -> None:
-        raise ValueError("zero-size array to reduction operation minimum which has no identity"
-                         "\nsecond line")
+        raise ValueError(
+            "zero-size array to reduction operation minimum which has no identity\nsecond line"
+        )
 
     monkeypatch.setattr(parallel, "data", broken)
     out = tmp_path / "broken.html"
@@ -207,26 +228,31 @@ def test_a_chart_that_raises_is_left_out_with_a_note_and_the_rest_is_written(
     assert [c.key for c in charts] == SECTIONS  # every section, the broken one as a note
     failed = {c.key: c for c in charts if c.error is not None}
     assert list(failed) == ["parallel"]
-    assert failed["parallel"].error == ("ValueError: zero-size array to reduction operation "
-                                        "minimum which has no identity")  # one line
+    assert failed["parallel"].error == (
+        "ValueError: zero-size array to reduction operation minimum which has no identity"
+    )  # one line
     assert failed["parallel"].figure is None
     assert all(c.figure is not None or c.html for c in charts if c.key != "parallel")
     page = out.read_text()
     assert page.count('class="chart"') == 9  # the ten drawn charts but parallel coordinates
-    assert ("Parallel coordinates: left out, could not be drawn: ValueError: zero-size array "
-            "to reduction operation minimum which has no identity</p>") in page
+    assert (
+        "Parallel coordinates: left out, could not be drawn: ValueError: zero-size array "
+        "to reduction operation minimum which has no identity</p>"
+    ) in page
     assert "second line" not in page
     # the CLI writes the report, exits 0 and says what was left out and why, in one row
     proc = sweeps_here("report", "cond", "--storage", issue_url, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if "left out, could not be drawn" in line]
     assert len(rows) == 1 and "parallel: ValueError: zero-size array" in rows[0], proc.stdout
-    assert "parallel" not in next(line for line in proc.stdout.splitlines()
-                                  if line.strip().startswith("charts"))
+    assert "parallel" not in next(
+        line for line in proc.stdout.splitlines() if line.strip().startswith("charts")
+    )
 
 
 def test_a_figure_that_cannot_be_written_is_left_out_with_a_note(
-        issue_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    issue_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A chart whose figure plotly cannot write (the failure is in the page, not the data)."""
     to_html = report.pio.to_html
 

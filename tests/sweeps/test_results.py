@@ -39,15 +39,33 @@ def test_one_row_per_trial_with_the_trial_record(small: tuple[str, optuna.Study]
         assert row["reason"] == attrs["reason"]
         for name, value in t.params.items():
             assert row[f"param_{name}"] == value
-        for key in ("val_bpb", "peak_mem_bytes", "predicted_mem_bytes", "tokens_per_s",
-                    "wall_s", "params_total", "bytes_per_token", "unk_rate", "unigram_gap",
-                    "kl_mean_to_unigram", "mean_kl_to_mean", "top20_overlap"):
+        for key in (
+            "val_bpb",
+            "peak_mem_bytes",
+            "predicted_mem_bytes",
+            "tokens_per_s",
+            "wall_s",
+            "params_total",
+            "bytes_per_token",
+            "unk_rate",
+            "unigram_gap",
+            "kl_mean_to_unigram",
+            "mean_kl_to_mean",
+            "top20_overlap",
+        ):
             if key in attrs:
                 assert row[key] == pytest.approx(attrs[key]), key
             else:
                 assert pd.isna(row[key]), key
-        for key in ("vocab_size", "tokenizer", "d_ff", "seq_len", "batch_size", "attention",
-                    "precision"):
+        for key in (
+            "vocab_size",
+            "tokenizer",
+            "d_ff",
+            "seq_len",
+            "batch_size",
+            "attention",
+            "precision",
+        ):
             assert row[key] == attrs["config"][key]
         assert row["fitted"] == ("fitted" in attrs)
         assert row["host"] == attrs["host"]
@@ -64,7 +82,7 @@ def test_evaluations_and_samples(small: tuple[str, optuna.Study]) -> None:
     evals = results.evals_frame(url, "small")
     stored = records.read_evals(st.open_engine(url), "small")
     assert len(evals) == len(stored) > 30
-    assert list(evals.columns[:len(results.EVAL_COLUMNS)]) == list(results.EVAL_COLUMNS)
+    assert list(evals.columns[: len(results.EVAL_COLUMNS)]) == list(results.EVAL_COLUMNS)
     assert "samples" not in evals and "top_tokens" in evals
     first = stored[0]["metrics"]
     assert evals.loc[0, "val_bpb"] == pytest.approx(first["val_bpb"])
@@ -87,8 +105,9 @@ def test_load_gives_everything_with_directions_and_space(small: tuple[str, optun
     assert len(data.trials) == 30 and len(data.evals) and len(data.samples)
 
 
-def test_bulk_fabrication_matches_the_public_api(small: tuple[str, optuna.Study],
-                                                 tmp_path: Path) -> None:
+def test_bulk_fabrication_matches_the_public_api(
+    small: tuple[str, optuna.Study], tmp_path: Path
+) -> None:
     """The 2,000-trial tests write in bulk; the rows must be exactly what the APIs write."""
     url, _ = small
     bulk_url = f"sqlite:///{tmp_path / 'bulk.db'}"
@@ -98,12 +117,20 @@ def test_bulk_fabrication_matches_the_public_api(small: tuple[str, optuna.Study]
     pd.testing.assert_frame_equal(a.trials.drop(columns=when), b.trials.drop(columns=when))
     pd.testing.assert_frame_equal(a.evals, b.evals)
     pd.testing.assert_frame_equal(a.samples, b.samples)
+
     # and Optuna itself reads the bulk rows back as the same trials
     def attrs(u: str) -> list[dict]:
         trials = optuna.load_study(study_name="small", storage=u).get_trials()
-        return [{k: v for k, v in t.user_attrs.items() if k != "started_at"} | {
-            "_params": t.params, "_values": t.values, "_state": t.state,
-            "_intermediate": t.intermediate_values} for t in trials]
+        return [
+            {k: v for k, v in t.user_attrs.items() if k != "started_at"}
+            | {
+                "_params": t.params,
+                "_values": t.values,
+                "_state": t.state,
+                "_intermediate": t.intermediate_values,
+            }
+            for t in trials
+        ]
 
     assert attrs(bulk_url) == attrs(url)
 

@@ -59,13 +59,24 @@ def past_a_checkpoint(run_dir: Path) -> bool:
 
 
 @pytest.mark.study
-def test_sigkill_of_sweeps_run_then_the_requeued_trial_resumes(tmp_path: Path,
-                                                                corpus: Path) -> None:
-    data = spec_dict("resume", corpus, fixed={
-        "tokenizer": "word", "lr": 3e-2, "dropout": 0.1, "max_tokens": 40_000,
-        "eval_every_tokens": 2_000, "checkpoint_every_tokens": 8_000},
-        space={"vocab_size": {"choices": [300]}}, study={"n_trials": 1},
-        limits={"collapse": False, "max_wall_s": 600})
+def test_sigkill_of_sweeps_run_then_the_requeued_trial_resumes(
+    tmp_path: Path, corpus: Path
+) -> None:
+    data = spec_dict(
+        "resume",
+        corpus,
+        fixed={
+            "tokenizer": "word",
+            "lr": 3e-2,
+            "dropout": 0.1,
+            "max_tokens": 40_000,
+            "eval_every_tokens": 2_000,
+            "checkpoint_every_tokens": 8_000,
+        },
+        space={"vocab_size": {"choices": [300]}},
+        study={"n_trials": 1},
+        limits={"collapse": False, "max_wall_s": 600},
+    )
     spec = tmp_path / "resume.toml"
     spec.write_text(toml_text(data))
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
@@ -73,8 +84,11 @@ def test_sigkill_of_sweeps_run_then_the_requeued_trial_resumes(tmp_path: Path,
     first_dir = tmp_path / "runs" / "resume" / "trials" / "0"
     first = sweeps_popen(*args, cwd=tmp_path)
     try:
-        wait_for(lambda: past_a_checkpoint(first_dir) or first.poll() is not None, 180,
-                 "trial 0 past its first checkpoint")
+        wait_for(
+            lambda: past_a_checkpoint(first_dir) or first.poll() is not None,
+            180,
+            "trial 0 past its first checkpoint",
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -96,22 +110,25 @@ def test_sigkill_of_sweeps_run_then_the_requeued_trial_resumes(tmp_path: Path,
     reference = tmp_path / "reference"
     reference.mkdir()
     shutil.copyfile(resumed_dir / CONFIG_FILE, reference / CONFIG_FILE)
-    done = subprocess.run([sys.executable, "-m", "lm.train", str(reference)], cwd=REPO,
-                          env={**os.environ, **CHILD_ENV, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "lm.train", str(reference)],
+        cwd=REPO,
+        env={**os.environ, **CHILD_ENV, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     ref = read_result(reference)
     assert ref.resumed_from_tokens == 0
     assert resumed.user_attrs["val_bpb"] == ref.final_metrics["val_bpb"]
     assert resumed.values == [ref.final_metrics["val_bpb"]]
     strip = [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows(resumed_dir)]
-    assert strip == [{k: v for k, v in r.items() if k not in TIMING_KEYS}
-                     for r in rows(reference)]
+    assert strip == [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows(reference)]
     assert lm_processes(tmp_path) == []
 
 
-def test_only_a_checkpoint_of_the_same_computation_is_taken(tmp_path: Path,
-                                                             corpus: Path) -> None:
+def test_only_a_checkpoint_of_the_same_computation_is_taken(tmp_path: Path, corpus: Path) -> None:
     cfg = TrainConfig(corpus=str(corpus), tokenizer="word", vocab_size=300)
     trials = tmp_path / "trials"
     for number, lr, tokens in ((0, 1e-3, 4_000), (1, 1e-3, 8_000), (2, 2e-3, 12_000)):
@@ -119,13 +136,16 @@ def test_only_a_checkpoint_of_the_same_computation_is_taken(tmp_path: Path,
         src.mkdir(parents=True)
         write_config(src, cfg)
         (src / RESUME_FILE).write_bytes(f"checkpoint {number}".encode())
-        fingerprint = TrainConfig(corpus=str(corpus), tokenizer="word", vocab_size=300,
-                                  lr=lr).resume_fingerprint()
-        (src / RESUME_INDEX_FILE).write_text(json.dumps(
-            {"resume_fingerprint": fingerprint, "tokens": tokens}), encoding="utf-8")
-        (src / METRICS_FILE).write_text("".join(
-            json.dumps({"tokens": t}) + "\n" for t in range(2_000, tokens + 4_000, 2_000)),
-            encoding="utf-8")
+        fingerprint = TrainConfig(
+            corpus=str(corpus), tokenizer="word", vocab_size=300, lr=lr
+        ).resume_fingerprint()
+        (src / RESUME_INDEX_FILE).write_text(
+            json.dumps({"resume_fingerprint": fingerprint, "tokens": tokens}), encoding="utf-8"
+        )
+        (src / METRICS_FILE).write_text(
+            "".join(json.dumps({"tokens": t}) + "\n" for t in range(2_000, tokens + 4_000, 2_000)),
+            encoding="utf-8",
+        )
     new = trials / "3"
     new.mkdir()
     # Trial 2 is another learning rate's; of the two others, the later checkpoint wins.

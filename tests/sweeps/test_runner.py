@@ -47,11 +47,20 @@ def open_study(tmp: Path, data: dict[str, Any]) -> tuple[StudySpec, st.RDBStorag
     return (spec, *worker_study(spec, tmp / "sweeps.db"))
 
 
-def context(spec: StudySpec, storage: Any, study: optuna.Study, tmp: Path, launcher: Any,
-            **kwargs: Any) -> RunnerContext:
-    return RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp / "runs",
-                         launcher=launcher, budget_bytes=kwargs.pop("budget", 4 * 2**30),
-                         poll_s=0.05, term_grace_s=5.0, **kwargs)
+def context(
+    spec: StudySpec, storage: Any, study: optuna.Study, tmp: Path, launcher: Any, **kwargs: Any
+) -> RunnerContext:
+    return RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=tmp / "runs",
+        launcher=launcher,
+        budget_bytes=kwargs.pop("budget", 4 * 2**30),
+        poll_s=0.05,
+        term_grace_s=5.0,
+        **kwargs,
+    )
 
 
 def frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
@@ -78,21 +87,29 @@ def test_metrics_follower_returns_complete_lines_only(tmp_path: Path) -> None:
     assert len(follower.problems) == 4
 
 
-@pytest.mark.parametrize(("rc", "result", "stopped", "expected"), [
-    (6, {"outcome": "interrupted", "reason": "SIGTERM"}, Verdict("unigram_collapse", "x"),
-     "unigram_collapse"),
-    (0, {"outcome": "complete", "reason": "ok"}, None, "complete"),
-    (3, {"outcome": "oom", "reason": "MemoryError"}, None, "oom"),
-    (-signal.SIGKILL, None, None, "oom"),
-    (-signal.SIGTERM, None, None, "interrupted"),  # a scancel before the child's handler
-    (137, None, None, "oom"),
-    (2, None, None, "crashed"),
-    (4, None, None, "diverged"),
-    (1, None, None, "crashed"),
-    (0, None, None, "crashed"),  # exit 0 without a result file is not a success
-])
-def test_classify(rc: int, result: dict | None, stopped: Verdict | None, expected: str,
-                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("rc", "result", "stopped", "expected"),
+    [
+        (
+            6,
+            {"outcome": "interrupted", "reason": "SIGTERM"},
+            Verdict("unigram_collapse", "x"),
+            "unigram_collapse",
+        ),
+        (0, {"outcome": "complete", "reason": "ok"}, None, "complete"),
+        (3, {"outcome": "oom", "reason": "MemoryError"}, None, "oom"),
+        (-signal.SIGKILL, None, None, "oom"),
+        (-signal.SIGTERM, None, None, "interrupted"),  # a scancel before the child's handler
+        (137, None, None, "oom"),
+        (2, None, None, "crashed"),
+        (4, None, None, "diverged"),
+        (1, None, None, "crashed"),
+        (0, None, None, "crashed"),  # exit 0 without a result file is not a success
+    ],
+)
+def test_classify(
+    rc: int, result: dict | None, stopped: Verdict | None, expected: str, tmp_path: Path
+) -> None:
     (tmp_path / "train.log").write_text("error: corpus /x does not exist\n")
     outcome, reason = classify(rc, result, stopped, tmp_path)
     assert outcome == expected
@@ -106,14 +123,16 @@ def test_classify(rc: int, result: dict | None, stopped: Verdict | None, expecte
 
 
 @pytest.mark.study
-def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path,
-                                               fork_server: Any) -> None:
+def test_a_complete_trial_records_the_contract(
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
     data = spec_dict("contract", corpus)
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"tokenizer": "word", "vocab_size": 300})
     events: list[str] = []
-    ctx = context(spec, storage, study, tmp_path, fork_server,
-                  on_event=lambda kind, _: events.append(kind))
+    ctx = context(
+        spec, storage, study, tmp_path, fork_server, on_event=lambda kind, _: events.append(kind)
+    )
     report = run_trial(ctx, CPU, study.ask())
     assert (report.outcome, report.told) == ("complete", True), report.reason
     t = frozen(study, report.number)
@@ -123,17 +142,44 @@ def test_a_complete_trial_records_the_contract(tmp_path: Path, corpus: Path,
     assert run_dir == tmp_path / "runs" / "trials" / str(t.number)
     assert json.loads((run_dir / "config.json").read_text()) == a["config"]
     assert a["config"]["cpu_memory_limit_bytes"] == preflight.cpu_child_limit(
-        4 * 2**30, a["predicted_mem_bytes"])
+        4 * 2**30, a["predicted_mem_bytes"]
+    )
     assert a["sampled"] == t.params == {"tokenizer": "word", "vocab_size": 300}
     assert "fitted" not in a
-    for key in ("host", "pid", "started_at", "wall_s", "cold_start_s", "setup_s",
-                "predicted_mem_bytes",
-                "predicted_mem_raw_bytes", "memory_budget_bytes", "calibration_factor",
-                "predicted_peak_mem_raw_bytes", "predicted_peak_mem_kind", "peak_mem_kind",
-                "peak_mem_bytes", "tokens_seen", "tokens_per_s", "params_total", "params",
-                "bytes_per_token", "unk_rate", "train_s", "val_bpb", "val_loss", "accuracy",
-                "unigram_entropy", "unigram_bpb", "unigram_gap", "kl_mean_to_unigram",
-                "mean_kl_to_mean", "top20_overlap", "unk_rate_targets", "best_val_bpb"):
+    for key in (
+        "host",
+        "pid",
+        "started_at",
+        "wall_s",
+        "cold_start_s",
+        "setup_s",
+        "predicted_mem_bytes",
+        "predicted_mem_raw_bytes",
+        "memory_budget_bytes",
+        "calibration_factor",
+        "predicted_peak_mem_raw_bytes",
+        "predicted_peak_mem_kind",
+        "peak_mem_kind",
+        "peak_mem_bytes",
+        "tokens_seen",
+        "tokens_per_s",
+        "params_total",
+        "params",
+        "bytes_per_token",
+        "unk_rate",
+        "train_s",
+        "val_bpb",
+        "val_loss",
+        "accuracy",
+        "unigram_entropy",
+        "unigram_bpb",
+        "unigram_gap",
+        "kl_mean_to_unigram",
+        "mean_kl_to_mean",
+        "top20_overlap",
+        "unk_rate_targets",
+        "best_val_bpb",
+    ):
         assert key in a, key
     assert a["outcome"] == "complete" and a["constraint"] == 0.0 and a["pid"] == os.getpid()
     assert a["peak_mem_kind"] == a["predicted_peak_mem_kind"] == "cpu_peak_anon"
@@ -160,8 +206,15 @@ class Underestimate:
     halve_batch = staticmethod(preflight.halve_batch)
 
     @staticmethod
-    def plan_trial(cfg: Any, limits: Any, *, device: str, budget_bytes: int | None,
-                   calibration: float = 1.0, launcher: str = "subprocess") -> TrialPlan:
+    def plan_trial(
+        cfg: Any,
+        limits: Any,
+        *,
+        device: str,
+        budget_bytes: int | None,
+        calibration: float = 1.0,
+        launcher: str = "subprocess",
+    ) -> TrialPlan:
         return TrialPlan(cfg, True, 2**20, 2**20, budget_bytes, None, "wrong on purpose")
 
     @staticmethod
@@ -170,11 +223,15 @@ class Underestimate:
 
 
 @pytest.mark.study
-def test_an_over_budget_trial_ends_oom_and_the_study_goes_on(tmp_path: Path, corpus: Path,
-                                                               fork_server: Any) -> None:
-    data = spec_dict("limit", corpus, space={"batch_size": {"choices": [8, 256]},
-                                             "seq_len": {"choices": [16, 64]}},
-                     fixed={"tokenizer": "word", "vocab_size": 600})
+def test_an_over_budget_trial_ends_oom_and_the_study_goes_on(
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
+    data = spec_dict(
+        "limit",
+        corpus,
+        space={"batch_size": {"choices": [8, 256]}, "seq_len": {"choices": [16, 64]}},
+        fixed={"tokenizer": "word", "vocab_size": 600},
+    )
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"batch_size": 256, "seq_len": 64})  # B x T x V logits: 40 MB a copy
     study.enqueue_trial({"batch_size": 8, "seq_len": 16})
@@ -215,9 +272,9 @@ class NeverLaunched:
         pass
 
 
-def test_a_trial_is_planned_for_the_launcher_that_starts_it(tmp_path: Path, corpus: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_a_trial_is_planned_for_the_launcher_that_starts_it(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A forked child's baseline is its own (``lm.memory.CPU_FORK_SAVING_BYTES``, measured 0
     today): a real run plans with the launcher it uses, as ``sweeps estimate --launcher`` does,
     so a saving, when there is one, applies where trials run."""
@@ -227,8 +284,7 @@ def test_a_trial_is_planned_for_the_launcher_that_starts_it(tmp_path: Path, corp
         (tmp_path / kind).mkdir()
         spec, storage, study = open_study(tmp_path / kind, spec_dict("launcher", corpus))
         study.enqueue_trial({"tokenizer": "word", "vocab_size": 300})
-        ctx = context(spec, storage, study, tmp_path / kind, NeverLaunched(kind),
-                      budget=64 * 2**20)
+        ctx = context(spec, storage, study, tmp_path / kind, NeverLaunched(kind), budget=64 * 2**20)
         report = run_trial(ctx, CPU, study.ask())
         assert report.outcome == "predicted_oom", report.reason
         predicted[kind] = frozen(study, report.number).user_attrs["predicted_mem_raw_bytes"]
@@ -236,11 +292,16 @@ def test_a_trial_is_planned_for_the_launcher_that_starts_it(tmp_path: Path, corp
 
 
 @pytest.mark.study
-def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, corpus: Path,
-                                                            fork_server: Any) -> None:
-    data = spec_dict("fit", corpus, space={"batch_size": {"choices": [8, 512]}},
-                     fixed={"tokenizer": "word", "vocab_size": 600, "seq_len": 32},
-                     limits={"oom_policy": "fit"})
+def test_fit_policy_trains_the_fitted_batch_and_records_both(
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
+    data = spec_dict(
+        "fit",
+        corpus,
+        space={"batch_size": {"choices": [8, 512]}},
+        fixed={"tokenizer": "word", "vocab_size": 600, "seq_len": 32},
+        limits={"oom_policy": "fit"},
+    )
     spec, storage, study = open_study(tmp_path, data)
     from sweeps.space import trial_config
 
@@ -256,26 +317,40 @@ def test_fit_policy_trains_the_fitted_batch_and_records_both(tmp_path: Path, cor
     assert a["fitted"]["batch_size"] < 512
     assert a["fitted"]["batch_size"] * a["fitted"]["grad_accum"] == 512
     assert (a["config"]["batch_size"], a["config"]["grad_accum"]) == (
-        a["fitted"]["batch_size"], a["fitted"]["grad_accum"])
+        a["fitted"]["batch_size"],
+        a["fitted"]["grad_accum"],
+    )
 
 
-@pytest.mark.parametrize(("unk_limit", "expected", "words"), [
-    (1.0, "unigram_collapse", "predicts the corpus frequencies"),  # the <unk> verdict off
-    (0.5, "unk_dominated", "<unk> is the likeliest prediction"),
-])
+@pytest.mark.parametrize(
+    ("unk_limit", "expected", "words"),
+    [
+        (1.0, "unigram_collapse", "predicts the corpus frequencies"),  # the <unk> verdict off
+        (0.5, "unk_dominated", "<unk> is the likeliest prediction"),
+    ],
+)
 @pytest.mark.study
-def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: Path,
-                                                        fork_server: Any, unk_limit: float,
-                                                        expected: str, words: str) -> None:
+def test_a_collapsed_config_is_stopped_with_its_verdict(
+    tmp_path: Path, corpus: Path, fork_server: Any, unk_limit: float, expected: str, words: str
+) -> None:
     # Six ids: <pad> <Q> <A> <D> <unk> and one word. Every target is a marker or <unk>, so the
     # best the model can do is the unigram, and <unk> is what it predicts. Judged from step 20
     # and a learning rate summed to 0.02 (lr 3e-3 sums to under 0.1 by step 32).
-    data = spec_dict("collapse", corpus, space={"vocab_size": {"choices": [6, 300]}},
-                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
-                     limits={"collapse": {"min_steps": 20, "min_lr_sum": 0.02,
-                                          "max_unk_argmax": unk_limit,
-                                          # the data's own rule off: the predictions' are judged
-                                          "max_unk_targets": 1.0}})
+    data = spec_dict(
+        "collapse",
+        corpus,
+        space={"vocab_size": {"choices": [6, 300]}},
+        fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
+        limits={
+            "collapse": {
+                "min_steps": 20,
+                "min_lr_sum": 0.02,
+                "max_unk_argmax": unk_limit,
+                # the data's own rule off: the predictions' are judged
+                "max_unk_targets": 1.0,
+            }
+        },
+    )
     spec, storage, study = open_study(tmp_path, data)
     study.enqueue_trial({"vocab_size": 6})
     ctx = context(spec, storage, study, tmp_path, fork_server)
@@ -293,11 +368,16 @@ def test_a_collapsed_config_is_stopped_with_its_verdict(tmp_path: Path, corpus: 
 
 
 @pytest.mark.study
-def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, corpus: Path,
-                                                               fork_server: Any) -> None:
-    data = spec_dict("short", corpus, space={"vocab_size": {"choices": [6]}},
-                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000},
-                     limits={"collapse": {"max_unk_targets": 1.0}})
+def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
+    data = spec_dict(
+        "short",
+        corpus,
+        space={"vocab_size": {"choices": [6]}},
+        fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000},
+        limits={"collapse": {"max_unk_targets": 1.0}},
+    )
     spec, storage, study = open_study(tmp_path, data)
     report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
     t = frozen(study, report.number)
@@ -307,15 +387,19 @@ def test_a_trial_too_short_to_judge_runs_unjudged_with_a_note(tmp_path: Path, co
 
 
 @pytest.mark.study
-def test_a_trial_whose_rate_is_too_small_to_judge_runs_unjudged(tmp_path: Path, corpus: Path,
-                                                                 fork_server: Any) -> None:
+def test_a_trial_whose_rate_is_too_small_to_judge_runs_unjudged(
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
     """The collapsed configuration above, judged from step 20 but with the default
     ``min_lr_sum``: lr 3e-3 over its 125 steps sums to 0.21, not 0.5, so it is never judged; it ends
     complete, marked under_trained, and its value is the sampler's like any other."""
-    data = spec_dict("slow", corpus, space={"vocab_size": {"choices": [6]}},
-                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
-                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0,
-                                          "max_unk_targets": 1.0}})
+    data = spec_dict(
+        "slow",
+        corpus,
+        space={"vocab_size": {"choices": [6]}},
+        fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 16_000},
+        limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0, "max_unk_targets": 1.0}},
+    )
     spec, storage, study = open_study(tmp_path, data)
     report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
     t = frozen(study, report.number)
@@ -330,10 +414,10 @@ def test_a_trial_whose_rate_is_too_small_to_judge_runs_unjudged(tmp_path: Path, 
 
 
 @pytest.mark.study
-def test_a_stop_request_interrupts_the_child(tmp_path: Path, corpus: Path,
-                                             fork_server: Any) -> None:
-    data = spec_dict("stop", corpus, fixed={"max_tokens": 10_000_000},
-                     limits={"collapse": False})
+def test_a_stop_request_interrupts_the_child(
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
+    data = spec_dict("stop", corpus, fixed={"max_tokens": 10_000_000}, limits={"collapse": False})
     spec, storage, study = open_study(tmp_path, data)
     ctx = context(spec, storage, study, tmp_path, fork_server)
     ctx.on_event = lambda kind, _: ctx.stop.stop.set() if kind == "eval" else None
@@ -369,19 +453,31 @@ class StubbornLauncher:
 
     kind = "subprocess"
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
-        code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                f"open(sys.argv[1], 'w').close(); time.sleep({STUBBORN_SLEEP_S})")
-        return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir / "ready")],
-                                           start_new_session=True))
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict | None = None,
+        cpus: list[int] | None = None,
+    ) -> PopenChild:
+        code = (
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"open(sys.argv[1], 'w').close(); time.sleep({STUBBORN_SLEEP_S})"
+        )
+        return PopenChild(
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(run_dir / "ready")], start_new_session=True
+            )
+        )
 
     def close(self) -> None:
         pass
 
 
-def stubborn_trial(tmp: Path, corpus: Path, grace: float,
-                   on_launch: Any) -> tuple[Any, optuna.trial.FrozenTrial]:
+def stubborn_trial(
+    tmp: Path, corpus: Path, grace: float, on_launch: Any
+) -> tuple[Any, optuna.trial.FrozenTrial]:
     spec, storage, study = open_study(tmp, spec_dict("stubborn", corpus))
     ctx = context(spec, storage, study, tmp, StubbornLauncher())
     ctx.term_grace_s = grace
@@ -417,8 +513,9 @@ def test_a_second_stop_request_kills_at_once(tmp_path: Path, corpus: Path) -> No
 
 
 @pytest.mark.study
-def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpus: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sweeps import monitor
 
     monkeypatch.setattr(monitor, "hard_wall_s", lambda limits: 0.5)
@@ -430,8 +527,7 @@ def test_the_wall_clock_limit_ends_a_hung_trial_as_timeout(tmp_path: Path, corpu
 
 
 @pytest.mark.study
-def test_a_dead_fork_server_fails_its_trial_and_is_restarted(tmp_path: Path,
-                                                             corpus: Path) -> None:
+def test_a_dead_fork_server_fails_its_trial_and_is_restarted(tmp_path: Path, corpus: Path) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("restart", corpus))
     with ForkServer() as fork:
         ctx = context(spec, storage, study, tmp_path, fork)
@@ -454,8 +550,12 @@ def test_the_fork_server_serves_only_its_own_orchestrator(fork_server: Any, tmp_
         except OSError:
             print("closed")
     """
-    other = subprocess.run([sys.executable, "-c", code, fork_server.socket_address[1:]],
-                           capture_output=True, text=True, timeout=30)
+    other = subprocess.run(
+        [sys.executable, "-c", code, fork_server.socket_address[1:]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert other.returncode == 0, other.stderr
     assert other.stdout.strip() in ("b''", "closed")  # closed unanswered: nothing forked
 
@@ -487,35 +587,48 @@ class GarbledLauncher:
 
     kind = "subprocess"
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict | None = None,
+        cpus: list[int] | None = None,
+    ) -> PopenChild:
         code = (
             "import json, sys, pathlib; d = pathlib.Path(sys.argv[1])\n"
-            "lines = ['[1,2,3]', '\"text\"', '{\"step\": \"one\", \"tokens\": 100, "
-            "\"val_bpb\": \"low\", \"samples\": \"none\"}', "
-            "'{\"step\": 2, \"tokens\": 200, \"val_bpb\": 3.5, \"val_loss\": 2.0}']\n"
+            'lines = [\'[1,2,3]\', \'"text"\', \'{"step": "one", "tokens": 100, '
+            '"val_bpb": "low", "samples": "none"}\', '
+            '\'{"step": 2, "tokens": 200, "val_bpb": 3.5, "val_loss": 2.0}\']\n'
             "(d / 'metrics.jsonl').write_text('\\n'.join(lines) + '\\n')\n"
             "(d / 'result.json').write_text(json.dumps({'outcome': 'complete', 'reason': 'ok',"
             " 'exit_code': 0, 'peak_mem_bytes': 'big', 'tokens_seen': 200, 'params': [1],"
-            " 'final_metrics': {'val_bpb': 3.5, 'val_loss': 2.0, 'tokens': 200}}))\n")
-        return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir)],
-                                           start_new_session=True))
+            " 'final_metrics': {'val_bpb': 3.5, 'val_loss': 2.0, 'tokens': 200}}))\n"
+        )
+        return PopenChild(
+            subprocess.Popen([sys.executable, "-c", code, str(run_dir)], start_new_session=True)
+        )
 
     def close(self) -> None:
         pass
 
 
 @pytest.mark.study
-def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(tmp_path: Path,
-                                                                  corpus: Path) -> None:
+def test_wrong_shaped_child_files_are_skipped_and_noted_not_fatal(
+    tmp_path: Path, corpus: Path
+) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("garbled", corpus))
-    report = run_trial(context(spec, storage, study, tmp_path, GarbledLauncher()), CPU,
-                       study.ask())
+    report = run_trial(context(spec, storage, study, tmp_path, GarbledLauncher()), CPU, study.ask())
     t = frozen(study, report.number)
     assert report.outcome == "complete" and t.values == [3.5]  # judged on what was valid
     problems = t.user_attrs["child_file_problems"]
-    assert [p.split("=")[0] for p in problems[2:]] == ["step", "val_bpb", "samples",
-                                                       "peak_mem_bytes", "params"]
+    assert [p.split("=")[0] for p in problems[2:]] == [
+        "step",
+        "val_bpb",
+        "samples",
+        "peak_mem_bytes",
+        "params",
+    ]
     assert all("not an object" in p for p in problems[:2])
     evals = records.read_evals(storage, "garbled")
     assert [e["tokens"] for e in evals] == [100, 200]
@@ -537,11 +650,14 @@ def test_a_cuda_child_is_limited_to_the_reservation_it_was_admitted_with() -> No
     limited = _with_memory_limit(ctx, gpu, cfg, 800 * 2**20, reserved)
     assert limited.cuda_memory_limit_bytes == reserved and limited.cpu_memory_limit_bytes is None
     tight = dataclasses.replace(cfg, cuda_memory_limit_bytes=600 * 2**20)
-    assert _with_memory_limit(ctx, gpu, tight, 800 * 2**20, reserved
-                              ).cuda_memory_limit_bytes == 600 * 2**20
+    assert (
+        _with_memory_limit(ctx, gpu, tight, 800 * 2**20, reserved).cuda_memory_limit_bytes
+        == 600 * 2**20
+    )
     assert _with_memory_limit(ctx, gpu, cfg, 800 * 2**20, None) is cfg  # no budget, no limit
-    cpu = _with_memory_limit(ctx, WorkerDevice(), dataclasses.replace(cfg, device="cpu"),
-                             800 * 2**20, reserved)
+    cpu = _with_memory_limit(
+        ctx, WorkerDevice(), dataclasses.replace(cfg, device="cpu"), 800 * 2**20, reserved
+    )
     assert cpu.cuda_memory_limit_bytes is None and cpu.cpu_memory_limit_bytes is not None
 
 
@@ -556,12 +672,19 @@ class ScriptedLauncher:
 
     kind = "subprocess"
 
-    def __init__(self, rows: list[dict[str, Any]], result: dict[str, Any],
-                 progress: int | None = None) -> None:
+    def __init__(
+        self, rows: list[dict[str, Any]], result: dict[str, Any], progress: int | None = None
+    ) -> None:
         self.rows, self.result, self.progress = rows, result, progress
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict | None = None,
+        cpus: list[int] | None = None,
+    ) -> PopenChild:
         code = (
             "import json, sys, time, pathlib; d = pathlib.Path(sys.argv[1])\n"
             "rows, result, progress = json.loads(sys.argv[2])\n"
@@ -572,11 +695,18 @@ class ScriptedLauncher:
             "        time.sleep(0.02)\n"
             "(d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in rows))\n"
             "(d / 'result.json').write_text(json.dumps(result))\n"
-            "print('complete: trained', flush=True)\n")
+            "print('complete: trained', flush=True)\n"
+        )
         args = json.dumps([self.rows, self.result, self.progress])
         with open(log_path, "ab") as log:
-            return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir), args],
-                                               stdout=log, stderr=log, start_new_session=True))
+            return PopenChild(
+                subprocess.Popen(
+                    [sys.executable, "-c", code, str(run_dir), args],
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
 
     def close(self) -> None:
         pass
@@ -584,24 +714,37 @@ class ScriptedLauncher:
 
 def _row(step: int, tokens: int, val_bpb: float, *, collapsed: bool) -> dict[str, Any]:
     """An evaluation that learns (context used, beats the unigram) or has collapsed."""
-    return {"step": step, "tokens": tokens, "val_bpb": val_bpb, "val_loss": 2.5,
-            "mean_kl_to_mean": 0.01 if collapsed else 1.0,
-            "kl_mean_to_unigram": 0.1 if collapsed else 1.0,
-            "unigram_gap": -0.05 if collapsed else 0.5, "unigram_bpb": 3.68}
+    return {
+        "step": step,
+        "tokens": tokens,
+        "val_bpb": val_bpb,
+        "val_loss": 2.5,
+        "mean_kl_to_mean": 0.01 if collapsed else 1.0,
+        "kl_mean_to_unigram": 0.1 if collapsed else 1.0,
+        "unigram_gap": -0.05 if collapsed else 0.5,
+        "unigram_bpb": 3.68,
+    }
 
 
 def test_a_verdict_at_the_last_evaluation_is_the_run_dirs_truth_and_its_value_the_last(
-        tmp_path: Path, corpus: Path) -> None:
+    tmp_path: Path, corpus: Path
+) -> None:
     """A collapse judged at the final evaluation: the run's own result.json and log say so
     (the child had written complete), and Optuna's value is that evaluation's val_bpb, not the
     one before (once told PRUNED, Optuna takes the last reported intermediate value)."""
     data = spec_dict("verdict", corpus, limits={"collapse": {"min_steps": 1}})
     spec, storage, study = open_study(tmp_path, data)
     rows = [_row(10, 2000, 3.70, collapsed=False), _row(20, 4000, 3.6827, collapsed=True)]
-    result = {"outcome": "complete", "reason": "trained 4,000 tokens", "exit_code": 0,
-              "tokens_seen": 4000, "final_metrics": rows[-1]}
-    report = run_trial(context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result)),
-                       CPU, study.ask())
+    result = {
+        "outcome": "complete",
+        "reason": "trained 4,000 tokens",
+        "exit_code": 0,
+        "tokens_seen": 4000,
+        "final_metrics": rows[-1],
+    }
+    report = run_trial(
+        context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result)), CPU, study.ask()
+    )
     t = frozen(study, report.number)
     assert report.outcome == "unigram_collapse" and t.state == TrialState.PRUNED, report.reason
     assert t.value == t.user_attrs["val_bpb"] == 3.6827
@@ -609,26 +752,31 @@ def test_a_verdict_at_the_last_evaluation_is_the_run_dirs_truth_and_its_value_th
     written = json.loads((run_dir / "result.json").read_text())
     assert (written["outcome"], written["reason"]) == ("unigram_collapse", t.user_attrs["reason"])
     assert (written["child_outcome"], written["child_reason"]) == (
-        "complete", "trained 4,000 tokens")
+        "complete",
+        "trained 4,000 tokens",
+    )
     log = (run_dir / "train.log").read_text()
     assert "sweeps verdict: unigram_collapse: " in log and "child reported complete" in log
 
 
-def test_an_agreed_outcome_leaves_the_childs_result_as_it_wrote_it(tmp_path: Path,
-                                                                   corpus: Path) -> None:
+def test_an_agreed_outcome_leaves_the_childs_result_as_it_wrote_it(
+    tmp_path: Path, corpus: Path
+) -> None:
     spec, storage, study = open_study(tmp_path, spec_dict("agreed", corpus))
     rows = [_row(10, 4000, 3.5, collapsed=False)]
     result = {"outcome": "complete", "reason": "ok", "exit_code": 0, "final_metrics": rows[-1]}
-    report = run_trial(context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result)),
-                       CPU, study.ask())
+    report = run_trial(
+        context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result)), CPU, study.ask()
+    )
     run_dir = Path(frozen(study, report.number).user_attrs["run_dir"])
     assert report.outcome == "complete"
     assert json.loads((run_dir / "result.json").read_text()) == result
     assert "sweeps verdict" not in (run_dir / "train.log").read_text()
 
 
-def test_the_childs_progress_reaches_the_board_between_evaluations(tmp_path: Path,
-                                                                   corpus: Path) -> None:
+def test_the_childs_progress_reaches_the_board_between_evaluations(
+    tmp_path: Path, corpus: Path
+) -> None:
     from sweeps.cli.progress import Board
 
     spec, storage, study = open_study(tmp_path, spec_dict("progress", corpus))
@@ -647,8 +795,14 @@ def test_the_childs_progress_reaches_the_board_between_evaluations(tmp_path: Pat
             seen.append(("line", board.line()))
             (run_dirs[0] / "go").touch()
 
-    ctx = context(spec, storage, study, tmp_path, ScriptedLauncher(rows, result, progress=1234),
-                  on_event=on_event)
+    ctx = context(
+        spec,
+        storage,
+        study,
+        tmp_path,
+        ScriptedLauncher(rows, result, progress=1234),
+        on_event=on_event,
+    )
     assert run_trial(ctx, CPU, study.ask()).outcome == "complete"
     kinds = [k for k, _ in seen]
     assert kinds.index("progress") < kinds.index("eval")
@@ -659,11 +813,16 @@ def test_the_childs_progress_reaches_the_board_between_evaluations(tmp_path: Pat
 
 @pytest.mark.study
 def test_a_vocabulary_that_drops_most_targets_is_judged_at_its_first_evaluation(
-        tmp_path: Path, corpus: Path, fork_server: Any) -> None:
+    tmp_path: Path, corpus: Path, fork_server: Any
+) -> None:
     """Six word ids: nearly every target is <unk>. A fact of the data, so the verdict comes at
     the first evaluation (step 16 of 32), before min_steps and min_lr_sum could be reached."""
-    data = spec_dict("most", corpus, space={"vocab_size": {"choices": [6]}},
-                     fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000})
+    data = spec_dict(
+        "most",
+        corpus,
+        space={"vocab_size": {"choices": [6]}},
+        fixed={"tokenizer": "word", "lr": 3e-3, "max_tokens": 4_000},
+    )
     spec, storage, study = open_study(tmp_path, data)
     report = run_trial(context(spec, storage, study, tmp_path, fork_server), CPU, study.ask())
     t = frozen(study, report.number)

@@ -19,8 +19,13 @@ def loss(n: np.ndarray, d: np.ndarray) -> np.ndarray:
     return E + A / n**ALPHA + B / d**BETA
 
 
-def isoflop_grid(budgets: list[float], sizes_per_budget: int = 9, noise: float = 0.005,
-                 seed: int = 0, span: float = 1.0) -> pd.DataFrame:
+def isoflop_grid(
+    budgets: list[float],
+    sizes_per_budget: int = 9,
+    noise: float = 0.005,
+    seed: int = 0,
+    span: float = 1.0,
+) -> pd.DataFrame:
     """Trials at each budget: sizes log-spaced +-``span`` decades around a rough guess of the
     optimum (C^0.5 / 10, off the truth by a factor that changes with C, as a real plan is)."""
     rng = np.random.default_rng(seed)
@@ -30,8 +35,14 @@ def isoflop_grid(budgets: list[float], sizes_per_budget: int = 9, noise: float =
         for x in np.linspace(centre - span, centre + span, sizes_per_budget):
             n = 10**x
             d = c / (6 * n)
-            rows.append({"flops": c * rng.uniform(0.98, 1.02), "params_non_embedding": n,
-                         "tokens_seen": d, "val_bpb": loss(n, d) + rng.normal(0, noise)})
+            rows.append(
+                {
+                    "flops": c * rng.uniform(0.98, 1.02),
+                    "params_non_embedding": n,
+                    "tokens_seen": d,
+                    "val_bpb": loss(n, d) + rng.normal(0, noise),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -42,9 +53,11 @@ def test_recovers_the_optimal_size_exponent_within_its_interval() -> None:
     fit = scaling.fit_isoflops(isoflop_grid(BUDGETS), seed=0, n_boot=300)
     assert fit.n_opt is not None and fit.d_opt is not None, fit.notes
     lo, hi = fit.n_opt.interval
-    print(f"\nN_opt exponent {fit.n_opt.exponent:.4f} in [{lo:.4f}, {hi:.4f}] "
-          f"(true {A_TRUE:.4f}); D_opt {fit.d_opt.exponent:.4f} in "
-          f"[{fit.d_opt.interval[0]:.4f}, {fit.d_opt.interval[1]:.4f}] (true {B_TRUE:.4f})")
+    print(
+        f"\nN_opt exponent {fit.n_opt.exponent:.4f} in [{lo:.4f}, {hi:.4f}] "
+        f"(true {A_TRUE:.4f}); D_opt {fit.d_opt.exponent:.4f} in "
+        f"[{fit.d_opt.interval[0]:.4f}, {fit.d_opt.interval[1]:.4f}] (true {B_TRUE:.4f})"
+    )
     assert lo <= A_TRUE <= hi
     assert lo <= fit.n_opt.exponent <= hi
     assert hi - lo < 0.1  # an informative interval, not "anything from 0 to 1"
@@ -98,18 +111,27 @@ def test_a_minimum_at_the_edge_of_the_sizes_is_noted() -> None:
     # Sizes all far above the optimum: the loss only rises, the minimum falls off the grid.
     c = 1e19
     n = np.logspace(np.log10(_true_n_opt(c)) + 1, np.log10(_true_n_opt(c)) + 2, 5)
-    frame = pd.DataFrame({"flops": c, "params_non_embedding": n, "tokens_seen": c / (6 * n),
-                          "val_bpb": loss(n, c / (6 * n))})
+    frame = pd.DataFrame(
+        {
+            "flops": c,
+            "params_non_embedding": n,
+            "tokens_seen": c / (6 * n),
+            "val_bpb": loss(n, c / (6 * n)),
+        }
+    )
     [p] = scaling.fit_isoflops(frame, n_boot=10).parabolas
-    assert p.note is not None and ("edge of the sampled sizes" in p.note
-                                   or "does not curve up" in p.note)
+    assert p.note is not None and (
+        "edge of the sampled sizes" in p.note or "does not curve up" in p.note
+    )
 
 
 def test_budgets_from_the_attribute_or_grouped_by_flops() -> None:
-    frame = pd.DataFrame({
-        "flops": [1.00e15, 1.05e15, 0.97e15, 1.0e16, 1.1e16, 3e17, np.nan, 5e15],
-        "flops_budget": [np.nan] * 7 + [1e16],
-    })
+    frame = pd.DataFrame(
+        {
+            "flops": [1.00e15, 1.05e15, 0.97e15, 1.0e16, 1.1e16, 3e17, np.nan, 5e15],
+            "flops_budget": [np.nan] * 7 + [1e16],
+        }
+    )
     got = scaling.assign_budgets(frame)
     assert got[0] == got[1] == got[2] == pytest.approx(1.0067e15, rel=1e-3)
     assert got[3] == got[4] != got[0]

@@ -45,8 +45,10 @@ def best_row(number: int) -> str:
 
 def snapshot(directory: Path) -> dict[str, tuple[str, int]]:
     """Every file of ``directory``: (sha256, mtime in ns)."""
-    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(directory.iterdir())}
+    return {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(directory.iterdir())
+    }
 
 
 def wait_for(what: str, check: Callable[[], object]) -> object:
@@ -67,11 +69,15 @@ def add_finished_trial(url: str, name: str) -> int:
     try:
         study = optuna.load_study(study_name=name, storage=storage)
         number = len(study.trials)
-        study.add_trial(create_trial(
-            state=TrialState.COMPLETE, values=[BEST_BPB, 1e8],
-            params={"attention": "sdpa"},
-            distributions={"attention": CategoricalDistribution(["sdpa", "naive"])},
-            user_attrs={"outcome": "complete", "val_bpb": BEST_BPB, "peak_mem_bytes": 10**8}))
+        study.add_trial(
+            create_trial(
+                state=TrialState.COMPLETE,
+                values=[BEST_BPB, 1e8],
+                params={"attention": "sdpa"},
+                distributions={"attention": CategoricalDistribution(["sdpa", "naive"])},
+                user_attrs={"outcome": "complete", "val_bpb": BEST_BPB, "peak_mem_bytes": 10**8},
+            )
+        )
     finally:
         storage.engine.dispose()
     return number
@@ -82,13 +88,27 @@ class Server:
 
     def __init__(self, url: str, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sweeps", "report", STUDY, "--storage", url, "--serve",
-             "--port", "0", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "sweeps",
+                "report",
+                STUDY,
+                "--storage",
+                url,
+                "--serve",
+                "--port",
+                "0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.first = self.proc.stdout.readline()  # printed once the page is built and bound
         found = re.search(r"http://127\.0\.0\.1:(\d+)/", self.first)
-        assert found, (self.first, self.proc.stderr.read() if self.proc.poll() is not None
-                       else "")
+        assert found, (self.first, self.proc.stderr.read() if self.proc.poll() is not None else "")
         self.base = found.group(0).rstrip("/")
 
     def state(self) -> dict[str, int]:
@@ -128,8 +148,12 @@ def server(study_db: tuple[str, Path]) -> Iterator[Server]:
 def test_the_page_is_built_again_only_when_the_counts_move(study_db: tuple[str, Path]) -> None:
     url, directory = study_db
     live = serve.live_report(url, [STUDY])
-    assert live.refresh() and live.state() == {"version": 1, "trials": TRIALS,
-                                               "finished": TRIALS, "served": 0}
+    assert live.refresh() and live.state() == {
+        "version": 1,
+        "trials": TRIALS,
+        "finished": TRIALS,
+        "served": 0,
+    }
     assert not live.refresh() and live.current()[0] == 1  # nothing finished: not rebuilt
     number = add_finished_trial(url, STUDY)
     assert live.refresh() and live.current()[0] == 2
@@ -142,7 +166,8 @@ def test_the_page_is_built_again_only_when_the_counts_move(study_db: tuple[str, 
 
 
 def test_the_page_shows_a_trial_that_finished_while_it_was_served(
-        study_db: tuple[str, Path], server: Server) -> None:
+    study_db: tuple[str, Path], server: Server
+) -> None:
     url, _ = study_db
     page = get(f"{server.base}/")
     assert f"{TRIALS:,} trials" in page and "/version" in page  # the self-refreshing script
@@ -160,7 +185,8 @@ def test_the_page_shows_a_trial_that_finished_while_it_was_served(
 
 
 def test_serving_changes_nothing_in_the_database_and_sigterm_stops_it(
-        study_db: tuple[str, Path], server: Server) -> None:
+    study_db: tuple[str, Path], server: Server
+) -> None:
     _, directory = study_db
     before = snapshot(directory)
     for _ in range(3):
@@ -181,48 +207,69 @@ def test_other_paths_are_not_found(server: Server) -> None:
 
 
 def test_a_study_that_is_not_there_is_one_line_and_creates_nothing(
-        study_db: tuple[str, Path], tmp_path: Path) -> None:
+    study_db: tuple[str, Path], tmp_path: Path
+) -> None:
     url, directory = study_db
     before = snapshot(directory)
-    assert_user_error(sweeps("report", "nope", "--storage", url, "--serve"),
-                      "'nope'", f"studies there: {STUDY}")
+    assert_user_error(
+        sweeps("report", "nope", "--storage", url, "--serve"), "'nope'", f"studies there: {STUDY}"
+    )
     assert snapshot(directory) == before
     missing = tmp_path / "missing.db"
-    assert_user_error(sweeps("report", STUDY, "--storage", f"sqlite:///{missing}", "--serve"),
-                      "does not exist")
+    assert_user_error(
+        sweeps("report", STUDY, "--storage", f"sqlite:///{missing}", "--serve"), "does not exist"
+    )
     assert not missing.exists()
 
 
-def test_bad_serve_options_are_one_line(study_db: tuple[str, Path], server: Server,
-                                        tmp_path: Path) -> None:
+def test_bad_serve_options_are_one_line(
+    study_db: tuple[str, Path], server: Server, tmp_path: Path
+) -> None:
     url, _ = study_db
-    assert_user_error(sweeps("report", STUDY, "--storage", url, "--serve", "--port", "70000"),
-                      "--port must be 0 to 65535")
-    assert_user_error(sweeps("report", STUDY, "--storage", url, "--serve", "--out",
-                             str(tmp_path / "r.html")), "leave out --out")
+    assert_user_error(
+        sweeps("report", STUDY, "--storage", url, "--serve", "--port", "70000"),
+        "--port must be 0 to 65535",
+    )
+    assert_user_error(
+        sweeps("report", STUDY, "--storage", url, "--serve", "--out", str(tmp_path / "r.html")),
+        "leave out --out",
+    )
     taken = server.base.rsplit(":", 1)[1]
-    assert_user_error(sweeps("report", STUDY, "--storage", url, "--serve", "--port", taken),
-                      f"cannot serve on 127.0.0.1:{taken}", "choose another --port")
+    assert_user_error(
+        sweeps("report", STUDY, "--storage", url, "--serve", "--port", taken),
+        f"cannot serve on 127.0.0.1:{taken}",
+        "choose another --port",
+    )
 
 
 def test_an_open_page_in_chromium_shows_a_trial_that_finished_after_it_was_opened(
-        study_db: tuple[str, Path], server: Server, tmp_path: Path) -> None:
+    study_db: tuple[str, Path], server: Server, tmp_path: Path
+) -> None:
     url, _ = study_db
     browser = DevTools(chromium_path(), tmp_path / "profile")
     try:
         browser.open(f"{server.base}/")
         html_now = "document.documentElement.outerHTML"
-        opened = wait_for("the page to open", lambda: browser.evaluate(
-            f"document.readyState === 'complete' && {html_now}"))
+        opened = wait_for(
+            "the page to open",
+            lambda: browser.evaluate(f"document.readyState === 'complete' && {html_now}"),
+        )
         assert f"{TRIALS:,} trials" in opened  # the page as opened: before the new trial
         number = add_finished_trial(url, STUDY)
         # The same open page, never navigated again by the test: its own script reloads it.
-        shown = wait_for("the open page to show the new trial", lambda: browser.evaluate(
-            f"{html_now}.includes({json.dumps(best_row(number))}) && {html_now}"))
+        shown = wait_for(
+            "the open page to show the new trial",
+            lambda: browser.evaluate(
+                f"{html_now}.includes({json.dumps(best_row(number))}) && {html_now}"
+            ),
+        )
         assert f"{TRIALS + 1:,} trials" in shown
-        wait_for("the report's scripts on the reloaded page", lambda: browser.evaluate(
-            "document.getElementById('report-status').dataset.state === 'done'"))
-        assert browser.evaluate("document.getElementById('report-status').dataset.errors") \
-            == "0"
+        wait_for(
+            "the report's scripts on the reloaded page",
+            lambda: browser.evaluate(
+                "document.getElementById('report-status').dataset.state === 'done'"
+            ),
+        )
+        assert browser.evaluate("document.getElementById('report-status').dataset.errors") == "0"
     finally:
         browser.close()

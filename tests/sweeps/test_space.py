@@ -92,8 +92,7 @@ def test_suggest_respects_conditions(corpus_dir: Path) -> None:
 def test_enqueued_params_come_back_from_suggest(corpus_dir: Path) -> None:
     spec = make_spec(corpus_dir)
     study = optuna.create_study(sampler=space.make_sampler(spec))
-    wanted = {"tokenizer": "word", "lowercase": True, "vocab_size": 1000, "d_ff": 128,
-              "lr": 0.001}
+    wanted = {"tokenizer": "word", "lowercase": True, "vocab_size": 1000, "d_ff": 128, "lr": 0.001}
     study.enqueue_trial(wanted)
     trial = study.ask()
     assert space.suggest(trial, spec) == wanted
@@ -101,8 +100,9 @@ def test_enqueued_params_come_back_from_suggest(corpus_dir: Path) -> None:
 
 def test_trial_config_merges_and_validates(corpus_dir: Path) -> None:
     spec = make_spec(corpus_dir)
-    cfg = space.trial_config(spec, {"tokenizer": "bpe", "vocab_size": 1024, "d_ff": 64,
-                                    "lr": 0.002})
+    cfg = space.trial_config(
+        spec, {"tokenizer": "bpe", "vocab_size": 1024, "d_ff": 64, "lr": 0.002}
+    )
     assert isinstance(cfg, TrainConfig)
     assert (cfg.tokenizer, cfg.vocab_size, cfg.d_ff, cfg.lr) == ("bpe", 1024, 64, 0.002)
     assert (cfg.d_model, cfg.n_heads, cfg.max_tokens) == (64, 4, 10_000)
@@ -181,19 +181,28 @@ def test_ablation_space(corpus_dir: Path) -> None:
         trial = study.ask()
         configs.append(space.trial_config(spec, space.suggest(trial, spec)))
         study.tell(trial, 0.0)
-    assert [(c.d_ff, c.seed) for c in configs] == [(256, 0), (1, 0), (64, 0),
-                                                     (256, 1), (1, 1), (64, 1)]
+    assert [(c.d_ff, c.seed) for c in configs] == [
+        (256, 0),
+        (1, 0),
+        (64, 0),
+        (256, 1),
+        (1, 1),
+        (64, 1),
+    ]
     assert all(c.d_model == 64 for c in configs)
     assert space.grid_points(spec) == spec.initial_trials()
 
 
-@pytest.mark.parametrize(("sampler", "kind"), [
-    ("tpe", optuna.samplers.TPESampler),
-    ("nsga2", optuna.samplers.NSGAIISampler),
-    ("random", optuna.samplers.RandomSampler),
-    ("qmc", optuna.samplers.QMCSampler),
-    ("gp", optuna.samplers.GPSampler),
-])
+@pytest.mark.parametrize(
+    ("sampler", "kind"),
+    [
+        ("tpe", optuna.samplers.TPESampler),
+        ("nsga2", optuna.samplers.NSGAIISampler),
+        ("random", optuna.samplers.RandomSampler),
+        ("qmc", optuna.samplers.QMCSampler),
+        ("gp", optuna.samplers.GPSampler),
+    ],
+)
 def test_make_sampler(corpus_dir: Path, sampler: str, kind: type) -> None:
     spec = make_spec(corpus_dir, sampler=sampler)
     with warnings.catch_warnings():
@@ -208,10 +217,12 @@ def test_make_sampler(corpus_dir: Path, sampler: str, kind: type) -> None:
 
 
 def test_grid_samplers_are_made(corpus_dir: Path) -> None:
-    assert isinstance(space.make_sampler(finite_spec(corpus_dir, "grid")),
-                      optuna.samplers.GridSampler)
-    assert isinstance(space.make_sampler(finite_spec(corpus_dir, "bruteforce")),
-                      optuna.samplers.BruteForceSampler)
+    assert isinstance(
+        space.make_sampler(finite_spec(corpus_dir, "grid")), optuna.samplers.GridSampler
+    )
+    assert isinstance(
+        space.make_sampler(finite_spec(corpus_dir, "bruteforce")), optuna.samplers.BruteForceSampler
+    )
 
 
 def test_sampler_seed_makes_suggestions_reproducible(corpus_dir: Path) -> None:
@@ -235,14 +246,16 @@ def test_constraints_func_reaches_samplers_that_support_it(corpus_dir: Path) -> 
 
     tpe = space.make_sampler(make_spec(corpus_dir), constraints_func=constraints)
     assert tpe._constraints_func is constraints
-    nsga = space.make_sampler(make_spec(corpus_dir, objectives=["val_bpb", "peak_mem"]),
-                              constraints_func=constraints)
+    nsga = space.make_sampler(
+        make_spec(corpus_dir, objectives=["val_bpb", "peak_mem"]), constraints_func=constraints
+    )
     assert isinstance(nsga, optuna.samplers.NSGAIISampler)
     assert nsga._constraints_func is constraints
     # A sampler without constraint support still builds.
-    assert isinstance(space.make_sampler(make_spec(corpus_dir, sampler="random"),
-                                         constraints_func=constraints),
-                      optuna.samplers.RandomSampler)
+    assert isinstance(
+        space.make_sampler(make_spec(corpus_dir, sampler="random"), constraints_func=constraints),
+        optuna.samplers.RandomSampler,
+    )
 
 
 def _feasible_share(spec: StudySpec, constraints: Any) -> float:
@@ -275,9 +288,9 @@ def test_tpe_learns_to_avoid_infeasible_trials(corpus_dir: Path) -> None:
 
 
 def test_make_pruner(corpus_dir: Path) -> None:
-    median = space.make_pruner(make_spec(corpus_dir, pruner={"name": "median",
-                                                             "n_startup_trials": 2,
-                                                             "n_warmup_evals": 3}))
+    median = space.make_pruner(
+        make_spec(corpus_dir, pruner={"name": "median", "n_startup_trials": 2, "n_warmup_evals": 3})
+    )
     assert isinstance(median, optuna.pruners.MedianPruner)
     assert median._n_startup_trials == 2 and median._n_warmup_steps == 3
     # The pruners on tokens are the runner's own (sweeps.fidelity): nothing for Optuna to do.
@@ -285,17 +298,18 @@ def test_make_pruner(corpus_dir: Path) -> None:
     data["study"]["pruner"] = {"name": "successive_halving", "min_tokens": 1000}
     data["fixed"]["eval_every_tokens"] = 1000
     assert isinstance(space.make_pruner(read_spec(data)), optuna.pruners.NopPruner)
-    assert isinstance(space.make_pruner(make_spec(corpus_dir, pruner="none")),
-                      optuna.pruners.NopPruner)
+    assert isinstance(
+        space.make_pruner(make_spec(corpus_dir, pruner="none")), optuna.pruners.NopPruner
+    )
     multi = make_spec(corpus_dir, objectives=["val_bpb", "wall_s"])
     assert isinstance(space.make_pruner(multi), optuna.pruners.NopPruner)
 
 
 def test_median_pruner_prunes_on_eval_index(corpus_dir: Path) -> None:
-    spec = make_spec(corpus_dir, pruner={"name": "median", "n_startup_trials": 2,
-                                         "n_warmup_evals": 0})
-    study = optuna.create_study(sampler=space.make_sampler(spec),
-                                pruner=space.make_pruner(spec))
+    spec = make_spec(
+        corpus_dir, pruner={"name": "median", "n_startup_trials": 2, "n_warmup_evals": 0}
+    )
+    study = optuna.create_study(sampler=space.make_sampler(spec), pruner=space.make_pruner(spec))
     for _ in range(3):
         trial = study.ask()
         for step in range(3):

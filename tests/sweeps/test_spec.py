@@ -87,8 +87,7 @@ def test_valid_spec_defaults_and_order(corpus_dir: Path) -> None:
 
 def test_multi_objective_defaults(corpus_dir: Path) -> None:
     data = base(corpus_dir)
-    data["study"]["objectives"] = ["val_bpb", {"metric": "peak_mem"},
-                                   {"metric": "tokens_per_s"}]
+    data["study"]["objectives"] = ["val_bpb", {"metric": "peak_mem"}, {"metric": "tokens_per_s"}]
     spec = parse(data)
     assert spec.study.metrics == ["val_bpb", "peak_mem", "tokens_per_s"]
     assert spec.study.directions == ["minimize", "minimize", "maximize"]
@@ -113,7 +112,9 @@ def test_load_spec_resolves_paths_relative_to_the_file(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "studies").mkdir()
     (tmp_path / "data" / "Posts.xml").write_text("<posts/>")
-    spec_path = write(tmp_path / "studies" / "s.toml", """
+    spec_path = write(
+        tmp_path / "studies" / "s.toml",
+        """
 [study]
 name = "s"
 n_trials = 2
@@ -124,7 +125,8 @@ out = "../data/corpus"
 choices = [64, 128]
 [limits]
 memory_budget = "auto"
-""")
+""",
+    )
     spec = load_spec(spec_path)
     assert spec.corpus.dir == tmp_path / "data" / "corpus"
     assert spec.corpus.source == (str(tmp_path / "data" / "Posts.xml"),)
@@ -195,9 +197,11 @@ def ablation_spec(corpus_dir: Path, **ablation: Any) -> StudySpec:
     data = base(corpus_dir)
     del data["space"]
     data["study"].pop("n_trials")
-    data["ablation"] = {"baseline": {"d_ff": 256, "tokenizer": "bpe", "vocab_size": 1024},
-                        "vary": {"d_ff": [1, 64, 256, 1024], "tokenizer": ["word"]},
-                        **ablation}
+    data["ablation"] = {
+        "baseline": {"d_ff": 256, "tokenizer": "bpe", "vocab_size": 1024},
+        "vary": {"d_ff": [1, 64, 256, 1024], "tokenizer": ["word"]},
+        **ablation,
+    }
     return parse(data)
 
 
@@ -209,8 +213,7 @@ def test_ablation_expands_one_factor_at_a_time_per_seed(corpus_dir: Path) -> Non
     assert trials[0] == {"d_ff": 256, "tokenizer": "bpe", "seed": 0}
     assert [t["seed"] for t in trials] == [0] * 5 + [1] * 5 + [2] * 5
     for t in trials:
-        changed = [k for k in ("d_ff", "tokenizer")
-                   if t[k] != {"d_ff": 256, "tokenizer": "bpe"}[k]]
+        changed = [k for k in ("d_ff", "tokenizer") if t[k] != {"d_ff": 256, "tokenizer": "bpe"}[k]]
         assert len(changed) <= 1
     assert {t["d_ff"] for t in trials} == {1, 64, 256, 1024}
     assert spec.ablation.choices("d_ff") == (256, 1, 64, 1024)
@@ -228,8 +231,10 @@ def test_ablation_without_seeds(corpus_dir: Path) -> None:
 
 def test_enqueue_configs(corpus_dir: Path) -> None:
     data = base(corpus_dir)
-    data["enqueue"] = [{"tokenizer": "bpe", "vocab_size": 1024, "d_ff": 128},
-                       {"tokenizer": "word", "lowercase": True}]
+    data["enqueue"] = [
+        {"tokenizer": "bpe", "vocab_size": 1024, "d_ff": 128},
+        {"tokenizer": "word", "lowercase": True},
+    ]
     spec = parse(data)
     assert spec.initial_trials() == data["enqueue"]
 
@@ -246,10 +251,15 @@ def test_enqueue_values_must_be_in_the_space(corpus_dir: Path) -> None:
 
 def test_an_enqueued_value_needs_its_condition_to_hold(corpus_dir: Path) -> None:
     data = base(corpus_dir)
-    data["enqueue"] = [{"tokenizer": "word", "lowercase": True}, {"tokenizer": "bpe",
-                                                                 "lowercase": True}]
-    with pytest.raises(SweepsError, match=r"^spec.toml: enqueue\[1\].lowercase: set, but its "
-                       r"condition \"tokenizer == 'word'\" does not hold; remove it$"):
+    data["enqueue"] = [
+        {"tokenizer": "word", "lowercase": True},
+        {"tokenizer": "bpe", "lowercase": True},
+    ]
+    with pytest.raises(
+        SweepsError,
+        match=r"^spec.toml: enqueue\[1\].lowercase: set, but its "
+        r"condition \"tokenizer == 'word'\" does not hold; remove it$",
+    ):
         parse(data)
 
 
@@ -284,6 +294,7 @@ def test_one_walk_asks_only_for_the_parameters_whose_conditions_hold(corpus_dir:
         def value(p: ParamSpec) -> Any:
             asked.append(p.name)
             return tokenizer if p.name == "tokenizer" else True
+
         return value
 
     assert walk_one(spec.space, spec.base_values(), pick("bpe")) == {"tokenizer": "bpe"}
@@ -312,16 +323,19 @@ def test_condition_language() -> None:
     assert parse_condition("dropout > -1").holds({"dropout": 0.0})
 
 
-@pytest.mark.parametrize("text", [
-    "__import__('os').system('touch /tmp/pwned')",
-    "tokenizer.upper() == 'WORD'",
-    "[x for x in (1, 2)]",
-    "lambda: 1",
-    "tokenizer if d_ff else seq_len",
-    "d_ff + 1 > 2",
-    "tokenizer[0] == 'w'",
-    "tokenizer is 'word'",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os').system('touch /tmp/pwned')",
+        "tokenizer.upper() == 'WORD'",
+        "[x for x in (1, 2)]",
+        "lambda: 1",
+        "tokenizer if d_ff else seq_len",
+        "d_ff + 1 > 2",
+        "tokenizer[0] == 'w'",
+        "tokenizer is 'word'",
+    ],
+)
 def test_conditions_never_run_code(text: str) -> None:
     with pytest.raises(SweepsError) as err:
         parse_condition(text)
@@ -357,6 +371,7 @@ def _set(path: str, value: Any) -> Mutation:
         for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
+
     return mutate
 
 
@@ -367,6 +382,7 @@ def _del(path: str) -> Mutation:
         for p in parents:
             node = node[p]
         del node[last]
+
     return mutate
 
 
@@ -374,6 +390,7 @@ def _all(*mutations: Mutation) -> Mutation:
     def mutate(d: dict[str, Any]) -> None:
         for m in mutations:
             m(d)
+
     return mutate
 
 
@@ -382,61 +399,115 @@ MALFORMED: list[tuple[str, Mutation, list[str]]] = [
     ("unknown study key", _set("study.n_trial", 5), ["study.n_trial", "n_trials"]),
     ("unknown param key", _set("space.d_ff.lwo", 1), ["space.d_ff.lwo"]),
     ("unknown limits key", _set("limits.max_wal_s", 3), ["limits.max_wal_s"]),
-    ("unknown collapse key", _set("limits.collapse", {"min_gap": 0.1}),
-     ["limits.collapse.min_gap"]),
+    (
+        "unknown collapse key",
+        _set("limits.collapse", {"min_gap": 0.1}),
+        ["limits.collapse.min_gap"],
+    ),
     ("wrong type n_trials", _set("study.n_trials", "ten"), ["study.n_trials", "'ten'"]),
     ("wrong type log", _set("space.vocab_size.log", "yes"), ["space.vocab_size.log"]),
     ("int type with float low", _set("space.d_ff.low", 64.5), ["space.d_ff.low"]),
-    ("choices not a list", _set("space.tokenizer.choices", "word"),
-     ["space.tokenizer.choices"]),
+    ("choices not a list", _set("space.tokenizer.choices", "word"), ["space.tokenizer.choices"]),
     ("empty space", _del("space"), ["space", "nothing to search"]),
-    ("low > high", _all(_set("space.d_ff.low", 512), _set("space.d_ff.high", 64),
-                        _del("space.d_ff.step")), ["space.d_ff.low", "512", "64"]),
+    (
+        "low > high",
+        _all(_set("space.d_ff.low", 512), _set("space.d_ff.high", 64), _del("space.d_ff.step")),
+        ["space.d_ff.low", "512", "64"],
+    ),
     ("log with low <= 0", _set("space.lr.low", 0.0), ["space.lr.low", "log"]),
     ("step not dividing", _set("space.d_ff.high", 250), ["space.d_ff.step", "divide"]),
     ("log with step", _set("space.vocab_size.step", 2), ["space.vocab_size.step", "log"]),
     ("categorical empty", _set("space.tokenizer.choices", []), ["space.tokenizer.choices"]),
-    ("categorical duplicates", _set("space.tokenizer.choices", ["bpe", "bpe"]),
-     ["space.tokenizer.choices", "twice"]),
-    ("bad condition syntax", _set("space.lowercase.when", "tokenizer = 'word'"),
-     ["space.lowercase.when", "syntax"]),
-    ("unknown field in condition", _set("space.lowercase.when", "tokenzier == 'word'"),
-     ["space.lowercase.when", "tokenzier", "tokenizer"]),
-    ("code in condition", _set("space.lowercase.when", "__import__('os').getcwd() == 'x'"),
-     ["space.lowercase.when"]),
-    ("condition value typo", _set("space.lowercase.when", "tokenizer == 'wrod'"),
-     ["space.lowercase.when", "'wrod'"]),
-    ("condition on itself", _set("space.lowercase.when", "lowercase"),
-     ["space.lowercase.when", "itself"]),
-    ("condition cycle", _all(_set("space.tokenizer.when", "lowercase == false")),
-     ["when", "cycle"]),
-    ("space field not in TrainConfig", _set("space.dff", {"choices": [1, 2]}),
-     ["space.dff", "d_ff"]),
+    (
+        "categorical duplicates",
+        _set("space.tokenizer.choices", ["bpe", "bpe"]),
+        ["space.tokenizer.choices", "twice"],
+    ),
+    (
+        "bad condition syntax",
+        _set("space.lowercase.when", "tokenizer = 'word'"),
+        ["space.lowercase.when", "syntax"],
+    ),
+    (
+        "unknown field in condition",
+        _set("space.lowercase.when", "tokenzier == 'word'"),
+        ["space.lowercase.when", "tokenzier", "tokenizer"],
+    ),
+    (
+        "code in condition",
+        _set("space.lowercase.when", "__import__('os').getcwd() == 'x'"),
+        ["space.lowercase.when"],
+    ),
+    (
+        "condition value typo",
+        _set("space.lowercase.when", "tokenizer == 'wrod'"),
+        ["space.lowercase.when", "'wrod'"],
+    ),
+    (
+        "condition on itself",
+        _set("space.lowercase.when", "lowercase"),
+        ["space.lowercase.when", "itself"],
+    ),
+    (
+        "condition cycle",
+        _all(_set("space.tokenizer.when", "lowercase == false")),
+        ["when", "cycle"],
+    ),
+    (
+        "space field not in TrainConfig",
+        _set("space.dff", {"choices": [1, 2]}),
+        ["space.dff", "d_ff"],
+    ),
     ("corpus in space", _set("space.corpus", {"choices": ["a", "b"]}), ["space.corpus"]),
     ("space field also fixed", _set("fixed.d_ff", 128), ["space.d_ff", "[fixed]"]),
     ("unknown fixed field", _set("fixed.d_fff", 128), ["fixed.d_fff", "d_ff"]),
-    ("fixed values rejected", _all(_set("fixed.d_model", 100), _set("fixed.n_heads", 3)),
-     ["fixed", "d_model", "n_heads"]),
+    (
+        "fixed values rejected",
+        _all(_set("fixed.d_model", 100), _set("fixed.n_heads", 3)),
+        ["fixed", "d_model", "n_heads"],
+    ),
     ("fixed wrong type", _set("fixed.n_layers", "two"), ["fixed", "n_layers"]),
-    ("space bound rejected", _all(_set("space.d_ff.low", 0), _set("space.d_ff.step", 64)),
-     ["space.d_ff", "d_ff=0"]),
-    ("vocab too small for bpe", _all(_set("space.vocab_size.low", 100),
-                                     _set("space.tokenizer.choices", ["bpe"]),
-                                     _del("space.lowercase")),
-     ["space.vocab_size", "vocab_size=100"]),
+    (
+        "space bound rejected",
+        _all(_set("space.d_ff.low", 0), _set("space.d_ff.step", 64)),
+        ["space.d_ff", "d_ff=0"],
+    ),
+    (
+        "vocab too small for bpe",
+        _all(
+            _set("space.vocab_size.low", 100),
+            _set("space.tokenizer.choices", ["bpe"]),
+            _del("space.lowercase"),
+        ),
+        ["space.vocab_size", "vocab_size=100"],
+    ),
     ("unknown sampler", _set("study.sampler", "tpes"), ["study.sampler", "'tpes'", "tpe"]),
-    ("unknown sampler option", _set("study.sampler", {"name": "tpe", "seed": 1}),
-     ["study.sampler.seed"]),
+    (
+        "unknown sampler option",
+        _set("study.sampler", {"name": "tpe", "seed": 1}),
+        ["study.sampler.seed"],
+    ),
     ("unknown pruner", _set("study.pruner", "medain"), ["study.pruner", "median"]),
-    ("median pruner with two objectives",
-     _all(_set("study.objectives", ["val_bpb", "peak_mem"]), _set("study.pruner", "median")),
-     ["study.pruner", "single objective"]),
-    ("unknown objective", _set("study.objectives", ["accuracy"]),
-     ["study.objectives[0]", "accuracy"]),
-    ("bad direction", _set("study.objectives", [{"metric": "val_bpb", "direction": "down"}]),
-     ["study.objectives[0].direction"]),
-    ("duplicate objective", _set("study.objectives", ["val_bpb", "val_bpb"]),
-     ["study.objectives[1]", "twice"]),
+    (
+        "median pruner with two objectives",
+        _all(_set("study.objectives", ["val_bpb", "peak_mem"]), _set("study.pruner", "median")),
+        ["study.pruner", "single objective"],
+    ),
+    (
+        "unknown objective",
+        _set("study.objectives", ["accuracy"]),
+        ["study.objectives[0]", "accuracy"],
+    ),
+    (
+        "bad direction",
+        _set("study.objectives", [{"metric": "val_bpb", "direction": "down"}]),
+        ["study.objectives[0].direction"],
+    ),
+    (
+        "duplicate objective",
+        _set("study.objectives", ["val_bpb", "val_bpb"]),
+        ["study.objectives[1]", "twice"],
+    ),
     ("n_trials < 1", _set("study.n_trials", 0), ["study.n_trials", ">= 1"]),
     ("n_trials missing", _del("study.n_trials"), ["study.n_trials", "missing"]),
     ("study name missing", _del("study.name"), ["study.name"]),
@@ -445,34 +516,57 @@ MALFORMED: list[tuple[str, Mutation, list[str]]] = [
     ("bad memory budget", _set("limits.memory_budget", "8 gigs"), ["limits.memory_budget"]),
     ("bad oom policy", _set("limits.oom_policy", "shrink"), ["limits.oom_policy", "fit"]),
     ("negative retries", _set("limits.max_retries", -1), ["limits.max_retries"]),
-    ("a warm-up in evaluations (now min_steps)", _set("limits.collapse", {"warmup_evals": 1}),
-     ["limits.collapse.warmup_evals"]),
-    ("min_steps of zero", _set("limits.collapse", {"min_steps": 0}),
-     ["limits.collapse.min_steps"]),
-    ("max_wall_s twice", _all(_set("limits.max_wall_s", 60), _set("fixed.max_wall_s", 60)),
-     ["max_wall_s"]),
+    (
+        "a warm-up in evaluations (now min_steps)",
+        _set("limits.collapse", {"warmup_evals": 1}),
+        ["limits.collapse.warmup_evals"],
+    ),
+    ("min_steps of zero", _set("limits.collapse", {"min_steps": 0}), ["limits.collapse.min_steps"]),
+    (
+        "max_wall_s twice",
+        _all(_set("limits.max_wall_s", 60), _set("fixed.max_wall_s", 60)),
+        ["max_wall_s"],
+    ),
     ("grid over a float range", _set("study.sampler", "grid"), ["space.lr", "step"]),
-    ("grid with a condition", _all(_set("study.sampler", "grid"), _del("space.lr")),
-     ["space.lowercase.when", "bruteforce"]),
+    (
+        "grid with a condition",
+        _all(_set("study.sampler", "grid"), _del("space.lr")),
+        ["space.lowercase.when", "bruteforce"],
+    ),
     ("enqueue unknown param", _set("enqueue", [{"d_model": 64}]), ["enqueue[0].d_model"]),
     ("enqueue outside the space", _set("enqueue", [{"d_ff": 100}]), ["enqueue[0].d_ff", "100"]),
-    ("enqueue inactive conditional", _set("enqueue", [{"tokenizer": "bpe", "lowercase": True}]),
-     ["enqueue[0].lowercase", "condition"]),
+    (
+        "enqueue inactive conditional",
+        _set("enqueue", [{"tokenizer": "bpe", "lowercase": True}]),
+        ["enqueue[0].lowercase", "condition"],
+    ),
     ("missing corpus table", _del("corpus"), ["corpus"]),
     ("missing corpus dir", _set("corpus.dir", "/nonexistent/corpus"), ["corpus.dir"]),
     ("corpus dir and source", _set("corpus.source", "x.xml"), ["corpus", "exactly one"]),
-    ("corpus source without out", _all(_del("corpus.dir"), _set("corpus.source", "x.xml")),
-     ["corpus.out"]),
-    ("synthetic bad size", _all(_del("corpus.dir"), _set("corpus.out", "/tmp/x"),
-                                _set("corpus.synthetic", {"size": "lots"})),
-     ["corpus.synthetic.size"]),
+    (
+        "corpus source without out",
+        _all(_del("corpus.dir"), _set("corpus.source", "x.xml")),
+        ["corpus.out"],
+    ),
+    (
+        "synthetic bad size",
+        _all(
+            _del("corpus.dir"),
+            _set("corpus.out", "/tmp/x"),
+            _set("corpus.synthetic", {"size": "lots"}),
+        ),
+        ["corpus.synthetic.size"],
+    ),
     ("fixed corpus", _set("fixed.corpus", "/tmp"), ["fixed.corpus", "[corpus]"]),
     ("storage not a URL", _set("study.storage", "sweeps.db"), ["study.storage", "sqlite:///"]),
 ]
 
 
-@pytest.mark.parametrize(("mutate", "expected"), [(m, e) for _, m, e in MALFORMED],
-                         ids=[name for name, _, _ in MALFORMED])
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [(m, e) for _, m, e in MALFORMED],
+    ids=[name for name, _, _ in MALFORMED],
+)
 def test_malformed_spec(corpus_dir: Path, mutate: Mutation, expected: list[str]) -> None:
     data = copy.deepcopy(base(corpus_dir))
     mutate(data)
@@ -490,24 +584,40 @@ MALFORMED_ABLATION: list[tuple[str, dict[str, Any], list[str]]] = [
     ("vary not a list", {"vary": {"d_ff": 64}}, ["ablation.vary.d_ff"]),
     ("vary empty", {"vary": {}}, ["ablation.vary"]),
     ("vary missing", {"baseline": {"d_ff": 64}}, ["ablation.vary"]),
-    ("invalid expanded config", {"baseline": {"tokenizer": "bpe"}, "vary": {"vocab_size": [100]}},
-     ["ablation.vary.vocab_size", "vocab_size=100"]),
+    (
+        "invalid expanded config",
+        {"baseline": {"tokenizer": "bpe"}, "vary": {"vocab_size": [100]}},
+        ["ablation.vary.vocab_size", "vocab_size=100"],
+    ),
     ("varied field also fixed", {"vary": {"n_heads": [3]}}, ["ablation.vary.n_heads", "[fixed]"]),
-    ("invalid baseline", {"baseline": {"d_ff": 0}, "vary": {"lr": [0.01]}},
-     ["ablation.baseline", "d_ff"]),
-    ("baseline also fixed", {"baseline": {"d_model": 64}, "vary": {"d_ff": [1]}},
-     ["ablation.baseline.d_model"]),
-    ("seeds with fixed seed", {"vary": {"d_ff": [1]}, "seeds": [0, 1],
-                               "baseline": {"seed": 3}}, ["seed"]),
+    (
+        "invalid baseline",
+        {"baseline": {"d_ff": 0}, "vary": {"lr": [0.01]}},
+        ["ablation.baseline", "d_ff"],
+    ),
+    (
+        "baseline also fixed",
+        {"baseline": {"d_model": 64}, "vary": {"d_ff": [1]}},
+        ["ablation.baseline.d_model"],
+    ),
+    (
+        "seeds with fixed seed",
+        {"vary": {"d_ff": [1]}, "seeds": [0, 1], "baseline": {"seed": 3}},
+        ["seed"],
+    ),
     ("duplicate seeds", {"vary": {"d_ff": [1]}, "seeds": [0, 0]}, ["ablation.seeds"]),
     ("unknown ablation key", {"vary": {"d_ff": [1]}, "repeats": 2}, ["ablation.repeats"]),
 ]
 
 
-@pytest.mark.parametrize(("ablation", "expected"), [(a, e) for _, a, e in MALFORMED_ABLATION],
-                         ids=[name for name, _, _ in MALFORMED_ABLATION])
-def test_malformed_ablation(corpus_dir: Path, ablation: dict[str, Any],
-                            expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("ablation", "expected"),
+    [(a, e) for _, a, e in MALFORMED_ABLATION],
+    ids=[name for name, _, _ in MALFORMED_ABLATION],
+)
+def test_malformed_ablation(
+    corpus_dir: Path, ablation: dict[str, Any], expected: list[str]
+) -> None:
     data = base(corpus_dir)
     del data["space"]
     data["ablation"] = ablation
@@ -557,8 +667,10 @@ def test_load_spec_file_errors(tmp_path: Path) -> None:
         load_spec(bad)
     assert "bad.toml" in str(err.value) and "not valid TOML" in str(err.value)
     assert "\n" not in str(err.value)
-    typo = write(tmp_path / "typo.toml", "[study]\nname = 'x'\nn_trails = 3\n[corpus]\n"
-                 "dir = '.'\n[space.d_ff]\nchoices = [1]\n")
+    typo = write(
+        tmp_path / "typo.toml",
+        "[study]\nname = 'x'\nn_trails = 3\n[corpus]\ndir = '.'\n[space.d_ff]\nchoices = [1]\n",
+    )
     with pytest.raises(SweepsError) as err:
         load_spec(typo)
     assert str(err.value).startswith(f"{typo}: study.n_trails: ")

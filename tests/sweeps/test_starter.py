@@ -52,5 +52,8 @@ def test_the_schema_accepts_every_shipped_spec_and_refuses_an_unknown_key(tmp_pa
     assert list(validator.iter_errors(bad))
     # the config fields are TrainConfig's, with their defaults
     fixed = schema["properties"]["fixed"]["properties"]
-    assert fixed["warmup_tokens"] == {"type": "integer", "default": 50_000,
-                                      "description": "Linear warm-up length in tokens."}
+    assert fixed["warmup_tokens"] == {
+        "type": "integer",
+        "default": 50_000,
+        "description": "Linear warm-up length in tokens.",
+    }

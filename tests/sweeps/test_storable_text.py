@@ -41,12 +41,16 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
 #: Every code point, surrogates and NUL included (Hypothesis leaves surrogates out by default).
-ANY_TEXT = hs.text(hs.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None,
-                                 exclude_categories=()), max_size=60)
+ANY_TEXT = hs.text(
+    hs.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None, exclude_categories=()),
+    max_size=60,
+)
 #: Storage round trips on a loaded machine: no deadline; examples few enough to stay fast.
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 # --- the rule ------------------------------------------------------------------------------------
@@ -95,7 +99,8 @@ def uuid_hex() -> str:
 @SETTINGS
 @given(prompt=ANY_TEXT, text=ANY_TEXT)
 def test_any_sample_round_trips_to_its_stored_form(
-        trial_storage: tuple[st.RDBStorage, int], prompt: str, text: str) -> None:
+    trial_storage: tuple[st.RDBStorage, int], prompt: str, text: str
+) -> None:
     storage, trial_id = trial_storage
     study = f"s-{uuid_hex()}"
     records.record_samples(storage, study, 0, trial_id, [{"prompt": prompt, "text": text}])
@@ -108,7 +113,8 @@ def test_any_sample_round_trips_to_its_stored_form(
 @SETTINGS
 @given(key=ANY_TEXT, value=ANY_TEXT)
 def test_any_attribute_round_trips_to_its_stored_form(
-        trial_storage: tuple[st.RDBStorage, int], key: str, value: str) -> None:
+    trial_storage: tuple[st.RDBStorage, int], key: str, value: str
+) -> None:
     storage, trial_id = trial_storage
     runner.write_trial_attrs(storage, trial_id, {"reason": value, "k-" + key: [value, {key: 1}]})
     attrs = storage.get_trial(trial_id).user_attrs
@@ -116,14 +122,23 @@ def test_any_attribute_round_trips_to_its_stored_form(
     assert attrs["k-" + storable(key)] == [storable(value), {storable(key): 1}]
 
 
-def test_a_copy_from_an_older_sqlite_database_follows_the_rule(tmp_path: Path,
-                                                                pg_url: str) -> None:
+def test_a_copy_from_an_older_sqlite_database_follows_the_rule(tmp_path: Path, pg_url: str) -> None:
     """SQLite took NUL before the rule: copying such rows into PostgreSQL must not fail."""
     old = st.open_storage(sqlite(tmp_path))
     with old.engine.begin() as conn:  # as the code before the rule wrote it
-        conn.execute(records.samples_table.insert(), [{
-            "study_name": "old", "trial_number": 0, "trial_id": 1, "prompt": "<Q>\x00",
-            "text": "a\x00b", "recorded_at": 0.0}])
+        conn.execute(
+            records.samples_table.insert(),
+            [
+                {
+                    "study_name": "old",
+                    "trial_number": 0,
+                    "trial_id": 1,
+                    "prompt": "<Q>\x00",
+                    "text": "a\x00b",
+                    "recorded_at": 0.0,
+                }
+            ],
+        )
     target = st.open_storage(pg_url)
     name = f"copied-{uuid_hex()}"
     assert records.copy_study_records(old, "old", target, name, {0: (0, 1)}) == 1
@@ -141,8 +156,14 @@ class WildTextLauncher:
 
     kind = "subprocess"
 
-    def launch(self, run_dir: Path, *, log_path: Path, env: dict | None = None,
-               cpus: list[int] | None = None) -> PopenChild:
+    def launch(
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        env: dict | None = None,
+        cpus: list[int] | None = None,
+    ) -> PopenChild:
         code = (
             "import json, sys, pathlib; d = pathlib.Path(sys.argv[1])\n"
             "s = [{'prompt': '<Q>How\\x00', 'text': 'J\\x001\\udc80\\x1b[2J'}]\n"
@@ -151,9 +172,11 @@ class WildTextLauncher:
             "(d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in rows))\n"
             "(d / 'result.json').write_text(json.dumps({'outcome': 'complete', 'reason':"
             " 'done\\x00\\udc80', 'exit_code': 0, 'tokens_seen': 200,"
-            " 'final_metrics': {'val_bpb': 3.5, 'val_loss': 2.0, 'tokens': 200}}))\n")
-        return PopenChild(subprocess.Popen([sys.executable, "-c", code, str(run_dir)],
-                                           start_new_session=True))
+            " 'final_metrics': {'val_bpb': 3.5, 'val_loss': 2.0, 'tokens': 200}}))\n"
+        )
+        return PopenChild(
+            subprocess.Popen([sys.executable, "-c", code, str(run_dir)], start_new_session=True)
+        )
 
     def close(self) -> None:
         pass
@@ -163,20 +186,29 @@ def sqlite(tmp: Path) -> str:
     return f"sqlite:///{tmp / 'sweeps.db'}"
 
 
-def one_trial(url: str, tmp: Path, name: str, corpus: Path
-              ) -> tuple[StudySpec, st.RDBStorage, optuna.Study, RunnerContext]:
+def one_trial(
+    url: str, tmp: Path, name: str, corpus: Path
+) -> tuple[StudySpec, st.RDBStorage, optuna.Study, RunnerContext]:
     spec = read_spec(spec_dict(name, corpus), source=tmp / "spec.toml")
     storage = st.open_storage(url, heartbeat_interval=1, grace_period=5)
     create_or_resume(spec, storage)
     study = load_for_workers(spec, storage)
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp / "runs",
-                        launcher=WildTextLauncher(), budget_bytes=4 * 2**30, poll_s=0.05,
-                        term_grace_s=5.0)
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=tmp / "runs",
+        launcher=WildTextLauncher(),
+        budget_bytes=4 * 2**30,
+        poll_s=0.05,
+        term_grace_s=5.0,
+    )
     return spec, storage, study, ctx
 
 
-def test_a_child_writing_nul_and_surrogates_completes(backend: str, tmp_path: Path,
-                                                      corpus: Path) -> None:
+def test_a_child_writing_nul_and_surrogates_completes(
+    backend: str, tmp_path: Path, corpus: Path
+) -> None:
     name = f"wild-{uuid_hex()}"
     _, storage, study, ctx = one_trial(backend, tmp_path, name, corpus)
     report = run_trial(ctx, CPU, study.ask())
@@ -187,8 +219,9 @@ def test_a_child_writing_nul_and_surrogates_completes(backend: str, tmp_path: Pa
     texts = {(s["prompt"], s["text"]) for s in records.read_samples(storage, name)}
     assert texts == {("<Q>How\ufffd", "J\ufffd1\ufffd\x1b[2J")}
     # the report shows it as the terminal would: escape sequences as visible text
-    html = samples_chart.render(samples_chart.data(
-        _frame(records.read_samples(storage, name)), _trials(report.number)))
+    html = samples_chart.render(
+        samples_chart.data(_frame(records.read_samples(storage, name)), _trials(report.number))
+    )
     assert "\\x1b[2J" in html and "\x1b" not in html
     storage.engine.dispose()
 
@@ -215,12 +248,16 @@ class DataError(Exception):
 def refusal(what: str) -> sa.exc.DataError:
     """What SQLAlchemy raises when PostgreSQL refuses a row: SQL and parameters in its text."""
     orig = DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-    return sa.exc.DataError(f"INSERT INTO {what} (text) VALUES (%(text)s)",
-                            {"text": "kilobytes of model text " * 100}, orig)
+    return sa.exc.DataError(
+        f"INSERT INTO {what} (text) VALUES (%(text)s)",
+        {"text": "kilobytes of model text " * 100},
+        orig,
+    )
 
 
 def test_refused_samples_and_evaluations_are_noted_not_fatal(
-        tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, _, study, ctx = one_trial(sqlite(tmp_path), tmp_path, "refused", corpus)
 
     def refuse(*args: Any, **kwargs: Any) -> None:
@@ -232,13 +269,16 @@ def test_refused_samples_and_evaluations_are_noted_not_fatal(
     t = study.get_trials()[report.number]
     assert report.outcome == "complete" and t.values == [3.5]  # judged on its metrics
     notes = t.user_attrs[STORAGE_PROBLEMS]
-    assert notes[0] == ("the evaluation at step 1 not stored: DataError: PostgreSQL text fields "
-                        "cannot contain NUL (0x00) bytes")
+    assert notes[0] == (
+        "the evaluation at step 1 not stored: DataError: PostgreSQL text fields "
+        "cannot contain NUL (0x00) bytes"
+    )
     assert len(notes) == 4 and all("\n" not in n and "model text" not in n for n in notes)
 
 
-def test_refused_notes_keep_the_trials_result(tmp_path: Path, corpus: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_notes_keep_the_trials_result(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, _, study, ctx = one_trial(sqlite(tmp_path), tmp_path, "notes", corpus)
     real = optuna_compat.write_user_attrs
 
@@ -254,17 +294,20 @@ def test_refused_notes_keep_the_trials_result(tmp_path: Path, corpus: Path,
     assert t.user_attrs["outcome"] == "complete" and "run_dir" in t.user_attrs
     assert t.user_attrs[STORAGE_PROBLEMS] == [
         "the trial's other attributes not stored: DataError: PostgreSQL text fields cannot "
-        "contain NUL (0x00) bytes"]
+        "contain NUL (0x00) bytes"
+    ]
 
 
 def test_a_database_that_is_gone_is_still_the_workers_error(
-        tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only refusals are notes: a lost connection must stop the worker (its trial re-queued)."""
     _, storage, _, _ = one_trial(sqlite(tmp_path), tmp_path, "gone", corpus)
 
     def gone(*args: Any, **kwargs: Any) -> None:
-        raise sa.exc.OperationalError("UPDATE trials", {}, Exception("server closed the "
-                                                                      "connection"))
+        raise sa.exc.OperationalError(
+            "UPDATE trials", {}, Exception("server closed the connection")
+        )
 
     monkeypatch.setattr(optuna_compat, "write_user_attrs", gone)
     with pytest.raises(sa.exc.OperationalError):
@@ -283,15 +326,17 @@ def test_a_worker_stopped_by_the_database_says_one_line(tmp_path: Path, corpus: 
     out = wk.WorkerResult()
     with pytest.raises(sa.exc.DataError):
         wk.worker_loop(ctx, CPU, wk.WorkerOptions(n_trials=1), run=broken, out=out)
-    assert out.error == ("trial 0: DataError: PostgreSQL text fields cannot contain NUL (0x00) "
-                         "bytes")
+    assert out.error == (
+        "trial 0: DataError: PostgreSQL text fields cannot contain NUL (0x00) bytes"
+    )
     assert isinstance(out.exception, sa.exc.DataError)  # kept whole for --debug
     reason = study.get_trials()[0].user_attrs["reason"]
     assert reason.startswith("orchestrator error: DataError:") and "[SQL" not in reason
 
 
-def test_the_cli_prints_a_database_error_as_one_line(monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_prints_a_database_error_as_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from sweeps import cli
 
     def app() -> None:

@@ -26,7 +26,6 @@ from sweeps import storage as st
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
@@ -52,16 +51,27 @@ def test_resolve_storage_url_precedence(monkeypatch: pytest.MonkeyPatch) -> None
     assert st.resolve_storage_url("", "sqlite:///spec.db") == "sqlite:///spec.db"
 
 
-@pytest.mark.parametrize(("url", "masked"), [
-    ("postgresql://user:s3cret@db-host:5432/sweeps", "postgresql://user:***@db-host:5432/sweeps"),
-    ("postgresql+psycopg://u:p%40ss@h/db?sslmode=require",
-     "postgresql+psycopg://u:***@h/db?sslmode=require"),
-    ("postgresql://u:a@b@host/db", "postgresql://u:***@host/db"),
-    ("postgresql://user@host/db", "postgresql://user@host/db"),
-    ("postgresql://host/db?user=u&password=pw&x=1", "postgresql://host/db?user=u&password=***&x=1"),
-    ("sqlite:///sweeps.db", "sqlite:///sweeps.db"),
-    ("not a url", "not a url"),
-])
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        (
+            "postgresql://user:s3cret@db-host:5432/sweeps",
+            "postgresql://user:***@db-host:5432/sweeps",
+        ),
+        (
+            "postgresql+psycopg://u:p%40ss@h/db?sslmode=require",
+            "postgresql+psycopg://u:***@h/db?sslmode=require",
+        ),
+        ("postgresql://u:a@b@host/db", "postgresql://u:***@host/db"),
+        ("postgresql://user@host/db", "postgresql://user@host/db"),
+        (
+            "postgresql://host/db?user=u&password=pw&x=1",
+            "postgresql://host/db?user=u&password=***&x=1",
+        ),
+        ("sqlite:///sweeps.db", "sqlite:///sweeps.db"),
+        ("not a url", "not a url"),
+    ],
+)
 def test_mask_url(url: str, masked: str) -> None:
     assert st.mask_url(url) == masked
 
@@ -90,7 +100,8 @@ def test_open_sqlite_sets_wal_and_busy_timeout(tmp_path: Path) -> None:
 
 
 def test_default_url_is_a_file_in_the_working_directory(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(st.ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
     st.open_storage(st.resolve_storage_url(None, None))
@@ -154,12 +165,22 @@ def test_unreachable_server_is_one_masked_line(monkeypatch: pytest.MonkeyPatch) 
 def test_record_and_read_rows(tmp_path: Path) -> None:
     storage = st.open_storage(sqlite_url(tmp_path / "r.db"))
     records.ensure_tables(storage)  # idempotent
-    metrics = {"step": 2, "tokens": 4096, "train_loss": 3.0, "val_loss": 2.5, "val_bpb": 1.25,
-               "unigram_gap": 0.4, "peak_mem_bytes": 123456789, "tokens_per_s": 1e4,
-               "elapsed_s": 3.5, "top20_overlap": 0.3}
+    metrics = {
+        "step": 2,
+        "tokens": 4096,
+        "train_loss": 3.0,
+        "val_loss": 2.5,
+        "val_bpb": 1.25,
+        "unigram_gap": 0.4,
+        "peak_mem_bytes": 123456789,
+        "tokens_per_s": 1e4,
+        "elapsed_s": 3.5,
+        "top20_overlap": 0.3,
+    }
     records.record_eval(storage, "s", 0, 1, metrics)
-    records.record_eval(storage.engine, "s", 0, 1, {"step": 3, "val_loss": float("nan"),
-                                               "val_bpb": float("inf")})
+    records.record_eval(
+        storage.engine, "s", 0, 1, {"step": 3, "val_loss": float("nan"), "val_bpb": float("inf")}
+    )
     records.record_eval(storage, "other", 0, 9, {"step": 0})
     rows = records.read_evals(storage, "s")
     assert [r["step"] for r in rows] == [2, 3]
@@ -168,17 +189,23 @@ def test_record_and_read_rows(tmp_path: Path) -> None:
     assert (first["val_bpb"], first["peak_mem_bytes"], first["tokens"]) == (1.25, 123456789, 4096)
     assert (first["trial_number"], first["trial_id"], first["study_name"]) == (0, 1, "s")
     # NaN stays in the JSON (it is the evidence of divergence) but not in the column.
-    assert rows[1]["val_loss"] is None and rows[1]["metrics"]["val_loss"] != rows[1]["metrics"][
-        "val_loss"]
+    assert (
+        rows[1]["val_loss"] is None
+        and rows[1]["metrics"]["val_loss"] != rows[1]["metrics"]["val_loss"]
+    )
     assert rows[1]["val_bpb"] == float("inf")
     assert records.read_evals(storage, "s", trial_number=5) == []
 
-    records.record_samples(storage, "s", 0, 1, {"<Q>How do I": " fix it<A>", "<Q>What is": " x"},
-                      tokens=4096, step=2)
+    records.record_samples(
+        storage, "s", 0, 1, {"<Q>How do I": " fix it<A>", "<Q>What is": " x"}, tokens=4096, step=2
+    )
     records.record_samples(storage, "s", 1, 2, [{"prompt": "<Q>Why", "text": "é ✓"}])
     samples = records.read_samples(storage, "s")
     assert [(s["trial_number"], s["prompt"]) for s in samples] == [
-        (0, "<Q>How do I"), (0, "<Q>What is"), (1, "<Q>Why")]
+        (0, "<Q>How do I"),
+        (0, "<Q>What is"),
+        (1, "<Q>Why"),
+    ]
     assert samples[2]["text"] == "é ✓" and samples[0]["tokens"] == 4096
     assert len(records.read_samples(storage, "s", trial_number=1)) == 1
 
@@ -218,8 +245,9 @@ def _worker(url: str, n_trials: int) -> str | None:
             records.record_host(storage, "c", trial.number, trial._trial_id)
             for step in range(3):
                 trial.report(x * step, step)
-                records.record_eval(storage, "c", trial.number, trial._trial_id,
-                               {"step": step, "val_loss": x})
+                records.record_eval(
+                    storage, "c", trial.number, trial._trial_id, {"step": step, "val_loss": x}
+                )
             records.record_samples(storage, "c", trial.number, trial._trial_id, {"<Q>": "t"})
             return x * x
 
@@ -304,8 +332,9 @@ def test_stale_local_trials_fail_and_requeue(tmp_path: Path) -> None:
 
 
 def test_heartbeat_fails_and_requeues_a_silent_trial(tmp_path: Path) -> None:
-    storage = st.open_storage(sqlite_url(tmp_path / "h.db"), heartbeat_interval=1,
-                              grace_period=2, max_retries=2)
+    storage = st.open_storage(
+        sqlite_url(tmp_path / "h.db"), heartbeat_interval=1, grace_period=2, max_retries=2
+    )
     study = optuna.create_study(study_name="h", storage=storage)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize"
@@ -348,8 +377,9 @@ def _pg_worker(url: str) -> str | None:
 
         def objective(trial: optuna.Trial) -> float:
             x = trial.suggest_float("x", -1, 1)
-            records.record_eval(storage, "race", trial.number, trial._trial_id, {"step": 0,
-                                                                            "val_loss": x})
+            records.record_eval(
+                storage, "race", trial.number, trial._trial_id, {"step": 0, "val_loss": x}
+            )
             return x
 
         study.optimize(objective, n_trials=8)
@@ -368,8 +398,13 @@ def test_postgres_storage(pg_url: str) -> None:
     study = optuna.create_study(study_name="pg", storage=storage)
     trial = study.ask()
     trial.suggest_int("d_ff", 1, 8)
-    records.record_eval(storage, "pg", trial.number, trial._trial_id,
-                   {"step": 0, "val_bpb": 1.5, "peak_mem_bytes": 2**40})
+    records.record_eval(
+        storage,
+        "pg",
+        trial.number,
+        trial._trial_id,
+        {"step": 0, "val_bpb": 1.5, "peak_mem_bytes": 2**40},
+    )
     records.record_samples(storage, "pg", trial.number, trial._trial_id, {"<Q>": "ok"})
     records.record_host(storage, "pg", trial.number, trial._trial_id, pid=dead_pid())
     assert records.read_evals(storage, "pg")[0]["peak_mem_bytes"] == 2**40
@@ -383,17 +418,18 @@ def test_postgres_storage(pg_url: str) -> None:
 def test_postgres_missing_database_creates_nothing(pg_url: str) -> None:
     url = sa.engine.make_url(pg_url)
     name = f"sweeps_missing_{uuid.uuid4().hex[:8]}"
-    missing = url.set(database=name, password="topsecret").render_as_string(
-        hide_password=False)
+    missing = url.set(database=name, password="topsecret").render_as_string(hide_password=False)
     with pytest.raises(SweepsError) as err:
         st.open_storage(missing)
     message = str(err.value)
     assert "\n" not in message and "topsecret" not in message and name in message
-    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"),
-                              poolclass=sa.pool.NullPool)
+    engine = sa.create_engine(
+        pg_url.replace("postgresql://", "postgresql+psycopg://"), poolclass=sa.pool.NullPool
+    )
     with engine.connect() as conn:
-        found = conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                             {"n": name}).first()
+        found = conn.execute(
+            sa.text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+        ).first()
     assert found is None
 
 

@@ -25,8 +25,10 @@ from tests.sweeps.helpers import spec_dict, toml_text
 
 def snapshot(directory: Path) -> dict[str, tuple[str, int]]:
     """Every file of ``directory``: (sha256, mtime in ns)."""
-    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(directory.iterdir())}
+    return {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(directory.iterdir())
+    }
 
 
 def sqlite_tables(path: Path) -> list[str]:
@@ -38,9 +40,12 @@ def sqlite_tables(path: Path) -> list[str]:
 
 
 def read_commands(url: str, study: str, out: Path) -> list[list[str]]:
-    return [["status", "--storage", url], ["trials", study, "--storage", url],
-            ["export", study, "--format", "json", "--storage", url],
-            ["report", study, "--out", str(out / f"{study}.html"), "--storage", url]]
+    return [
+        ["status", "--storage", url],
+        ["trials", study, "--storage", url],
+        ["export", study, "--format", "json", "--storage", url],
+        ["report", study, "--out", str(out / f"{study}.html"), "--storage", url],
+    ]
 
 
 @pytest.fixture
@@ -74,8 +79,7 @@ def sweeps_db(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_read_commands_write_nothing_to_a_sweeps_database(sweeps_db: Path,
-                                                          tmp_path: Path) -> None:
+def test_read_commands_write_nothing_to_a_sweeps_database(sweeps_db: Path, tmp_path: Path) -> None:
     before = snapshot(sweeps_db.parent)
     out = tmp_path / "out"
     out.mkdir()
@@ -116,9 +120,17 @@ def _read_only_mount_works(directory: Path) -> bool:
     if shutil.which("unshare") is None:
         return False
     probe = subprocess.run(
-        ["unshare", "-m", "sh", "-c", f"mount --bind '{directory}' '{directory}' && "
-         f"mount -o remount,bind,ro '{directory}' && ! touch '{directory}/probe' 2>/dev/null"],
-        capture_output=True, text=True)
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount --bind '{directory}' '{directory}' && "
+            f"mount -o remount,bind,ro '{directory}' && ! touch '{directory}/probe' 2>/dev/null",
+        ],
+        capture_output=True,
+        text=True,
+    )
     return probe.returncode == 0 and not (directory / "probe").exists()
 
 
@@ -133,23 +145,37 @@ def test_read_commands_read_a_file_on_a_read_only_mount(sweeps_db: Path, tmp_pat
     for args in read_commands(f"sqlite:///{sweeps_db}", "s", out):
         command = " ".join(f"'{a}'" for a in [sys.executable, "-m", "sweeps", *args])
         proc = subprocess.run(
-            ["unshare", "-m", "sh", "-c", f"mount --bind '{directory}' '{directory}' && "
-             f"mount -o remount,bind,ro '{directory}' && exec {command}"],
-            capture_output=True, text=True, timeout=300)
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                f"mount --bind '{directory}' '{directory}' && "
+                f"mount -o remount,bind,ro '{directory}' && exec {command}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, (args, proc.stderr)
         assert "s" in proc.stdout or (out / "s.html").exists()
     assert snapshot(directory) == before
     assert (out / "s.html").stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:",
-                                 "sqlite:///file::memory:?uri=true"])
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file::memory:?uri=true"]
+)
 def test_an_in_memory_storage_is_refused_before_anything_is_printed(
-        url: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    url: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     corpus = shared_corpus(tmp_path_factory)
     (tmp_path / "spec.toml").write_text(toml_text(spec_dict("mem", corpus)))
-    for args in (["run", "spec.toml", "--storage", url], ["worker", "mem", "--storage", url],
-                 ["status", "--storage", url]):
+    for args in (
+        ["run", "spec.toml", "--storage", url],
+        ["worker", "mem", "--storage", url],
+        ["status", "--storage", url],
+    ):
         proc = sweeps(*args, cwd=tmp_path)
         assert_user_error(proc, "in-memory", "use a file")
         assert proc.stdout == "" and "created study" not in proc.stderr
@@ -179,12 +205,22 @@ def test_write_commands_on_a_read_only_mount_say_read_only(tmp_path: Path) -> No
     optuna.create_study(storage=url, study_name="s").optimize(lambda t: 1.0, n_trials=1)
     before = snapshot(directory)
     for args in (["delete", "s", "--yes"], ["rename", "s", "t"]):
-        command = " ".join(f"'{a}'" for a in [sys.executable, "-m", "sweeps", *args,
-                                              "--storage", url])
+        command = " ".join(
+            f"'{a}'" for a in [sys.executable, "-m", "sweeps", *args, "--storage", url]
+        )
         proc = subprocess.run(
-            ["unshare", "-m", "sh", "-c", f"mount --bind '{directory}' '{directory}' && "
-             f"mount -o remount,bind,ro '{directory}' && exec {command}"],
-            capture_output=True, text=True, timeout=300)
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                f"mount --bind '{directory}' '{directory}' && "
+                f"mount -o remount,bind,ro '{directory}' && exec {command}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert_user_error(proc, "read-only", "make both writable")
         assert "SQLite database" not in proc.stderr
     assert snapshot(directory) == before

@@ -12,8 +12,15 @@ from tests.sweeps.cli import assert_user_error, sweeps
 
 #: One password per awkward character; each is what SQLAlchemy (and so the driver) reads as the
 #: password, except "@" (a literal "@" leaves the rest of the password in the host).
-PASSWORDS = ["Hunter2/Leak", "Hunter2#Leak", "Hunter2?Leak", "Hunter2@Leak", "Hunter2:Leak",
-             "Hunter2%Leak", "Hunter2%40Leak"]
+PASSWORDS = [
+    "Hunter2/Leak",
+    "Hunter2#Leak",
+    "Hunter2?Leak",
+    "Hunter2@Leak",
+    "Hunter2:Leak",
+    "Hunter2%Leak",
+    "Hunter2%40Leak",
+]
 
 
 def secret_parts(password: str) -> list[str]:
@@ -25,11 +32,14 @@ def secret_parts(password: str) -> list[str]:
 
 
 @pytest.mark.parametrize("password", PASSWORDS)
-@pytest.mark.parametrize("url", [
-    "postgresql://postgres:{pw}@127.0.0.1/x",
-    "postgresql+psycopg://postgres:{pw}@db.example:5432/sweeps?sslmode=require",
-    "postgresql://postgres:{pw}@127.0.0.1:notaport/x",  # SQLAlchemy cannot parse this one
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:{pw}@127.0.0.1/x",
+        "postgresql+psycopg://postgres:{pw}@db.example:5432/sweeps?sslmode=require",
+        "postgresql://postgres:{pw}@127.0.0.1:notaport/x",  # SQLAlchemy cannot parse this one
+    ],
+)
 def test_mask_url_hides_every_password(password: str, url: str) -> None:
     masked = st.mask_url(url.format(pw=password))
     for part in secret_parts(password):
@@ -38,11 +48,15 @@ def test_mask_url_hides_every_password(password: str, url: str) -> None:
 
 
 def test_mask_url_keeps_the_rest() -> None:
-    assert st.mask_url("postgresql://u:a/b#c@h:5432/db?sslmode=require") == \
-        "postgresql://u:***@h:5432/db?sslmode=require"
+    assert (
+        st.mask_url("postgresql://u:a/b#c@h:5432/db?sslmode=require")
+        == "postgresql://u:***@h:5432/db?sslmode=require"
+    )
     assert st.mask_url("postgresql://u:p@ss@127.0.0.1/x") == "postgresql://u:***@127.0.0.1/x"
-    assert st.mask_url("postgresql://h/db?user=u&password=a/b&x=1") == \
-        "postgresql://h/db?user=u&password=***&x=1"
+    assert (
+        st.mask_url("postgresql://h/db?user=u&password=a/b&x=1")
+        == "postgresql://h/db?user=u&password=***&x=1"
+    )
     assert st.mask_url("sqlite:////tmp/my db#1.db") == "sqlite:////tmp/my db#1.db"
     assert st.mask_url("sqlite://") == "sqlite://"
     assert st.mask_url("not a url") == "not a url"
@@ -86,5 +100,9 @@ def test_masked_url_is_still_the_same_database() -> None:
     url = "postgresql://u:x/y@h:5433/db?sslmode=require"
     shown = sa.engine.make_url(st.mask_url(url))
     original = sa.engine.make_url(url)
-    assert (shown.host, shown.port, shown.database, dict(shown.query)) == \
-        (original.host, original.port, original.database, dict(original.query))
+    assert (shown.host, shown.port, shown.database, dict(shown.query)) == (
+        original.host,
+        original.port,
+        original.database,
+        dict(original.query),
+    )

@@ -33,8 +33,15 @@ SIZE = r"[\d.]+ (?:B|KiB|MiB|GiB|TiB)"
 
 def test_the_studies_of_issue_7_are_shipped() -> None:
     names = {p.stem for p in SPECS}
-    assert {"quickstart", "vocab_tradeoff", "ffn_width", "attention_memory", "batch_accum",
-            "classic_parenting", "smoke"} <= names
+    assert {
+        "quickstart",
+        "vocab_tradeoff",
+        "ffn_width",
+        "attention_memory",
+        "batch_accum",
+        "classic_parenting",
+        "smoke",
+    } <= names
 
 
 def test_every_study_says_what_question_it_answers() -> None:
@@ -60,20 +67,29 @@ def _copy_with_stand_ins(path: Path, tmp: Path) -> Path:
     copy = studies / path.name
     shutil.copy(path, copy)
     for s in sources:
-        assert not Path(s).is_absolute(), f"{path.name}: source {s} is absolute; make it " \
-                                          "relative to the spec so the project can move"
+        assert not Path(s).is_absolute(), (
+            f"{path.name}: source {s} is absolute; make it "
+            "relative to the spec so the project can move"
+        )
         stand_in = (studies / s).resolve()
         assert stand_in.is_relative_to(tmp)
         stand_in.parent.mkdir(parents=True, exist_ok=True)
-        stand_in.write_text("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<posts>\n</posts>\n",
-                            encoding="utf-8")
+        stand_in.write_text(
+            '<?xml version="1.0" encoding="utf-8"?>\n<posts>\n</posts>\n', encoding="utf-8"
+        )
     return copy
 
 
 def dry_run(spec_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "SWEEPS_STORAGE": "sqlite:///sweeps.db"}
-    return subprocess.run([sys.executable, "-m", "sweeps", "run", str(spec_path), "--dry-run"],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", "run", str(spec_path), "--dry-run"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
@@ -141,7 +157,8 @@ def test_quickstart_draws_each_outcome_from_its_own_configurations() -> None:
     assert "collapse" not in spec.raw.get("limits", {})
     assert 6 <= spec.study.n_trials <= 10
     assert {"vocab_size", "d_ff", "seq_len", "batch_size", "grad_accum", "lr"} <= set(
-        spec.param_names)
+        spec.param_names
+    )
     draw = _quickstart_draw(spec)
     budget = spec.limits.memory_budget
     assert isinstance(budget, int)
@@ -168,7 +185,11 @@ def test_batch_accum_keeps_the_effective_batch_fixed() -> None:
     assert len(points) == spec.study.n_trials == 16
     assert {p["batch_size"] * p["grad_accum"] for p in points} == {16}
     assert {(p["precision"], p["checkpointing"]) for p in points} == {
-        ("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True)}
+        ("fp32", False),
+        ("fp32", True),
+        ("bf16", False),
+        ("bf16", True),
+    }
 
 
 def test_ffn_width_spans_one_to_four_times_d_model_with_three_seeds() -> None:

@@ -47,8 +47,9 @@ def test_status_and_trials_escape_a_right_to_left_override(db: tuple[str, str]) 
 def _on_a_terminal(*args: str) -> str:
     """stdout of ``sweeps ARGS`` written to a pseudo-terminal."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", *args], stdout=follower,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps", *args], stdout=follower, stderr=subprocess.PIPE
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -65,13 +66,10 @@ def _on_a_terminal(*args: str) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def test_export_csv_to_a_terminal_escapes_and_to_a_pipe_keeps_the_data(
-        db: tuple[str, str]) -> None:
+def test_export_csv_to_a_terminal_escapes_and_to_a_pipe_keeps_the_data(db: tuple[str, str]) -> None:
     url, name = db
     shown = _on_a_terminal("export", name, "--storage", url, "--format", "csv")
     assert "\x1b" not in shown and "\x07" not in shown and RLO not in shown
     assert r"r\x1b]0;PWNED\x07\u202ex" in shown
     piped = sweeps("export", name, "--storage", url, "--format", "csv")
     assert f"r{ESC}{RLO}x" in piped.stdout  # the data as stored, for a program to read
-
-

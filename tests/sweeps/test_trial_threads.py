@@ -21,20 +21,31 @@ from tests.sweeps.helpers import environ_of, spec_dict, worker_study
 
 @pytest.mark.study
 @pytest.mark.skipif(len(host.cpu_ids()) < 2, reason="one core: one thread is all there is")
-def test_a_small_trial_on_two_cores_runs_one_thread(tmp_path: Path, corpus: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_trial_on_two_cores_runs_one_thread(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(host.NUM_THREADS_ENV, raising=False)
     cores = host.cpu_ids()[:2]
     # What local.MemoryPool leases a CPU trial: its cores, threads capped at their number.
     device = WorkerDevice("cpu", {host.NUM_THREADS_ENV: "2"}, cores, "cpu 0-1")
-    spec = read_spec(spec_dict("threads", corpus, space={"lr": {"choices": [0.003]}},
-                               limits={"collapse": False}),
-                     source=tmp_path / "spec.toml")
+    spec = read_spec(
+        spec_dict(
+            "threads", corpus, space={"lr": {"choices": [0.003]}}, limits={"collapse": False}
+        ),
+        source=tmp_path / "spec.toml",
+    )
     storage, study = worker_study(spec, tmp_path / "sweeps.db")
     seen: dict[str, str] = {}
-    ctx = RunnerContext(spec=spec, study=study, storage=storage, study_dir=tmp_path / "runs",
-                        launcher=SubprocessLauncher(), budget_bytes=4 * 2**30, poll_s=0.05,
-                        term_grace_s=5.0)
+    ctx = RunnerContext(
+        spec=spec,
+        study=study,
+        storage=storage,
+        study_dir=tmp_path / "runs",
+        launcher=SubprocessLauncher(),
+        budget_bytes=4 * 2**30,
+        poll_s=0.05,
+        term_grace_s=5.0,
+    )
 
     def on_event(event: str, data: dict[str, Any]) -> None:
         if event == "launch":
@@ -51,12 +62,15 @@ def test_a_small_trial_on_two_cores_runs_one_thread(tmp_path: Path, corpus: Path
 
 
 def _spec(tmp_path: Path, corpus: Path, **fixed: Any) -> Any:
-    return read_spec(spec_dict("plan", corpus, fixed=fixed, space={
-        "lr": {"choices": [0.001, 0.003]}}), source=tmp_path / "spec.toml")
+    return read_spec(
+        spec_dict("plan", corpus, fixed=fixed, space={"lr": {"choices": [0.001, 0.003]}}),
+        source=tmp_path / "spec.toml",
+    )
 
 
-def test_the_dry_run_says_the_threads(tmp_path: Path, corpus: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dry_run_says_the_threads(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(host.NUM_THREADS_ENV, raising=False)
     small = dict(plan.threads_rows(_spec(tmp_path, corpus), (0, 1)))["threads per trial"]
     assert small.startswith("1 for every point of the grid (micro-steps of "), small
@@ -67,7 +81,6 @@ def test_the_dry_run_says_the_threads(tmp_path: Path, corpus: Path,
     busy = dict(plan.threads_rows(large, (0, 1), busy=1.8))["threads per trial"]
     assert "now 1.8 of them are busy, so those would get 1" in busy
     monkeypatch.setenv(host.NUM_THREADS_ENV, "1")
-    assert plan.threads_rows(large, (0, 1)) == [("threads per trial",
-                                                  "1 (SWEEPS_NUM_THREADS=1)")]
+    assert plan.threads_rows(large, (0, 1)) == [("threads per trial", "1 (SWEEPS_NUM_THREADS=1)")]
     rows = dict(plan.dry_run(large, "sqlite://", 1, None).rows)
     assert rows["threads per trial"] == "1 (SWEEPS_NUM_THREADS=1)"

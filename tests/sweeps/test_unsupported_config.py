@@ -31,44 +31,65 @@ def write_spec(tmp: Path, data: dict[str, Any]) -> Path:
 
 
 def test_the_dry_run_and_run_refuse_a_seq_len_no_split_can_hold(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     corpus = shared_corpus(tmp_path_factory)
     val_bytes = (corpus / "val.txt").stat().st_size
     too_long = val_bytes + 10  # more than the split's bytes: no tokenizer can make it fit
-    spec = write_spec(tmp_path, spec_dict("long", corpus, space={
-        "seq_len": {"choices": [16, too_long]}}))
+    spec = write_spec(
+        tmp_path, spec_dict("long", corpus, space={"seq_len": {"choices": [16, too_long]}})
+    )
     for extra in (["--dry-run"], []):
-        proc = sweeps_run("run", str(spec), "--storage", f"sqlite:///{tmp_path / 'db.sqlite'}",
-                          *extra, cwd=tmp_path)
+        proc = sweeps_run(
+            "run",
+            str(spec),
+            "--storage",
+            f"sqlite:///{tmp_path / 'db.sqlite'}",
+            *extra,
+            cwd=tmp_path,
+        )
         assert_user_error(proc, f"seq_len={too_long}", "validation split", "bigger corpus")
     assert not (tmp_path / "db.sqlite").exists()  # refused before anything was written
 
 
 def test_an_exact_count_from_the_token_cache_is_used_at_planning(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     corpus = shared_corpus(tmp_path_factory)
     cache = load_tokens(corpus, "word", 300)
     assert token_ceiling(corpus, "word", 300).val_tokens == len(cache.val)
-    spec = write_spec(tmp_path, spec_dict("long", corpus, fixed={
-        "tokenizer": "word", "vocab_size": 300}, space={
-            "seq_len": {"choices": [16, len(cache.val)]}}))
+    spec = write_spec(
+        tmp_path,
+        spec_dict(
+            "long",
+            corpus,
+            fixed={"tokenizer": "word", "vocab_size": 300},
+            space={"seq_len": {"choices": [16, len(cache.val)]}},
+        ),
+    )
     proc = sweeps_run("run", str(spec), "--dry-run", cwd=tmp_path)
     assert_user_error(proc, f"holds at most {len(cache.val):,} tokens", "'word'")
 
 
 def test_a_config_the_corpus_cannot_support_is_counted_as_its_own_outcome(
-        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     corpus = tmp_path / "corpus"
     shutil.copytree(shared_corpus(tmp_path_factory), corpus)
     shutil.rmtree(corpus / "cache", ignore_errors=True)  # planning sees only the byte bound
     val_bytes = (corpus / "val.txt").stat().st_size
     # Fewer word tokens than that in the split, but not fewer bytes: passes planning.
     seq_len = val_bytes // 2
-    spec = read_spec(spec_dict(
-        "short", corpus, fixed={"tokenizer": "word", "vocab_size": 300},
-        study={"n_trials": 2}, space={"seq_len": {"choices": [16, seq_len]}},
-        enqueue=[{"seq_len": seq_len}, {"seq_len": 16}]))
+    spec = read_spec(
+        spec_dict(
+            "short",
+            corpus,
+            fixed={"tokenizer": "word", "vocab_size": 300},
+            study={"n_trials": 2},
+            space={"seq_len": {"choices": [16, seq_len]}},
+            enqueue=[{"seq_len": seq_len}, {"seq_len": 16}],
+        )
+    )
     wk_storage, study = worker_study(spec, tmp_path / "db.sqlite")
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")
     options = wk.RunOptions(n_workers=1, launcher="subprocess", poll_s=0.05)

@@ -23,21 +23,53 @@ from sweeps import verdicts
 from sweeps.spec import CollapseLimits, DivergenceLimits, Limits
 
 #: BPE 2048, lr 0.3, step 272: context-free, its mean the unigram, worse than the unigram.
-COLLAPSED = {"step": 272, "tokens": 139_264, "val_loss": 6.2, "unigram_gap": -0.114,
-             "kl_mean_to_unigram": 0.066, "mean_kl_to_mean": 0.0000}
+COLLAPSED = {
+    "step": 272,
+    "tokens": 139_264,
+    "val_loss": 6.2,
+    "unigram_gap": -0.114,
+    "kl_mean_to_unigram": 0.066,
+    "mean_kl_to_mean": 0.0000,
+}
 #: BPE 2048, lr 0.01, step 288: uses its context, 0.65 nats/token better than the unigram.
-HEALTHY = {"step": 288, "tokens": 147_456, "val_loss": 5.4, "unigram_gap": 0.653,
-           "kl_mean_to_unigram": 0.021, "mean_kl_to_mean": 0.659}
+HEALTHY = {
+    "step": 288,
+    "tokens": 147_456,
+    "val_loss": 5.4,
+    "unigram_gap": 0.653,
+    "kl_mean_to_unigram": 0.021,
+    "mean_kl_to_mean": 0.659,
+}
 #: The same healthy run at step 16: context-free and below the unigram, as every model starts.
-UNTRAINED = {"step": 16, "tokens": 8_192, "val_loss": 6.4, "unigram_gap": -0.306,
-             "kl_mean_to_unigram": 0.179, "mean_kl_to_mean": 0.000}
+UNTRAINED = {
+    "step": 16,
+    "tokens": 8_192,
+    "val_loss": 6.4,
+    "unigram_gap": -0.306,
+    "kl_mean_to_unigram": 0.179,
+    "mean_kl_to_mean": 0.000,
+}
 #: The issue's case judged at 3 steps: near uniform, far from the unigram, worse than it.
-INIT = {"step": 3, "tokens": 98_304, "val_loss": 7.1, "unigram_gap": -0.98,
-        "kl_mean_to_unigram": 3.26, "mean_kl_to_mean": 0.001}
+INIT = {
+    "step": 3,
+    "tokens": 98_304,
+    "val_loss": 7.1,
+    "unigram_gap": -0.98,
+    "kl_mean_to_unigram": 3.26,
+    "mean_kl_to_mean": 0.001,
+}
 #: Word 300, step 288: <unk> 43 % of targets; the likeliest prediction and most samples <unk>.
-UNK = {"step": 288, "tokens": 147_456, "val_loss": 2.9, "unigram_gap": 0.525,
-       "kl_mean_to_unigram": 0.012, "mean_kl_to_mean": 0.344, "unk_rate_targets": 0.427,
-       "unk_argmax_rate": 0.944, "unk_rate_samples": 0.81}
+UNK = {
+    "step": 288,
+    "tokens": 147_456,
+    "val_loss": 2.9,
+    "unigram_gap": 0.525,
+    "kl_mean_to_unigram": 0.012,
+    "mean_kl_to_mean": 0.344,
+    "unk_rate_targets": 0.427,
+    "unk_argmax_rate": 0.944,
+    "unk_rate_samples": 0.81,
+}
 
 
 def rows(*losses: float | None) -> list[dict]:
@@ -87,8 +119,12 @@ def at(row: dict, step: int) -> dict:
 def test_a_really_collapsed_model_is_unigram_collapse() -> None:
     verdict = verdicts.collapse([COLLAPSED], CollapseLimits())
     assert verdict is not None and verdict.outcome == "unigram_collapse"
-    for text in ("after 272 optimizer steps", "mean_kl_to_mean 0.0000 < 0.05",
-                 "kl_mean_to_unigram 0.0660 < 0.5", "unigram_gap -0.1140 < 0 (worse than"):
+    for text in (
+        "after 272 optimizer steps",
+        "mean_kl_to_mean 0.0000 < 0.05",
+        "kl_mean_to_unigram 0.0660 < 0.5",
+        "unigram_gap -0.1140 < 0 (worse than",
+    ):
         assert text in verdict.reason, verdict.reason
 
 
@@ -97,12 +133,28 @@ def test_a_really_collapsed_model_is_unigram_collapse() -> None:
 #: below the unigram; lr 3e-4 learned (gap +0.80, mean_kl_to_mean 0.50 at step 1,563).
 #: ``lr_sum``: the learning rate summed over the 293 steps (``lm.schedule.lr_sum``, warm-up
 #: 10k tokens, cosine over 200k).
-LR_0_3 = [{"step": 293, "tokens": 150_016, "lr_sum": 59.89, "unigram_gap": g,
-           "kl_mean_to_unigram": k, "mean_kl_to_mean": 0.0000}
-          for g, k in ((-0.1944, 0.1645), (-0.1381, 0.1127))]
-LR_3E_4 = [{"step": 293, "tokens": 150_016, "lr_sum": 0.0599, "unigram_gap": g,
-            "kl_mean_to_unigram": k, "mean_kl_to_mean": c}
-           for g, k, c in ((0.0085, 0.0257, 0.0104), (0.0236, 0.0327, 0.0204))]
+LR_0_3 = [
+    {
+        "step": 293,
+        "tokens": 150_016,
+        "lr_sum": 59.89,
+        "unigram_gap": g,
+        "kl_mean_to_unigram": k,
+        "mean_kl_to_mean": 0.0000,
+    }
+    for g, k in ((-0.1944, 0.1645), (-0.1381, 0.1127))
+]
+LR_3E_4 = [
+    {
+        "step": 293,
+        "tokens": 150_016,
+        "lr_sum": 0.0599,
+        "unigram_gap": g,
+        "kl_mean_to_unigram": k,
+        "mean_kl_to_mean": c,
+    }
+    for g, k, c in ((0.0085, 0.0257, 0.0104), (0.0236, 0.0327, 0.0204))
+]
 
 
 def test_a_collapse_is_still_called_and_a_slow_learner_no_longer_is() -> None:
@@ -113,9 +165,10 @@ def test_a_collapse_is_still_called_and_a_slow_learner_no_longer_is() -> None:
     for row in LR_3E_4:
         assert verdicts.prediction_verdict(row, limits) is None
         # the old defaults called it collapsed: the bench's two wrong verdicts
-        assert verdicts.prediction_verdict(row, CollapseLimits(min_unigram_gap=0.05,
-                                                               min_lr_sum=0.0)) \
+        assert (
+            verdicts.prediction_verdict(row, CollapseLimits(min_unigram_gap=0.05, min_lr_sum=0.0))
             == "unigram_collapse"
+        )
         # and either default alone spares it
         assert verdicts.prediction_verdict(row, CollapseLimits(min_unigram_gap=0.05)) is None
         assert verdicts.prediction_verdict(row, CollapseLimits(min_lr_sum=0.0)) is None
@@ -125,10 +178,22 @@ def test_a_collapse_is_still_called_and_a_slow_learner_no_longer_is() -> None:
 #: of 288, no warm-up), checked against reruns 4x longer (tests/bench/bench_verdicts.py): at lr
 #: 5.0e-4, below the unigram and context-free, it used its context from step 544 of the longer
 #: rerun (lr sum 0.23); at lr 0.25, context-free at every evaluation of both reruns.
-SLOW = {"step": 224, "tokens": 28_672, "lr_sum": 0.0748, "unigram_gap": -0.0343,
-        "kl_mean_to_unigram": 0.1575, "mean_kl_to_mean": 0.0000}
-FAST = {"step": 224, "tokens": 28_672, "lr_sum": 37.91, "unigram_gap": -0.0800,
-        "kl_mean_to_unigram": 0.1812, "mean_kl_to_mean": 0.0000}
+SLOW = {
+    "step": 224,
+    "tokens": 28_672,
+    "lr_sum": 0.0748,
+    "unigram_gap": -0.0343,
+    "kl_mean_to_unigram": 0.1575,
+    "mean_kl_to_mean": 0.0000,
+}
+FAST = {
+    "step": 224,
+    "tokens": 28_672,
+    "lr_sum": 37.91,
+    "unigram_gap": -0.0800,
+    "kl_mean_to_unigram": 0.1812,
+    "mean_kl_to_mean": 0.0000,
+}
 
 
 def test_too_small_a_rate_is_not_judged_whatever_it_predicts() -> None:
@@ -136,14 +201,15 @@ def test_too_small_a_rate_is_not_judged_whatever_it_predicts() -> None:
     far: ``min_lr_sum`` spares it, as ``min_steps`` spares a model after 16 steps."""
     limits = CollapseLimits()
     assert verdicts.prediction_verdict(SLOW, limits) is None
-    assert verdicts.prediction_verdict(SLOW, CollapseLimits(min_lr_sum=0.07)) \
-        == "unigram_collapse"
+    assert verdicts.prediction_verdict(SLOW, CollapseLimits(min_lr_sum=0.07)) == "unigram_collapse"
     assert verdicts.prediction_verdict(FAST, limits) == "unigram_collapse"
     verdict = verdicts.collapse([FAST], limits)
     assert verdict is not None and "learning rate summed to 37.9" in verdict.reason
     # A row written before the child logged lr_sum is judged on steps alone.
-    assert verdicts.prediction_verdict({k: v for k, v in SLOW.items() if k != "lr_sum"},
-                                       limits) == "unigram_collapse"
+    assert (
+        verdicts.prediction_verdict({k: v for k, v in SLOW.items() if k != "lr_sum"}, limits)
+        == "unigram_collapse"
+    )
     # The gate holds for every verdict on predictions, <unk> too.
     assert verdicts.prediction_verdict({**UNK, "lr_sum": 0.1}, limits) is None
     assert verdicts.prediction_verdict({**UNK, "lr_sum": 0.5}, limits) == "unk_dominated"
@@ -182,8 +248,13 @@ def test_unk_dominated_names_the_capped_vocabulary() -> None:
     assert "81% of sampled tokens" in verdict.reason
     # On the history dump (studies/collapse.toml, seed 0, step 293): <unk> is 31 % of the
     # targets, the likeliest prediction at 92 % of positions, 45 % of the samples.
-    history = {**UNK, "unk_rate_targets": 0.312, "unk_argmax_rate": 0.924,
-               "unk_rate_samples": 0.453, "step": 293}
+    history = {
+        **UNK,
+        "unk_rate_targets": 0.312,
+        "unk_argmax_rate": 0.924,
+        "unk_rate_samples": 0.453,
+        "step": 293,
+    }
     assert verdicts.collapse([history], CollapseLimits()).outcome == "unk_dominated"
     # <unk> the likeliest somewhere, but the samples mostly real words: not this verdict.
     assert verdicts.collapse([{**UNK, "unk_rate_samples": 0.2}], CollapseLimits()) is None
@@ -211,8 +282,10 @@ def test_a_model_still_learning_is_not_stopped_but_judged_at_its_end() -> None:
     assert verdicts.collapse(slow, limits) is None
     verdict = verdicts.collapse(slow, limits, final=True)
     assert verdict is not None and verdict.outcome == "unigram_collapse"
-    assert "at the end of its budget, and its val_loss was still falling (0.150 nats since " \
-           "evaluation 1)" in verdict.reason
+    assert (
+        "at the end of its budget, and its val_loss was still falling (0.150 nats since "
+        "evaluation 1)" in verdict.reason
+    )
     flat = [at({**COLLAPSED, "val_loss": 6.205}, 180), COLLAPSED]
     assert verdicts.still_learning(flat, limits) is None
     assert verdicts.collapse(flat, limits).outcome == "unigram_collapse"
@@ -253,9 +326,20 @@ def test_project_rules_check_divergence_first() -> None:
 
 
 def config(**overrides: object) -> TrainConfig:
-    return TrainConfig.from_dict({"corpus": "data/c", "tokenizer": "byte", "vocab_size": 260,
-                                  "seq_len": 64, "batch_size": 256, "grad_accum": 4, "lr": 0.01,
-                                  "warmup_tokens": 0, "max_tokens": 300_000, **overrides})
+    return TrainConfig.from_dict(
+        {
+            "corpus": "data/c",
+            "tokenizer": "byte",
+            "vocab_size": 260,
+            "seq_len": 64,
+            "batch_size": 256,
+            "grad_accum": 4,
+            "lr": 0.01,
+            "warmup_tokens": 0,
+            "max_tokens": 300_000,
+            **overrides,
+        }
+    )
 
 
 def test_planned_steps_and_the_under_trained_note() -> None:
@@ -276,12 +360,13 @@ def test_a_budget_whose_rate_cannot_sum_to_min_lr_sum_runs_unjudged() -> None:
     slow = config(batch_size=4, grad_accum=1, seq_len=32, lr=4.98e-4, max_tokens=36_864)
     note = verdicts.under_trained_note(slow, CollapseLimits())
     assert note is not None
-    assert note.startswith("its learning rate summed over its 288 optimizer steps is 0.0791, "
-                           "below the 0.5 needed to judge"), note
+    assert note.startswith(
+        "its learning rate summed over its 288 optimizer steps is 0.0791, "
+        "below the 0.5 needed to judge"
+    ), note
     assert "limits.collapse.min_lr_sum" in note and note.endswith("it runs to the end unjudged")
     assert verdicts.under_trained_note(slow, CollapseLimits(min_lr_sum=0.07)) is None
-    assert verdicts.under_trained_note(dataclasses.replace(slow, lr=0.01),
-                                       CollapseLimits()) is None
+    assert verdicts.under_trained_note(dataclasses.replace(slow, lr=0.01), CollapseLimits()) is None
 
 
 # --- how outcomes are told -----------------------------------------------------------------------
@@ -294,9 +379,11 @@ def test_outcome_states_and_constraints() -> None:
     for outcome in ("crashed", "interrupted"):
         assert outcomes.state_name(outcome) == "FAIL"
     assert set(outcomes.ENDINGS) == outcomes.PRUNED_OUTCOMES | outcomes.FAILED_OUTCOMES | {
-        "complete"}
-    assert [outcomes.constraint_value(o) for o in ("oom", "predicted_oom", "complete", "pruned")] \
-        == [1.0, 1.0, 0.0, 0.0]
+        "complete"
+    }
+    assert [
+        outcomes.constraint_value(o) for o in ("oom", "predicted_oom", "complete", "pruned")
+    ] == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(ValueError):
         outcomes.state_name("exploded")
     with pytest.raises(ValueError):  # a state of a trial not finished is not an ending
@@ -318,9 +405,14 @@ def test_one_outcome_vocabulary() -> None:
 def test_outcome_names_defined_once() -> None:
     """No module but lm/outcomes.py spells out the list of outcome names."""
     repo = Path(__file__).resolve().parents[2]
-    pattern = re.compile(r'"complete",\s*"pruned"|"oom",\s*"predicted_oom"|'
-                         r'"predicted_oom",\s*"oom"')
-    offenders = [str(p.relative_to(repo)) for pkg in ("lm", "sweeps")
-                 for p in (repo / pkg).rglob("*.py")
-                 if p.name != "outcomes.py" and pattern.search(p.read_text(encoding="utf-8"))]
+    pattern = re.compile(
+        r'"complete",\s*"pruned"|"oom",\s*"predicted_oom"|'
+        r'"predicted_oom",\s*"oom"'
+    )
+    offenders = [
+        str(p.relative_to(repo))
+        for pkg in ("lm", "sweeps")
+        for p in (repo / pkg).rglob("*.py")
+        if p.name != "outcomes.py" and pattern.search(p.read_text(encoding="utf-8"))
+    ]
     assert offenders == []

@@ -27,11 +27,15 @@ WIDE = 2**62
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(low=hs.integers(min_value=-WIDE, max_value=WIDE),
-       width=hs.integers(min_value=0, max_value=WIDE), step=hs.integers(min_value=1, max_value=7),
-       seed=hs.integers(min_value=0, max_value=2**32))
-def test_an_int_range_of_any_width_is_a_lazy_sequence(low: int, width: int, step: int,
-                                                       seed: int) -> None:
+@given(
+    low=hs.integers(min_value=-WIDE, max_value=WIDE),
+    width=hs.integers(min_value=0, max_value=WIDE),
+    step=hs.integers(min_value=1, max_value=7),
+    seed=hs.integers(min_value=0, max_value=2**32),
+)
+def test_an_int_range_of_any_width_is_a_lazy_sequence(
+    low: int, width: int, step: int, seed: int
+) -> None:
     high = low + width - width % step  # step divides high - low
     p = ParamSpec("seed", "int", low=low, high=high, step=step)
     values = p.values()
@@ -42,8 +46,11 @@ def test_an_int_range_of_any_width_is_a_lazy_sequence(low: int, width: int, step
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(n=hs.integers(min_value=1, max_value=10**15), step=hs.sampled_from([0.5, 0.25, 1e-3]),
-       seed=hs.integers(min_value=0, max_value=2**32))
+@given(
+    n=hs.integers(min_value=1, max_value=10**15),
+    step=hs.sampled_from([0.5, 0.25, 1e-3]),
+    seed=hs.integers(min_value=0, max_value=2**32),
+)
 def test_a_float_grid_of_any_width_is_a_lazy_sequence(n: int, step: float, seed: int) -> None:
     high = n * step
     try:
@@ -57,9 +64,15 @@ def test_a_float_grid_of_any_width_is_a_lazy_sequence(n: int, step: float, seed:
 
 
 def test_a_grid_over_a_wide_range_is_a_one_line_error(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
-    spec = read_spec(spec_dict("wide", shared_corpus(tmp_path_factory), space={
-        "seed": {"type": "int", "low": 0, "high": 4294967295}}))
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    spec = read_spec(
+        spec_dict(
+            "wide",
+            shared_corpus(tmp_path_factory),
+            space={"seed": {"type": "int", "low": 0, "high": 4294967295}},
+        )
+    )
     with pytest.raises(SweepsError, match="more than"):
         grid_search_space(spec)
     with pytest.raises(SweepsError, match="more than"):
@@ -74,15 +87,25 @@ def _limit_memory() -> None:
 
 @pytest.mark.parametrize("command", [["run", "--dry-run"], ["estimate"]])
 def test_the_dry_run_and_estimate_take_a_32_bit_seed_range(
-        command: list[str], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    data = spec_dict("wide", shared_corpus(tmp_path_factory), space={
-        "seed": {"type": "int", "low": 0, "high": 4294967295}})
+    command: list[str], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    data = spec_dict(
+        "wide",
+        shared_corpus(tmp_path_factory),
+        space={"seed": {"type": "int", "low": 0, "high": 4294967295}},
+    )
     spec = tmp_path / "spec.toml"
     spec.write_text(toml_text(data), encoding="utf-8")
     args = [command[0], str(spec), *command[1:]]
     if command[0] == "run":
         args += ["--storage", f"sqlite:///{tmp_path / 'db.sqlite'}"]
-    proc = subprocess.run([sys.executable, "-m", "sweeps", *args], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300, preexec_fn=_limit_memory)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        preexec_fn=_limit_memory,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

@@ -42,9 +42,15 @@ X = {"x": CategoricalDistribution([0, 1, 2, 3])}
 
 def add(study: optuna.Study, state: TrialState, retry_of: list[int] | None = None) -> None:
     system = {"retry_history": retry_of} if retry_of else {}
-    study.add_trial(create_trial(state=state, params={"x": 0}, distributions=X,
-                                 value=1.0 if state == TrialState.COMPLETE else None,
-                                 system_attrs=system))
+    study.add_trial(
+        create_trial(
+            state=state,
+            params={"x": 0},
+            distributions=X,
+            value=1.0 if state == TrialState.COMPLETE else None,
+            system_attrs=system,
+        )
+    )
 
 
 # --- counting ------------------------------------------------------------------------------------
@@ -92,8 +98,12 @@ def test_a_trial_asked_beyond_the_budget_is_handed_back(tmp_path: Path) -> None:
     done, mine = wk.claim_trial(study, storage, 3)
     assert not done and mine is None
     states = {t.number: t.state for t in study.get_trials()}
-    assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED, 2: TrialState.RUNNING,
-                      3: TrialState.WAITING}
+    assert states == {
+        0: TrialState.COMPLETE,
+        1: TrialState.PRUNED,
+        2: TrialState.RUNNING,
+        3: TrialState.WAITING,
+    }
     assert wk.budget_state(study.get_trials(), 3).holds(2)
 
 
@@ -109,32 +119,47 @@ def outcome_for(params: dict[str, Any]) -> str:
 
 
 @pytest.mark.study
-def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_study_ends_with_exactly_n_trials(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Word vocabularies of 300/600 beat the unigram by ~0.2 nats/token in 4,000 tokens at this
     # learning rate; 6 ids (a word, four markers, <unk>) cannot: the default thresholds tell them
     # apart at the last evaluation of these 32-step trials (judged from step 20 on here; the
     # <unk> verdict is off: after 32 steps every word model still predicts <unk> everywhere).
     # The 6-id model ends just above its unigram (a gap under 0.05 nats): min_unigram_gap 0.05
     # calls it collapsed, as the default did before it became 0 (studies/README.md, collapse).
-    data = spec_dict("small", corpus, fixed={"tokenizer": "word", "lr": 3e-2},
-                     space={"vocab_size": {"choices": [6, 300, 600]},
-                            "batch_size": {"choices": [8, 4096]}},
-                     study={"n_trials": 5},
-                     limits={"collapse": {"min_steps": 20, "max_unk_argmax": 1.0,
-                                          "max_unk_targets": 1.0, "min_unigram_gap": 0.05}},
-                     enqueue=[{"vocab_size": 6, "batch_size": 8},
-                              {"vocab_size": 300, "batch_size": 4096},
-                              {"vocab_size": 600, "batch_size": 8}])
+    data = spec_dict(
+        "small",
+        corpus,
+        fixed={"tokenizer": "word", "lr": 3e-2},
+        space={"vocab_size": {"choices": [6, 300, 600]}, "batch_size": {"choices": [8, 4096]}},
+        study={"n_trials": 5},
+        limits={
+            "collapse": {
+                "min_steps": 20,
+                "max_unk_argmax": 1.0,
+                "max_unk_targets": 1.0,
+                "min_unigram_gap": 0.05,
+            }
+        },
+        enqueue=[
+            {"vocab_size": 6, "batch_size": 8},
+            {"vocab_size": 300, "batch_size": 4096},
+            {"vocab_size": 600, "batch_size": 8},
+        ],
+    )
     spec = read_spec(data)
-    tiny = preflight.predict(trial_config(spec, {"vocab_size": 600, "batch_size": 8}),
-                             device="cpu")[0]
-    big = preflight.predict(trial_config(spec, {"vocab_size": 6, "batch_size": 4096}),
-                            device="cpu")[0]
+    tiny = preflight.predict(
+        trial_config(spec, {"vocab_size": 600, "batch_size": 8}), device="cpu"
+    )[0]
+    big = preflight.predict(
+        trial_config(spec, {"vocab_size": 6, "batch_size": 4096}), device="cpu"
+    )[0]
     data["limits"]["memory_budget"] = (tiny + big) // 2
     spec = read_spec(data)
-    storage = st.open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1,
-                              grace_period=5)
+    storage = st.open_storage(
+        f"sqlite:///{tmp_path / 'db.sqlite'}", heartbeat_interval=1, grace_period=5
+    )
     wk.create_or_resume(spec, storage)
     study = wk.load_for_workers(spec, storage)
     events: list[tuple[str, int]] = []
@@ -156,8 +181,11 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
     assert {r.number for r in results[0].reports} & {r.number for r in results[1].reports} == set()
     assert sorted(n for kind, n in events if kind == "end") == [0, 1, 2, 3, 4]
     hosts = records.read_hosts(storage, "small")
-    launched = [t.number for t in trials if t.user_attrs["outcome"] != "predicted_oom"
-                and "copy_of" not in t.user_attrs]  # a repeated point is copied, not run
+    launched = [
+        t.number
+        for t in trials
+        if t.user_attrs["outcome"] != "predicted_oom" and "copy_of" not in t.user_attrs
+    ]  # a repeated point is copied, not run
     assert sorted(h["trial_number"] for h in hosts) == [t.number for t in trials]
     assert {e["trial_number"] for e in records.read_evals(storage, "small")} == set(launched)
     assert study.user_attrs["memory_budget_bytes"] == (tiny + big) // 2
@@ -171,15 +199,25 @@ def test_a_small_study_ends_with_exactly_n_trials(tmp_path: Path, corpus: Path,
 
 
 def write_spec(tmp: Path, corpus: Path, name: str, n_trials: int, max_tokens: int) -> Path:
-    data = spec_dict(name, corpus, fixed={"tokenizer": "word", "lr": 3e-2,
-                                          "max_tokens": max_tokens,
-                                          "eval_every_tokens": 10_000},
-                     # A seed per trial: points that differ on purpose (a repeated point is
-                     # a copy of the first, never trained: runner.duplicate_of).
-                     space={"vocab_size": {"choices": [300, 600]},
-                            "seed": {"type": "int", "low": 0, "high": 10**9}},
-                     # max_wall_s: a bound a busy machine cannot reach, not a pace
-                     study={"n_trials": n_trials}, limits={"collapse": False, "max_wall_s": 1800})
+    data = spec_dict(
+        name,
+        corpus,
+        fixed={
+            "tokenizer": "word",
+            "lr": 3e-2,
+            "max_tokens": max_tokens,
+            "eval_every_tokens": 10_000,
+        },
+        # A seed per trial: points that differ on purpose (a repeated point is
+        # a copy of the first, never trained: runner.duplicate_of).
+        space={
+            "vocab_size": {"choices": [300, 600]},
+            "seed": {"type": "int", "low": 0, "high": 10**9},
+        },
+        # max_wall_s: a bound a busy machine cannot reach, not a pace
+        study={"n_trials": n_trials},
+        limits={"collapse": False, "max_wall_s": 1800},
+    )
     path = tmp / f"{name}.toml"
     path.write_text(toml_text(data))
     return path
@@ -193,8 +231,9 @@ def assert_exact(trials: list[optuna.trial.FrozenTrial], n: int) -> wk.BudgetSta
 
 
 @pytest.mark.study
-def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Path,
-                                                                   corpus: Path) -> None:
+def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(
+    tmp_path: Path, corpus: Path
+) -> None:
     # Two long trials, one for each worker; the joiner dies; `sweeps run` finishes its own, then
     # fails the dead one after the grace period (the heartbeat path: the joiner was alive when
     # `sweeps run` started), re-queues it and trains it. Long enough that `sweeps run`'s own trial
@@ -209,11 +248,22 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(tmp_path: Pat
         wait_for(lambda: study_trials(url, "killworker"), 60, "the study")
         # A plain subprocess per trial: this worker is up in a second (no fork server to start),
         # and its child is killed by PDEATHSIG, not by a fork server's.
-        joiner = sweeps_popen("worker", "killworker", "--storage", url, *beat,
-                              "--launcher", "subprocess", cwd=tmp_path)
+        joiner = sweeps_popen(
+            "worker",
+            "killworker",
+            "--storage",
+            url,
+            *beat,
+            "--launcher",
+            "subprocess",
+            cwd=tmp_path,
+        )
         # a bound, not a pace: a worker's first trial can take a minute on a busy machine
-        wait_for(lambda: running_with_evals(url, "killworker", joiner.pid) is not None, 900,
-                 "the joining worker's trial")
+        wait_for(
+            lambda: running_with_evals(url, "killworker", joiner.pid) is not None,
+            900,
+            "the joining worker's trial",
+        )
         victim = running_with_evals(url, "killworker", joiner.pid)
         family = descendants(joiner.pid)
         assert family  # its fork server and the training child
@@ -242,9 +292,14 @@ def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
     args = ("run", str(spec), "--storage", url, "--workers", "2")
     first = sweeps_popen(*args, cwd=tmp_path)
     try:
-        wait_for(lambda: running_with_evals(url, "resume", first.pid) is not None
-                 and any(t.state == TrialState.COMPLETE for t in study_trials(url, "resume")),
-                 90, "a complete trial and a running one")
+        wait_for(
+            lambda: (
+                running_with_evals(url, "resume", first.pid) is not None
+                and any(t.state == TrialState.COMPLETE for t in study_trials(url, "resume"))
+            ),
+            90,
+            "a complete trial and a running one",
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -290,14 +345,26 @@ def test_three_workers_on_postgres(tmp_path: Path, corpus: Path, pg_url: str) ->
     hosts = records.read_hosts(engine, "pg")
     engine.dispose()
     assert sorted(h["trial_number"] for h in hosts) == list(range(6))
-    results = sorted(int(p.parent.name) for p in (tmp_path / "runs" / "pg").glob(
-        "trials/*/result.json"))
+    results = sorted(
+        int(p.parent.name) for p in (tmp_path / "runs" / "pg").glob("trials/*/result.json")
+    )
     assert results == list(range(6))
     # Optuna's own CLI reads the same trials from the same database.
     listed = subprocess.run(
-        [str(Path(sys.executable).parent / "optuna"), "trials", "--study-name", "pg",
-         "--storage", st.normalize_url(pg_url), "-f", "json"],
-        capture_output=True, text=True, timeout=60)
+        [
+            str(Path(sys.executable).parent / "optuna"),
+            "trials",
+            "--study-name",
+            "pg",
+            "--storage",
+            st.normalize_url(pg_url),
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert sorted(r["number"] for r in rows) == list(range(6))
