@@ -296,7 +296,9 @@ def estimate(
     block = _block(s, scores)
     acts = _activations(s, block)
     head = _loss_head(s)
-    windows = eval_windows(cfg, counts.val_tokens if counts is not None else None)
+    windows = eval_windows(
+        cfg.eval_tokens, cfg.seq_len, counts.val_tokens if counts is not None else None
+    )
     evaluation = _evaluation(cfg, s, windows)
     moments = _moments(s, static, block, acts, scores, head, evaluation)
     peak = max(moments, key=lambda m: m.live)  # the first of equals, in moment order
