@@ -208,7 +208,7 @@ def test_matmul_flops_match_torch_flop_counter(shape: dict[str, object]) -> None
     from torch.utils.flop_counter import FlopCounterMode
 
     from lm.model import GPT
-    from lm.train import lm_loss
+    from lm.step import lm_loss
 
     # The naive path: torch 2.x counts the CPU's fused sdpa kernel as zero FLOPs.
     cfg = cfg_of(**{**shape, "attention": "naive", "tokenizer": shape.get("tokenizer", "bpe")})
