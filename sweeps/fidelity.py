@@ -46,6 +46,7 @@ from lm.config import TrainConfig
 from sweeps.spec import Objective, StudySpec, halving
 from sweeps.spec.halving import n_brackets
 from sweeps.verdicts import Verdict
+from sweeps.verdicts import finite as _finite
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.
@@ -87,10 +88,6 @@ def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig
     return dataclasses.replace(
         cfg, cooldown_reads=tuple(r for r in cfg.cooldown_reads if r in tokens)
     )
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def at_tokens(before: Row | None, row: Row, tokens: int, key: str) -> float | None:

@@ -102,6 +102,35 @@ def engine_schema() -> dict[str, Any]:
 
 def spec_schema() -> dict[str, Any]:
     """The whole spec: its top-level tables, each from its type."""
+    fixed = table(TrainConfig, skip=("corpus",))
+    top = {
+        "study": study_schema(),
+        "corpus": corpus_schema(),
+        "fixed": fixed,
+        "space": {
+            "type": "object",
+            "additionalProperties": {"anyOf": [{"type": "array"}, param_schema()]},
+            "propertyNames": {"enum": list(fixed["properties"])},
+        },
+        "limits": limits_schema(),
+        "enqueue": {"type": "array", "items": {"type": "object"}},
+        **design_schemas(),
+        "engine": engine_schema(),
+    }
+    assert set(top) == set(_TOP_KEYS)
+    return {
+        "$schema": SCHEMA_URI,
+        "title": "sweeps study spec",
+        "type": "object",
+        "properties": top,
+        "required": ["study", "corpus"],
+        "additionalProperties": False,
+    }
+
+
+def study_schema() -> dict[str, Any]:
+    """The ``[study]`` table: a metric or an objective table per objective, a sampler's or a
+    pruner's name alone or with its options."""
     objective = {"anyOf": [{"enum": list(METRICS)}, {**table(Objective), "required": ["metric"]}]}
     study = table(
         StudySection,
@@ -115,6 +144,12 @@ def spec_schema() -> dict[str, Any]:
         },
     )
     study["required"] = ["name"]
+    return study
+
+
+def corpus_schema() -> dict[str, Any]:
+    """The ``[corpus]`` table: a prepared directory, or a source or synthetic corpus to
+    prepare."""
     corpus = {
         "type": "object",
         "additionalProperties": False,
@@ -138,6 +173,11 @@ def spec_schema() -> dict[str, Any]:
         },
     }
     assert set(corpus["properties"]) == set(_CORPUS_KEYS)
+    return corpus
+
+
+def param_schema() -> dict[str, Any]:
+    """One ``[space.<field>]`` table (a list of choices is the other way to write one)."""
     param = table(
         ParamSpec,
         skip=("name",),
@@ -150,7 +190,13 @@ def spec_schema() -> dict[str, Any]:
         },
     )
     assert set(param["properties"]) == set(_PARAM_KEYS)
-    limits = table(
+    return param
+
+
+def limits_schema() -> dict[str, Any]:
+    """The ``[limits]`` table: a memory budget in bytes or words, the two rules on or off or
+    with their thresholds."""
+    return table(
         Limits,
         override={
             "memory_budget": {
@@ -161,18 +207,11 @@ def spec_schema() -> dict[str, Any]:
             "divergence": _rule(DivergenceLimits),
         },
     )
-    fixed = table(TrainConfig, skip=("corpus",))
-    top = {
-        "study": study,
-        "corpus": corpus,
-        "fixed": fixed,
-        "space": {
-            "type": "object",
-            "additionalProperties": {"anyOf": [{"type": "array"}, param]},
-            "propertyNames": {"enum": list(fixed["properties"])},
-        },
-        "limits": limits,
-        "enqueue": {"type": "array", "items": {"type": "object"}},
+
+
+def design_schemas() -> dict[str, Any]:
+    """The ``[ablation]`` and ``[scaling]`` tables (``sweeps.spec.designs``)."""
+    return {
         "ablation": {
             "type": "object",
             "additionalProperties": False,
@@ -191,14 +230,4 @@ def spec_schema() -> dict[str, Any]:
                 "seeds": {"type": "array", "items": {"type": "integer"}},
             },
         },
-        "engine": engine_schema(),
-    }
-    assert set(top) == set(_TOP_KEYS)
-    return {
-        "$schema": SCHEMA_URI,
-        "title": "sweeps study spec",
-        "type": "object",
-        "properties": top,
-        "required": ["study", "corpus"],
-        "additionalProperties": False,
     }
