@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,6 +28,7 @@ ATTENTIONS = ("sdpa", "naive")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCHEDULES = ("cosine", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
+PARAMETRIZATIONS = ("sp", "mup")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 #: The units a budget can be given in, in the order of each ``BUDGETS`` entry.
 BUDGET_UNITS = ("tokens", "bytes", "flops")
@@ -76,9 +78,28 @@ class ModelConfig:
     attention: Literal["sdpa", "naive"] = "sdpa"
     checkpointing: bool = False
     tie_weights: bool = True
+    # The standard parametrization, or µP (Yang et al. 2022, lm.model): how init, learning rates,
+    # attention and the readout scale with width. Under sp the two bases compute nothing.
+    parametrization: Literal["sp", "mup"] = "sp"
+    base_width: int = 128
+    base_d_head: int | None = None
 
     def __post_init__(self) -> None:
         _validate_model_fields(self)
+
+    @property
+    def width_mult(self) -> float:
+        """µP's width multiplier ``d_model / base_width`` (1 under sp: nothing scales)."""
+        return self.d_model / self.base_width if self.parametrization == "mup" else 1.0
+
+    @property
+    def attention_mult(self) -> float:
+        """The attention logits' scale relative to SP's ``1 / sqrt(d_head)``: µP's ``1 / d_head``
+        times ``sqrt(base_d_head)``, the constant that makes it SP's at the base head width (1
+        under sp, and under mup when the head width is the base's: heads scaled with width)."""
+        if self.parametrization != "mup" or self.base_d_head is None:
+            return 1.0
+        return math.sqrt(self.base_d_head / (self.d_model // self.n_heads))
 
 
 def _validate_model_fields(obj: object) -> None:
@@ -101,6 +122,10 @@ def _validate_model_fields(obj: object) -> None:
     check_choice(obj, "attention", ATTENTIONS)
     check_bool(obj, "checkpointing")
     check_bool(obj, "tie_weights")
+    check_choice(obj, "parametrization", PARAMETRIZATIONS)
+    check_int(obj, "base_width", 1)
+    if obj.base_d_head is not None:  # type: ignore[attr-defined]
+        check_int(obj, "base_d_head", 1)
 
 
 def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
@@ -134,6 +159,10 @@ def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
 _MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 #: Fields that decide what the weights mean: a checkpoint only fits a config that agrees on these.
 _IDENTITY_FIELDS = ("corpus", "tokenizer", "lowercase", *_MODEL_FIELDS)
+#: µP's fields (``ModelConfig.parametrization``), added after checkpoints and fingerprints were
+#: first written: under sp they compute nothing, so ``fingerprint`` and ``computation`` leave
+#: them out there and an sp run's hashes are the ones it had before they existed.
+PARAMETRIZATION_FIELDS = ("parametrization", "base_width", "base_d_head")
 #: Fields that only place or bound a run, not what it computes: a resume checkpoint fits a config
 #: that agrees on every other field (a preempted trial may come back on another node, device or
 #: memory budget, with a longer wall-clock limit).
@@ -257,6 +286,24 @@ class TrainConfig:
     )
     tie_weights: bool = field(
         default=ModelConfig.tie_weights, metadata=_help("Share embedding and output weights.")
+    )
+    parametrization: Literal["sp", "mup"] = field(
+        default=ModelConfig.parametrization,
+        metadata=_help(
+            "sp (standard) or mup (µP: init, AdamW rates, attention and readout scaled "
+            "by d_model / base_width, so a learning rate tuned narrow transfers wide)."
+        ),
+    )
+    base_width: int = field(
+        default=ModelConfig.base_width,
+        metadata=_help("mup: the d_model at which µP is exactly sp (its width multiplier is 1)."),
+    )
+    base_d_head: int | None = field(
+        default=ModelConfig.base_d_head,
+        metadata=_help(
+            "mup: the head width at which the 1/d_head attention scale is sp's "
+            "1/sqrt(d_head) (none: the model's own, as when heads scale with width)."
+        ),
     )
     batch_size: int = field(default=16, metadata=_help("Micro-batch size in sequences."))
     grad_accum: int = field(default=1, metadata=_help("Micro-batches per optimizer step."))
@@ -597,7 +644,7 @@ class TrainConfig:
 
     def fingerprint(self) -> str:
         """Hash of the fields that decide what the weights mean (data, tokenizer, model shape)."""
-        identity = {name: getattr(self, name) for name in _IDENTITY_FIELDS}
+        identity = {name: getattr(self, name) for name in _IDENTITY_FIELDS if self._computes(name)}
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
@@ -609,8 +656,13 @@ class TrainConfig:
             k: v
             for k, v in self.to_dict().items()
             if k not in _PLACEMENT_FIELDS
+            and self._computes(k)
             and not (k in (*SCHEDULE_FIELDS, *BUDGET_EXTRA_FIELDS) and v == _jsonish(defaults[k]))
         }
+
+    def _computes(self, name: str) -> bool:
+        """False for a µP field of an sp run (``PARAMETRIZATION_FIELDS``)."""
+        return self.parametrization == "mup" or name not in PARAMETRIZATION_FIELDS
 
     def resume_fingerprint(self) -> str:
         """Hash of ``computation()``: continuing a checkpoint of this hash is the same run."""

@@ -3,6 +3,27 @@
 Shapes use B (batch), T (positions), C (d_model), H (heads), D (C // H), F (d_ff), V (vocab).
 The parameter count is ``lm.config.param_breakdown(cfg)`` (pure arithmetic, checked against this
 module by the tests), so the orchestrator can size a model without building it.
+
+``parametrization="mup"`` is µP (Yang et al. 2022, "Tensor Programs V", Table 3: µP against SP
+for Adam, per kind of weight; and its equivalent form with an output multiplier, Table 8, the
+one the authors' ``mup`` package implements as ``MuReadout``/``MuAdam``). With the width
+multiplier m = d_model / base_width:
+- hidden matrices (qkv, proj, up, down; fan-in and fan-out both grow with width): init std
+  / sqrt(m) (init variance 1/fan_in) here, AdamW rate / m in ``lm.step.make_optimizer``;
+- the readout: its input multiplied by 1/m = base_width / d_model (Table 8's output multiplier
+  1/fan_in), its init and rate unscaled;
+- embeddings (token, position), biases and LayerNorms: unscaled (one dimension grows with width,
+  "vector-like": init and Adam rate independent of width);
+- attention logits q.k / d_head instead of / sqrt(d_head) (the paper's 1/d attention: q and k
+  grow correlated in training, so q.k grows like d_head, not like its root), times
+  sqrt(base_d_head) so it is SP's at the base head width (the ``mup`` README's "8/d": SP's at
+  d = 64). With heads scaled to keep d_head that constant is sqrt(d_head) and the scale is
+  SP's at every width: 1/d matters only when d_head itself grows;
+- tied embeddings: the readout is the embedding matrix, multiplied as above, the way
+  ``mup.MuSharedReadout`` shares it: an embedding in init and rate, a readout in the forward.
+m = 1 multiplies by exactly 1 everywhere, so µP at d_model == base_width trains as SP, bit for bit
+(``tests/lm/test_mup.py``). d_ff is scaled by the same m: keep d_ff / d_model fixed across widths
+(the down projection's fan-in is d_ff).
 """
 
 from __future__ import annotations
@@ -23,6 +44,9 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
+        # µP's 1/d_head logits (module docstring); None: SP's 1/sqrt(d_head), sdpa's default.
+        mult = cfg.attention_mult
+        self.scale = None if mult == 1.0 else mult / math.sqrt(cfg.d_model // cfg.n_heads)
         self.attention = cfg.attention
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
@@ -43,13 +67,18 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)
         if self.attention == "sdpa":
             y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+                q,
+                k,
+                v,
+                is_causal=True,
+                dropout_p=self.dropout if self.training else 0.0,
+                scale=self.scale,
             )
         else:
             # The memory ablation: the full (B, H, T, T) score matrix is materialized. q is
             # scaled before the product: in fp16 (max 65504) the unscaled q @ k^T overflows
             # to inf, and the softmax then gives NaN, sqrt(D) times sooner than the scores do.
-            q = q * (1.0 / math.sqrt(k.size(-1)))
+            q = q * (1.0 / math.sqrt(k.size(-1)) if self.scale is None else self.scale)
             att = q @ k.transpose(-2, -1)  # (B, H, T, T)
             att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
             att = self.attn_drop(F.softmax(att, dim=-1))
@@ -96,21 +125,37 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.wte.weight
-        self.apply(self._init_weights)
+        # µP's readout multiplier base_width / d_model (1.0 under sp), on the head's (B, T, C)
+        # input as mup's MuReadout does: the (B, T, V) logits are not copied.
+        self.readout_mult = cfg.base_width / cfg.d_model if cfg.parametrization == "mup" else 1.0
+        # µP: a hidden matrix's init std / sqrt(m) (variance 1/fan_in; 1.0 at m = 1 and under sp).
+        hidden_std = 1.0 / math.sqrt(cfg.width_mult)
+        self.apply(lambda module: self._init_weights(module, hidden_std))
         # GPT-2's scaled init of the residual projections keeps the residual stream's variance
         # from growing with depth.
         for name, p in self.named_parameters():
             if name.endswith(("proj.weight", "down.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layers))
+                std = 0.02 / math.sqrt(2 * cfg.n_layers) * hidden_std
+                nn.init.normal_(p, mean=0.0, std=std)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def _init_weights(self, module: nn.Module, hidden_std: float) -> None:
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            # The head (a readout) and the embeddings keep SP's std under µP.
+            std = 0.02 if module is self.lm_head else 0.02 * hidden_std
+            nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def hidden_matrices(self) -> list[nn.Parameter]:
+        """The weights µP calls hidden (fan-in and fan-out both grow with width): every block's
+        linear weights; not the embeddings, the head, biases or norms."""
+        return [
+            p
+            for name, p in self.blocks.named_parameters()
+            if name.endswith(("qkv.weight", "proj.weight", "up.weight", "down.weight"))
+        ]
 
     def num_params(self) -> int:
         """Distinct parameters (a tied head is counted once)."""
@@ -129,4 +174,7 @@ class GPT(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
+        x = self.ln_f(x)
+        if self.readout_mult != 1.0:
+            x = x * self.readout_mult
+        return self.lm_head(x)  # (B, T, C) -> (B, T, V)

@@ -78,22 +78,49 @@ def accumulate_gradients(
 def make_optimizer(
     model: torch.nn.Module, cfg: TrainConfig, device: torch.device
 ) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices only (not biases, norms or embeddings)."""
-    decay, no_decay = [], []
+    """AdamW; weight decay on matrices only (not biases, norms or embeddings).
+
+    Under µP (``model.cfg.parametrization``, ``lm.model``) the hidden matrices get a group of
+    their own at rate lr / m (Tensor Programs V, Table 3: Adam's hidden-weight rate 1/fan_in)
+    and decay x m, so AdamW's per-step decay lr x weight_decay is unchanged (``mup.MuAdam``'s
+    default); each group's ``lr_scale`` is what ``set_lr`` multiplies the schedule's rate by.
+    Under sp the two groups are the ones every earlier run (and resume checkpoint) had.
+    """
+    model_cfg = getattr(model, "cfg", None)
+    mup = model_cfg is not None and model_cfg.parametrization == "mup"
+    hidden_ids = {id(p) for p in model.hidden_matrices()} if mup else set()
+    hidden, decay, no_decay = [], [], []
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if id(p) in seen:  # a tied head is the embedding
             continue
         seen.add(id(p))
         is_embedding = name.startswith(("wte.", "wpe."))
-        (decay if p.dim() >= 2 and not is_embedding else no_decay).append(p)
+        if id(p) in hidden_ids:
+            hidden.append(p)
+        else:
+            (decay if p.dim() >= 2 and not is_embedding else no_decay).append(p)
     groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": cfg.weight_decay, "lr_scale": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
     ]
-    return torch.optim.AdamW(
+    if mup:
+        m = model_cfg.width_mult
+        groups.insert(
+            0, {"params": hidden, "weight_decay": cfg.weight_decay * m, "lr_scale": 1.0 / m}
+        )
+    optimizer = torch.optim.AdamW(
         groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda" or None
     )
+    set_lr(optimizer, cfg.lr)
+    return optimizer
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The schedule's rate ``lr`` on every group, times its ``lr_scale`` (µP's 1/m for hidden
+    matrices, ``make_optimizer``; 1 when absent, as in a checkpoint written before it)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 # --- the warm-up -------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from lm.runtime import (
 )
 from lm.schedule import lr_at, lr_sum, read_points
 from lm.snapshot import Trainables, load_resume, on_host, save_atomic
-from lm.step import BatchSampler, accumulate_gradients, make_optimizer, warm_up
+from lm.step import BatchSampler, accumulate_gradients, make_optimizer, set_lr, warm_up
 from lm.step import lm_loss as lm_loss  # tests/gpu and tests/bench import it from here
 from lm.tokens import TextRate, text_rate
 
@@ -404,8 +404,7 @@ class _RunState:
         cfg, model, optimizer, parts = self.cfg, self.model, self.optimizer, self.parts
         assert model is not None and optimizer is not None and parts is not None
         scaler = parts.scaler
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(optimizer, lr)
         device = parts.device
         if sequences is None or sequences == cfg.batch_size * cfg.grad_accum:
             sizes: list[int | None] = [None] * cfg.grad_accum
