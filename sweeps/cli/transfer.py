@@ -136,7 +136,8 @@ def _print(rows: list[dict[str, Any]], cfg: TrainConfig, steps: int) -> None:
         f"coordinate check: RMS at step {steps} (step 1: at init), lr {cfg.lr:g} constant, "
         f"base_width {cfg.base_width}, d_head {cfg.d_model // cfg.n_heads}"
     )
-    table = Table(box=None, padding=(0, 2), title=plain(title), title_justify="left")
+    typer.echo(plain(title))  # one line, whatever the terminal's width
+    table = Table(box=None, padding=(0, 2))
     for col in rows[0]:
         table.add_column(
             col, overflow="fold", justify="left" if col in ("parametrization", "layer") else "right"
