@@ -17,7 +17,8 @@ Step 1 is measured at initialisation (its forward runs before any update). Under
 flat across widths (the check passes); under SP the logits and the updates grow with width once
 training moves the weights: the reason a learning rate tuned narrow does not transfer wide. The
 rate is constant (no warm-up, no decay) so every step moves the weights by the same rule; a large
-one (the ``mup`` README's advice) shows a wrong scaling sooner.
+one (the ``mup`` README's advice) shows a wrong scaling sooner. A step is one micro-batch of
+``batch_size`` windows in fp32 (``grad_accum`` and ``precision`` do not change what is checked).
 """
 
 from __future__ import annotations

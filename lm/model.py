@@ -5,8 +5,8 @@ The parameter count is ``lm.config.param_breakdown(cfg)`` (pure arithmetic, chec
 module by the tests), so the orchestrator can size a model without building it.
 
 ``parametrization="mup"`` is µP (Yang et al. 2022, "Tensor Programs V", Table 3: µP against SP
-for Adam, per kind of weight; and its equivalent form with an output multiplier, Table 8, the
-one the authors' ``mup`` package implements as ``MuReadout``/``MuAdam``). With the width
+per kind of weight, its Adam rows; and its equivalent form with an output multiplier, Table 8,
+the one the authors' ``mup`` package implements as ``MuReadout``/``MuAdam``). With the width
 multiplier m = d_model / base_width:
 - hidden matrices (qkv, proj, up, down; fan-in and fan-out both grow with width): init std
   / sqrt(m) (init variance 1/fan_in) here, AdamW rate / m in ``lm.step.make_optimizer``;

@@ -223,6 +223,34 @@ def test_an_sp_runs_hashes_ignore_the_mup_fields() -> None:
     assert mup.computation()["base_width"] == 32
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "naive"])
+def test_mup_adds_no_saved_tensor_and_no_flop(attention: str) -> None:
+    """lm.memory and lm.flops know nothing of the parametrization: µP's multipliers must keep
+    what backward holds (bytes of the saved tensors) and torch's matmul FLOPs as SP's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def measure(cfg: ModelConfig) -> tuple[int, int]:
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        batch = torch.randint(0, 37, (2, 17))
+        saved = [0]
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            saved[0] += t.numel() * t.element_size()
+            return t
+
+        with FlopCounterMode(display=False) as counter:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = lm_loss(model, batch)
+            loss.backward()
+        return saved[0], counter.get_total_flops()
+
+    shape = {"d_model": 64, "n_heads": 8, "attention": attention, "tie_weights": False}
+    sp = measure(model_cfg(**shape))
+    mup = measure(model_cfg(**shape, parametrization="mup", base_width=16, base_d_head=4))
+    assert mup == sp and sp[0] > 0
+
+
 # --- the coordinate check --------------------------------------------------------------------
 
 #: Measured (lr 1e-3, 1e-2, 3e-2; seeds 0-2; widths 32 to 256, d_head 8, 5 steps): µP's spread
