@@ -50,19 +50,19 @@ PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
 
 test: $(BIN)/sweeps system-packages
 	@start=$$(date +%s); \
-	$(BIN)/ruff check . && \
+	$(BIN)/ruff check . && $(BIN)/mypy lm sweeps && \
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=25; \
 	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 check: $(BIN)/sweeps
 	@start=$$(date +%s); \
-	$(BIN)/ruff check . && \
+	$(BIN)/ruff check . && $(BIN)/mypy lm sweeps && \
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not integration" \
 		--durations=10; \
 	rc=$$?; echo "make check: $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 lint: $(BIN)/sweeps
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/mypy lm sweeps && $(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache
