@@ -375,6 +375,7 @@ class _Shape:
     @classmethod
     def of(cls, cfg: TrainConfig, *, cuda: bool) -> _Shape:
         lowp = cfg.precision in ("bf16", "fp16")
+        assert cfg.vocab_size is not None  # TrainConfig sets it
         dropout = cfg.dropout > 0
         return cls(
             cfg.batch_size,
@@ -702,6 +703,7 @@ def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int)
     eval_tensors = n_windows * (2 * s.T + 1) * 8  # ids (N, T + 1) and nbytes (N, T), int64
     unigram = s.V * (8 * 3 + 40)  # counts list (Python ints), float64 tables
     item = 4 if s.V > 65536 else 2
+    assert cfg.max_tokens is not None and cfg.eval_tokens is not None  # resolved (lm.budget)
     steps = math.ceil(cfg.max_tokens / cfg.tokens_per_step)
     windows = steps * cfg.grad_accum * s.B
     if train_tokens is None:
@@ -834,6 +836,7 @@ def cpu_baseline_bytes(
         base -= CPU_FORK_SAVING_BYTES
     if cfg is not None:
         if cfg.tokenizer == "bpe":
+            assert cfg.vocab_size is not None  # TrainConfig sets it
             base += BPE_FIXED_BYTES + BPE_BYTES_PER_RANK * cfg.vocab_size
         if cfg.precision == "bf16":
             base += CPU_BF16_BYTES

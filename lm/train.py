@@ -115,7 +115,7 @@ def accumulate_gradients(
     model: torch.nn.Module,
     micro_batches: Sequence[torch.Tensor],
     *,
-    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     scaler: Any = None,
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the mean loss (a detached scalar tensor).
@@ -141,7 +141,8 @@ def make_optimizer(
     model: torch.nn.Module, cfg: TrainConfig, device: torch.device
 ) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (not biases, norms or embeddings)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if id(p) in seen:  # a tied head is the embedding
@@ -194,9 +195,11 @@ def _setup(cfg: TrainConfig) -> _Setup:
         raise SweepsError(f"precision bf16 is not supported by {device}; use fp16 or fp32")
     corpus = Path(cfg.corpus)
     load_manifest(corpus)
+    assert cfg.vocab_size is not None  # TrainConfig sets it
     cache = load_tokens(corpus, cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase)
     rate = text_rate(cache)
     cfg = budget.resolve(cfg, rate)
+    assert cfg.eval_tokens is not None  # resolved just above
     windows, window_nbytes = eval_windows(
         cache.val, cache.val_nbytes, cfg.seq_len, cfg.eval_tokens, cfg.eval_bytes
     )
@@ -352,7 +355,7 @@ class _RunState:
         self.optimizer: torch.optim.Optimizer | None = None
         self.parts: Trainables | None = None
         self.sampler: BatchSampler
-        self.autocast: Callable[[], AbstractContextManager] = nullcontext
+        self.autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
         self.memory_limit: int | None = None
         self.step = 0
         self.tokens = 0
@@ -443,6 +446,7 @@ class _RunState:
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
         self.parts = Trainables(model, self.optimizer, scaler, self.sampler.rng, device)
+        assert cfg.max_tokens is not None and cfg.eval_every_tokens is not None  # resolved
         next_eval, wall_before = cfg.eval_every_tokens, 0.0
         if self.resume is not None:
             next_eval, wall_before = self._restore()
@@ -498,6 +502,7 @@ class _RunState:
         full = cfg.batch_size * cfg.grad_accum
         if "max_tokens" not in cfg.derived:
             return full
+        assert cfg.max_tokens is not None  # derived, so resolved
         return max(1, min(full, math.ceil((cfg.max_tokens - self.tokens) / cfg.seq_len)))
 
     def optimizer_step(
@@ -567,6 +572,7 @@ class _RunState:
         """At the first evaluation past each multiple of ``checkpoint_every_tokens`` (the
         final one has nothing left to resume)."""
         every = self.cfg.checkpoint_every_tokens
+        assert self.cfg.max_tokens is not None  # resolved (lm.budget)
         return (
             every is not None
             and self.tokens < self.cfg.max_tokens
@@ -605,7 +611,7 @@ class _RunState:
     def measure(self, lr: float, train_loss: float) -> dict[str, Any]:
         """The ``metrics.jsonl`` row of an evaluation of the weights as they are."""
         cfg, setup, model = self.cfg, self.setup, self.model
-        assert setup is not None and model is not None
+        assert setup is not None and model is not None and self.unigram_entropy is not None
         autocast = self.autocast
         vals = evaluate(
             model,
