@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lm.config import with_default_vocab
 from lm.errors import FieldError, SweepsError, closest
@@ -113,9 +113,12 @@ def _keys(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.compare)
 
 
+_T = TypeVar("_T")
+
+
 def _make(
-    cls: type, key: str, values: Mapping[str, Any], rename: Mapping[str, str] | None = None
-) -> Any:
+    cls: type[_T], key: str, values: Mapping[str, Any], rename: Mapping[str, str] | None = None
+) -> _T:
     """``cls(**values)``, a ``FieldError`` keyed by where the field sits in the file (``rename``
     maps a field to its TOML key, "" for the table itself: ``sampler = "tpe"``)."""
     try:
@@ -306,7 +309,7 @@ class _Parser:
             return PrunerSpec("none" if multi or design is not None else "median")
         return self.named("study.pruner", value, PrunerSpec, PRUNERS)
 
-    def named(self, key: str, value: Any, cls: type, names: tuple[str, ...]) -> Any:
+    def named(self, key: str, value: Any, cls: type[_T], names: tuple[str, ...]) -> _T:
         """A sampler or pruner: ``"name"`` or ``{name = "...", option = ...}``."""
         rename = {"name": ""} if isinstance(value, str) else {}
         if isinstance(value, str):
@@ -354,7 +357,7 @@ class _Parser:
             raise FieldError(
                 "corpus.out", f"{out} is a file; give a directory for the prepared corpus"
             )
-        options = {k: t[k] for k in ("format", "val_fraction") if k in t}
+        options: dict[str, Any] = {k: t[k] for k in ("format", "val_fraction") if k in t}
         if "synthetic" in t:
             s = _table(t["synthetic"], "corpus.synthetic", ("size", "seed"))
             if "size" not in s:
