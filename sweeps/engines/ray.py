@@ -359,6 +359,7 @@ def run_on_cluster(
     import time
 
     from sweeps import workers as wk
+    from sweeps.launchers import SubprocessLauncher
 
     ray = import_ray()
     flags = flags or StopFlags()
@@ -388,7 +389,9 @@ def run_on_cluster(
         study=study,
         storage=storage,
         study_dir=study_dir,
-        launcher=None,
+        # Never launches here: a trial no node can take is planned and recorded by the driver,
+        # for the launcher the nodes start children with (run_on_node's).
+        launcher=SubprocessLauncher(),
         budget_bytes=budget,
         stop=flags,
         on_event=options.on_event,
