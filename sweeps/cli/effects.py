@@ -140,6 +140,7 @@ def confirm(
 
     cf.check_options(top, seeds, level)
     service.check_run_options(max_concurrent, None, heartbeat, grace, launcher)
+    assert engine is not None  # its default here is local
     service.check_engine(engine, address)
     url = resolve_storage_url(storage, None)
     plan = cf.plan(url, study, top=top, seeds=seeds, metric=metric)

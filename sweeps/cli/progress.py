@@ -46,7 +46,7 @@ class Board:
 
     def on_event(self, kind: str, data: dict[str, Any]) -> None:
         with self.lock:
-            number = data.get("number")
+            number: Any = data.get("number")  # a trial's number (a note has none)
             if kind == "start":
                 self.running[number] = {
                     "params": data.get("params", {}),
@@ -157,7 +157,7 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     last = [time.monotonic()]
     dirty = [False]  # a trial ended since the last progress line
 
-    def tick() -> None:
+    def tick() -> None:  # type: ignore[no-redef]  # the plain tick, where the live one is not
         messages = board.drain()
         for message in messages:
             write_line(message)

@@ -319,6 +319,7 @@ def _print_plan(
     table = Table(title="space", title_justify="left", box=None, padding=(0, 2))
     for col in ("parameter", "type", "values", "when"):
         table.add_column(col, style="bold" if col == "parameter" else None)
+    row: tuple[str, ...]  # a space row, then a grid row
     for row in p.space:
         table.add_row(*(plain(cell) for cell in row))
     console.print(table)
@@ -486,6 +487,7 @@ def timeline(
         )
         return
     rows = tl.rows
+    assert tl.start is not None and tl.end is not None  # a trial has started: a span
     when = " to ".join(
         datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") for t in (tl.start, tl.end)
     )
