@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -60,7 +60,7 @@ COMPETING_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 Row = Mapping[str, Any]
 
 
-def bracket(spec: StudySpec, study_rungs: Sequence[int], number: int) -> int:
+def bracket(spec: StudySpec, study_rungs: Sequence[float], number: int) -> int:
     """The bracket of trial ``number``: round robin over trial numbers."""
     return number % n_brackets(spec, study_rungs)
 
@@ -89,7 +89,7 @@ def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig
     )
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:  # a finite number, not a bool
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -252,6 +252,7 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
         spec.scaling.expand()[: len(cells)], cells, strict=True
     ):
         cfg = trial_config(spec, point)
+        assert cfg.max_tokens is not None and cfg.warmup_tokens is not None  # resolved
         steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
         flags = []
@@ -327,7 +328,10 @@ def point_steps(spec: StudySpec, point: dict[str, Any]) -> int | None:
     from sweeps.verdicts import planned_steps
 
     cfg = point_config(spec, point)
-    return None if cfg is None else planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    if cfg is None:
+        return None
+    assert cfg.max_tokens is not None  # resolved (space.trial_config)
+    return planned_steps(cfg.max_tokens, cfg.tokens_per_step)
 
 
 def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
@@ -338,7 +342,8 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
 
     points, how = sample_points(spec, samples, 0)
     steps = [
-        (p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)
+        # a trial's config is resolved (space.trial_config): its max_tokens is set
+        (p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)  # type: ignore[arg-type]
         for p in points or [{}]
         if (cfg := point_config(spec, p)) is not None
     ]
@@ -662,6 +667,7 @@ def feasibility(
             rows.append(row)
             continue
         device = host.device_kind(cfg.device)
+        assert cfg.max_tokens is not None  # resolved (space.trial_config)
         if budget_b is None:
             budget_b = budget_bytes(budget, spec.limits, device, workers)
         plan = preflight.plan_trial(

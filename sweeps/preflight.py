@@ -111,6 +111,7 @@ def memory_estimate(
 ) -> memory.MemoryEstimate:
     """``lm.memory.estimate`` of ``cfg`` with its corpus's token counts (``lm.tokens``: from the
     token cache when it exists, else a guess from the corpus), the one way every plan asks."""
+    assert cfg.vocab_size is not None  # TrainConfig sets it
     counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
     return memory.estimate(cfg, host.device_kind(device), launcher=launcher, counts=counts)
 

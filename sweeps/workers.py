@@ -52,7 +52,8 @@ from sweeps import liveness, optuna_compat, records
 from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
-from sweeps.monitor import POLL_S, TERM_GRACE_S, StopFlags
+from sweeps.monitor import POLL_S, TERM_GRACE_S
+from sweeps.monitor import StopFlags as StopFlags  # the CLI stops workers with it
 from sweeps.runner import (
     RunnerContext,
     TrialReport,
@@ -164,7 +165,9 @@ def create_or_resume(
     # others see DuplicatedStudyError and resume.
     try:
         study = optuna.create_study(
-            study_name=name, storage=storage, directions=spec.study.directions
+            study_name=name,
+            storage=storage,
+            directions=spec.study.directions,  # type: ignore[arg-type]  # minimize/maximize: checked
         )
         created = True
     except optuna.exceptions.DuplicatedStudyError:

@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 
@@ -335,7 +335,7 @@ def _wait(ray: Any, ref: Any, stop: StopFlags) -> dict[str, Any] | str:
         ready, _ = ray.wait([ref], timeout=0.5)
         if ready:
             try:
-                return ray.get(ref)
+                return cast("dict[str, Any]", ray.get(ref))  # the task's report
             except ray.exceptions.RayError as exc:
                 return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         if stop.stop.is_set() and not cancelled:
