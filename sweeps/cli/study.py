@@ -1,7 +1,8 @@
 """``sweeps run``, ``sweeps worker``, ``sweeps status``, ``sweeps trials``, ``sweeps timeline``
-and ``sweeps demo``: each parses its options and calls the study service (``sweeps.study``,
-``sweeps.plan``, ``sweeps.workers``; the timeline is ``sweeps.charts.timeline``'s data); what
-they print is here. A malformed spec or an unreachable database is one line and exit 2, before
+and ``sweeps demo``: each parses its options and calls the run pipeline (``sweeps.pipeline``:
+the checks and the engine, shown on the board by ``sweeps.cli.progress.drive``) and the study
+service (``sweeps.study``; the timeline is ``sweeps.charts.timeline``'s data); what they print
+is here. A malformed spec or an unreachable database is one line and exit 2, before
 anything is created.
 """
 

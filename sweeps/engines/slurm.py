@@ -625,6 +625,21 @@ class SlurmEngine:
         requests_for(spec, self.values, cap)
 
     def describe(self, spec: Any, cap: int | None, n_trials: int) -> plan.Placement:
+        """The tasks' requests on the partition; off the cluster (no ``sinfo`` here: a spec
+        checked on a laptop), what the spec alone says."""
+        if shutil.which("sinfo") is None:
+            options = options_from(spec.raw.get("engine"), {**self.values, "trials_per_task": cap})
+            budget = spec.limits.budget.per_trial(None)
+            wanted = devices.wanted(spec)
+            return plan.Placement(
+                "cuda" if wanted.startswith("cuda") else "cpu",
+                f"{options.jobs} Slurm task(s), each up to {options.trials_per_task} trial(s) "
+                "at once (no sinfo here: their requests are planned on the cluster)",
+                budget,
+                "auto: decided on the partition's nodes"
+                if spec.limits.budget.auto
+                else plan.budget_text(budget, spec.limits.memory_budget),
+            )
         options, requests = requests_for(spec, self.values, cap)
         where = f"partition {options.partition}" if options.partition else "the default partition"
         gres = f", --gres=gpu:{requests.gpus}" if requests.gpus else ""

@@ -92,3 +92,15 @@ def test_the_dry_run_asks_the_runs_engine(
     # The local engine's plan is this host's, as before: no engine row.
     local = dict(pipeline.dry_run(spec, "sqlite://", engines.make("local"), args).rows)
     assert "engine" not in local and local["workers"].startswith("up to ")
+
+
+def test_a_slurm_dry_run_off_the_cluster_says_what_the_spec_says(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm spec checked where Slurm is not (a laptop): the plan, not an error."""
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
+    spec = read_spec(source_spec(corpus))
+    engine = engines.make("slurm", engines.EngineOptions(slurm={"jobs": 2}))
+    rows = dict(pipeline.dry_run(spec, "sqlite://", engine, pipeline.RunArgs(), name="slurm").rows)
+    assert rows["workers"].startswith("2 Slurm task(s), each up to 1 trial(s) at once (no sinfo")
+    assert rows["memory budget"] == plan.budget_text(4 * GiB, 4 * GiB)
