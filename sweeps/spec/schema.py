@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lm.config import TrainConfig, default_of
-from sweeps.engines import ENGINE_KEYS, ENGINES
+from sweeps.spec.engine import ENGINE_KEYS
+from sweeps.spec.engine import ENGINE_NAMES as ENGINES
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
 from sweeps.spec.types import (
