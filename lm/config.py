@@ -63,7 +63,8 @@ def _help(text: str, *, set_by_tool: bool = False) -> Any:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A GPT decoder's shape: everything ``lm.model.GPT`` needs and nothing about training."""
+    """A GPT decoder's shape: everything ``lm.model.GPT`` needs and nothing about training.
+    Its defaults are ``TrainConfig``'s (which names them from here)."""
 
     vocab_size: int
     d_model: int = 128
@@ -237,17 +238,26 @@ class TrainConfig:
         default=None, metadata=_help("Ids the model sees, specials included.")
     )
     lowercase: bool = field(default=False, metadata=_help("Lowercase words (word tokenizer)."))
-    d_model: int = field(default=128, metadata=_help("Model width."))
-    n_layers: int = field(default=2, metadata=_help("Transformer blocks."))
-    n_heads: int = field(default=4, metadata=_help("Attention heads (must divide d_model)."))
-    d_ff: int = field(default=512, metadata=_help("Feed-forward width (1 is a legal ablation)."))
-    seq_len: int = field(default=128, metadata=_help("Context length in tokens."))
-    dropout: float = field(default=0.0, metadata=_help("Dropout probability."))
-    attention: Literal["sdpa", "naive"] = field(
-        default="sdpa", metadata=_help("sdpa (fused) or naive (materializes T x T scores).")
+    d_model: int = field(default=ModelConfig.d_model, metadata=_help("Model width."))
+    n_layers: int = field(default=ModelConfig.n_layers, metadata=_help("Transformer blocks."))
+    n_heads: int = field(
+        default=ModelConfig.n_heads, metadata=_help("Attention heads (must divide d_model).")
     )
-    checkpointing: bool = field(default=False, metadata=_help("Activation checkpointing."))
-    tie_weights: bool = field(default=True, metadata=_help("Share embedding and output weights."))
+    d_ff: int = field(
+        default=ModelConfig.d_ff, metadata=_help("Feed-forward width (1 is a legal ablation).")
+    )
+    seq_len: int = field(default=ModelConfig.seq_len, metadata=_help("Context length in tokens."))
+    dropout: float = field(default=ModelConfig.dropout, metadata=_help("Dropout probability."))
+    attention: Literal["sdpa", "naive"] = field(
+        default=ModelConfig.attention,
+        metadata=_help("sdpa (fused) or naive (materializes T x T scores)."),
+    )
+    checkpointing: bool = field(
+        default=ModelConfig.checkpointing, metadata=_help("Activation checkpointing.")
+    )
+    tie_weights: bool = field(
+        default=ModelConfig.tie_weights, metadata=_help("Share embedding and output weights.")
+    )
     batch_size: int = field(default=16, metadata=_help("Micro-batch size in sequences."))
     grad_accum: int = field(default=1, metadata=_help("Micro-batches per optimizer step."))
     lr: float = field(default=1e-3, metadata=_help("Peak learning rate (AdamW)."))

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lm import metrics
+from lm import flops, metrics
 from lm.model import GPT
 
 
@@ -48,7 +48,7 @@ def eval_windows(
         targets = int(np.searchsorted(covered, eval_bytes)) + 1
         n = min(max(1, math.ceil(targets / seq_len)), available)
     else:
-        n = min(max(1, eval_tokens // seq_len), available)
+        n = flops.eval_windows(eval_tokens, seq_len, len(val))
     idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)  # (N, T + 1)
     ids = torch.from_numpy(np.asarray(val[idx], dtype=np.int64))
     nbytes = torch.from_numpy(np.asarray(val_nbytes[idx[:, 1:]], dtype=np.int64))  # targets'

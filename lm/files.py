@@ -1,5 +1,6 @@
 """Small file utilities shared by the lm stages and the CLI: atomic writes (JSON for the lm
-stages, a user's ``--out`` file for the CLI) and an exclusive lock."""
+stages, a user's ``--out`` file for the CLI) and an exclusive lock (the token cache's, the
+tokenizers', the claims of a study on SQLite)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lm.errors import SweepsError
+from lm.host import pid_alive
 
 #: What ``write_output`` calls each kind of file it will not replace.
 _NOT_REGULAR = (
@@ -140,20 +142,10 @@ def _remove_orphans(path: Path) -> None:
         return
     for name in names:
         match = pattern.fullmatch(name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         with contextlib.suppress(OSError):
             os.unlink(path.parent / name)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process (or a name we cannot judge): keep its file
-    return True
 
 
 def _reason(exc: OSError) -> str:
@@ -162,12 +154,22 @@ def _reason(exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing); the OS frees it on exit."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def file_lock(path: Path, *, best_effort: bool = False) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing, with its directories) for
+    the body; the kernel frees it when the holder exits, however it exits. Yields whether the
+    lock is held: with ``best_effort`` a lock file that cannot be created (a directory that
+    refuses new files) runs the body unlocked, for a caller with a fallback
+    (``sweeps.claims``); else that is the ``OSError``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        if not best_effort:
+            raise
+        yield False
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield True
     finally:
         os.close(fd)  # closing the descriptor releases the lock

@@ -33,7 +33,7 @@ Notation as in ``lm.memory``: T ``seq_len``, C ``d_model``, F ``d_ff``, V ``voca
   training compute all the same, counted in ``flops`` beside D (``cooldown_tokens``), and
   their evaluations in ``n_evals``. ``trained`` counts what a finished run spent.
 - **Evaluation** is forward only, ``dense + attention`` per evaluated token, over
-  ``n_evals x windows x T`` tokens: the fixed validation windows (``lm.train.eval_windows``:
+  ``n_evals x windows x T`` tokens: the fixed validation windows (``lm.flops.eval_windows``:
   ``eval_tokens // seq_len`` of them, fewer when the validation split is shorter), once per
   evaluation (every ``eval_every_tokens`` and at the end, as the training loop schedules
   them). Kept apart from ``flops``: the compute axis is the training compute. The generated
@@ -151,12 +151,15 @@ def planned_evals(cfg: TrainConfig, tokens: int) -> int:
     return crossings + (0 if last_crosses else 1)
 
 
-def eval_windows(cfg: TrainConfig, val_tokens: int | None = None) -> int:
-    """Windows of the fixed validation subset (``lm.train.eval_windows``)."""
-    wanted = max(1, (cfg.eval_tokens or 0) // cfg.seq_len)
+def eval_windows(eval_tokens: int | None, seq_len: int, val_tokens: int | None = None) -> int:
+    """How many windows the fixed validation subset holds: ``eval_tokens // seq_len``, at least
+    one, and no more than a validation split of ``val_tokens`` tokens has (each window reads
+    ``seq_len + 1`` tokens, consecutive windows share one). The one rule: the child cuts its
+    windows by it (``lm.evaluation.eval_windows``), the FLOPs and memory estimates count by it."""
+    wanted = max(1, (eval_tokens or 0) // seq_len)
     if val_tokens is None:
         return wanted
-    return min(wanted, max(1, (val_tokens - 1) // cfg.seq_len))
+    return min(wanted, max(1, (val_tokens - 1) // seq_len))
 
 
 def planned_reads(cfg: TrainConfig) -> tuple[int, int]:
@@ -219,7 +222,7 @@ def count(
     per_token = TRAIN_MULTIPLIER * forward + recompute
     if n_evals is None:
         n_evals = planned_evals(cfg, tokens) + n_reads
-    evaluated = n_evals * eval_windows(cfg, val_tokens) * T
+    evaluated = n_evals * eval_windows(cfg.eval_tokens, cfg.seq_len, val_tokens) * T
     return Flops(
         tokens=tokens,
         cooldown_tokens=cooldown_tokens,

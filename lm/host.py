@@ -13,6 +13,7 @@ here, so they cannot disagree on one machine.
   A bad value is a one-line error wherever it is read.
 - ``cpu_time_text``: a run's CPU time against its wall time on its threads, in words: what a
   ``timeout`` says, so a busy machine is told apart from a slow configuration.
+- ``pid_alive``: whether a process recorded here (a trial's worker, a file's writer) still runs.
 - Trial children get ``CHILD_ENV``: PCI bus order for CUDA's device numbers, as ``nvidia-smi``
   and ``visible_gpus`` number them.
 """
@@ -25,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import NamedTuple
 
 from lm.errors import SweepsError
@@ -369,3 +371,49 @@ def gpu_name(gpu: str) -> str | None:
         return None
     name = out.stdout.strip().splitlines()[0].strip() if out.stdout.strip() else ""
     return name if out.returncode == 0 and name else None
+
+
+def pid_alive(pid: int, started_at: float | None = None) -> bool:
+    """Whether process ``pid`` on this host still exists and is the one that was recorded (on
+    Linux a pid reused by a process started after ``started_at`` counts as gone; a zombie is
+    gone). The one answer for a trial's worker (``sweeps.liveness``) and a temporary file's
+    writer (``lm.files``)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False  # no such process (or a number no process can have)
+    except PermissionError:
+        pass  # exists, owned by someone else
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True  # no /proc: trust the signal check
+    state, start_ticks = stat
+    if state in ("Z", "X"):
+        return False  # a zombie is a finished process whose parent has not reaped it
+    if started_at is not None:
+        boot = _boot_time()
+        if boot is not None:
+            process_start = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+            if process_start > started_at + 2.0:
+                return False  # the recorded process is gone; its pid now names another one
+    return True
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[0], int(fields[19])
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None

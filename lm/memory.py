@@ -13,41 +13,42 @@ Notation: B micro-batch (``batch_size``), T ``seq_len``, C ``d_model``, H ``n_he
 V ``vocab_size``, L ``n_layers``, P parameters (a tied head counted once). ``a`` is the byte size
 of an activation that autocast lowers (4 in fp32, 2 in bf16/fp16); ``s`` that of the attention
 scores. The terms (``bytes`` is each term's size; ``at_peak`` what it holds at the peak moment),
-each computed by one function below:
+each computed by one function: the tensors' in ``lm.memory_tensors``, the rest here:
 
-- ``weights``, ``grads``, ``optimizer`` (``_weights_and_optimizer``): P x 4 fp32 master weights
+- ``weights``, ``grads``, ``optimizer`` (``weights_and_optimizer``): P x 4 fp32 master weights
   (also under autocast) + the causal-mask buffers (L x T x T bools), with bf16/fp16 autocast
   also the low-precision copies of every matmul weight that autocast makes and autograd saves;
   P x 4 gradients, freed after every optimizer step (``zero_grad(set_to_none)``), so live at
   the loss-backward peak only when ``grad_accum > 1``; AdamW's two fp32 states, 2 x P x 4.
-- ``read_branch`` (``_read_branch``): a run with cooldown reads (``cooldown_reads``,
+- ``read_branch`` (``read_branch``): a run with cooldown reads (``cooldown_reads``,
   ``lm.cooldown``) keeps a copy of its weights and AdamW's states, 3 x P x 4, while a read's
   branch trains and is evaluated, so every moment recurs on top of it. The copy is on the host:
   on the CPU it counts (a CPU trial's limit holds it); on CUDA it costs the device nothing.
-- activations saved for backward (``_block`` per layer, ``_activations`` over all layers;
+- activations saved for backward (``block`` per layer, ``activations`` over all layers;
   ``grad_accum`` does not multiply them: micro-batches run one after another): ``embeddings`` (the
   first block's input), ``residual`` (block input and mid-block sum, + the final LayerNorm's
   input), ``norms`` (LayerNorm outputs as the next matmul saves them + mean/rstd), ``attention``
-  (q, k, v and the output; naive also q scaled), ``attention_scores`` (``_attention_scores``:
+  (q, k, v and the output; naive also q scaled), ``attention_scores`` (``attention_scores``:
   ``naive`` keeps the B x H x T x T softmax per layer, with dropout its mask and output too;
   ``sdpa`` only the kernel's logsumexp, except on the CPU with dropout, where it falls back to the
   math path; at the attention backward two more score-sized gradients exist, so naive memory grows
   with T^2), ``ffn`` (the up projection's output and the GELU's). Dropout adds a mask per site
   (fp32 noise on the CPU, 1-byte masks on CUDA) to the term of the tensor it masks. With
   ``checkpointing`` each block keeps only its input, plus one recomputed block in backward.
-- ``logits``, ``cross_entropy`` (``_loss_head``): the B x T x V logits (under autocast the
+- ``logits``, ``cross_entropy`` (``loss_head``): the B x T x V logits (under autocast the
   low-precision copy plus the fp32 upcast) and the loss's working set beyond them, so that the
   two make three fp32 B x T x V tensors at the start of backward (measured with torch's
   saved-tensor hooks and allocation events).
-- ``evaluation`` (``_evaluation``): b = min(B, evaluation windows) windows without gradients;
+- ``evaluation`` (``evaluation``): b = min(B, evaluation windows) windows without gradients;
   the collapse statistics hold four fp32 b x T x V tensors at once: the peak when V is large
   and the model small.
 - ``data`` (``_data``, CPU): the evaluation windows and the unigram tables. The token pages the
   memmaps touch are shown (``FAULT_AROUND_BYTES`` around each read) but not counted: they are
   file-backed.
 - ``allocator`` (``_cpu_allocator``, ``_cuda_allocator``): CPU (glibc): once the first frees have
-  raised malloc's dynamic mmap threshold, every tensor under ``MMAP_THRESHOLD_MAX`` comes from
-  the heap, which keeps its high-water mark; bigger tensors are mmap'ed and unmapped on free.
+  raised malloc's dynamic mmap threshold, every tensor under ``MMAP_THRESHOLD_MAX`` (a
+  ``Moment`` sorts its parts by it) comes from the heap, which keeps its high-water mark;
+  bigger tensors are mmap'ed and unmapped on free.
   So the resident tensors peak at heap + fragmentation + the largest mmap'ed set, heap and
   mapped each the largest over the moments, fragmentation from ``CPU_HEAP_FRAGMENTATION``,
   ``CPU_HEAP_FRAGMENTATION_BASE`` and ``CPU_HEAP_FRAGMENTATION_LARGE``. CUDA: the caching
@@ -60,15 +61,15 @@ each computed by one function below:
   ``CPU_BF16_BYTES`` for oneDNN's bf16 kernels. CUDA: ``CUDA_CONTEXT_BYTES`` and
   ``CUDA_WORKSPACE_BYTES``.
 
-The peak is the largest of four moments (``_moments``, each a ``Moment`` of named ``Part``s):
-the start of backward ("loss backward": all activations + logits + cross-entropy), the top
-block's backward ("block backward": the loss head freed, naive's two extra score gradients),
-the end of backward (all gradients, the embedding's dense gradient, AdamW's temporaries) and
-the evaluation. ``total = sum(at_peak)`` over the terms; ``peak_moment`` names the moment that
-won and ``moments`` gives each one's tensor bytes. ``allocated`` is the tensors at the peak (+
-the cuBLAS workspace on CUDA). The tensor part was checked against torch's own allocation
-events and saved-tensor hooks; the whole on the CPU against real runs
-(``tests/bench/bench_memory.py``, its docstring has the grid and the target).
+The peak is the largest of four moments (``lm.memory_tensors.moments``, each a ``Moment`` of
+named ``Part``s): the start of backward ("loss backward": all activations + logits +
+cross-entropy), the top block's backward ("block backward": the loss head freed, naive's two
+extra score gradients), the end of backward (all gradients, the embedding's dense gradient,
+AdamW's temporaries) and the evaluation. ``total = sum(at_peak)`` over the terms;
+``peak_moment`` names the moment that won and ``moments`` gives each one's tensor bytes.
+``allocated`` is the tensors at the peak (+ the cuBLAS workspace on CUDA). The tensor part was
+checked against torch's own allocation events and saved-tensor hooks; the whole on the CPU
+against real runs (``tests/bench/bench_memory.py``, its docstring has the grid and the target).
 
 Calibration, budgets and a CPU child's enforced limit live in ``sweeps.preflight``.
 """
@@ -80,9 +81,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lm import host
+from lm import memory_tensors as tensors
 from lm.config import TrainConfig, param_breakdown
 from lm.errors import SweepsError
 from lm.flops import eval_windows
+from lm.memory_tensors import ACTIVATION_TERMS
 
 if TYPE_CHECKING:
     from lm.tokens import CorpusCounts
@@ -119,9 +122,6 @@ CPU_BF16_BYTES = 20 * 2**20
 #: A BPE tokenizer (tiktoken's rank tables and the JSON they come from): fixed part and per rank.
 BPE_FIXED_BYTES = 4 * 2**20
 BPE_BYTES_PER_RANK = 720
-#: glibc's largest dynamic mmap threshold: blocks this big are always mmap'ed (and returned on
-#: free; with malloc's header a 32 MiB tensor is above it).
-MMAP_THRESHOLD_MAX = 32 * 2**20
 #: What the heap holds beyond its live high-water mark (fragmentation): a share of it for small
 #: heaps, a smaller share plus a constant for big ones (fitted on tests/bench/bench_memory.py:
 #: 10-110 MiB measured over heaps of 30-740 MiB; it varies run to run, so this leans high).
@@ -164,7 +164,6 @@ TERM_ORDER = (
     "allocator",
     "overhead",
 )
-ACTIVATION_TERMS = ("embeddings", "residual", "norms", "attention", "attention_scores", "ffn")
 
 
 @dataclass(frozen=True)
@@ -289,16 +288,18 @@ def estimate(
     device = host.device_kind(device)
     if cfg.precision == "fp16" and device == "cpu":
         raise SweepsError("precision fp16 needs a CUDA device; estimate it with device cuda")
-    s = _Shape.of(cfg, cuda=device == "cuda")
+    s = tensors.Shape.of(cfg, cuda=device == "cuda")
     params = param_breakdown(cfg.model_config())
-    static = _weights_and_optimizer(s, params["total"])
-    scores = _attention_scores(s)
-    block = _block(s, scores)
-    acts = _activations(s, block)
-    head = _loss_head(s)
-    windows = eval_windows(cfg, counts.val_tokens if counts is not None else None)
-    evaluation = _evaluation(cfg, s, windows)
-    moments = _moments(s, static, block, acts, scores, head, evaluation)
+    static = tensors.weights_and_optimizer(s, params["total"])
+    scores = tensors.attention_scores(s)
+    block = tensors.block(s, scores)
+    acts = tensors.activations(s, block)
+    head = tensors.loss_head(s)
+    windows = eval_windows(
+        cfg.eval_tokens, cfg.seq_len, counts.val_tokens if counts is not None else None
+    )
+    evaluation = tensors.evaluation(cfg, s, windows)
+    moments = tensors.moments(s, static, block, acts, scores, head, evaluation)
     peak = max(moments, key=lambda m: m.live)  # the first of equals, in moment order
     at: dict[str, int] = dict.fromkeys(TERM_ORDER, 0)
     for part in peak.parts:
@@ -311,7 +312,7 @@ def estimate(
         allocator = _cpu_allocator(moments, allocated)
     data = _data(cfg, s, counts.train_tokens if counts is not None else None, windows)
     overhead = _overhead(cfg, s.cuda, threads, launcher)
-    branch = _read_branch(cfg, s, static)
+    branch = tensors.read_branch(cfg, s, static)
     allocated += branch
     at.update(
         read_branch=branch, data=data.bytes, allocator=allocator.bytes, overhead=overhead.bytes
@@ -347,315 +348,6 @@ def estimate(
     )
 
 
-# --- the shape of the run ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """The run's dimensions and what its precision, device and options make of them."""
-
-    B: int
-    T: int
-    C: int
-    H: int
-    F: int
-    V: int
-    L: int
-    a: int  # bytes of an activation that autocast lowers
-    lowp: bool  # bf16/fp16 autocast
-    cuda: bool
-    dropout: bool
-    checkpointing: bool
-    grad_accum: int
-    # Scores are materialized by naive attention, and on the CPU by sdpa with dropout (its
-    # math fallback).
-    materialized: bool
-    naive: bool = False
-
-    @classmethod
-    def of(cls, cfg: TrainConfig, *, cuda: bool) -> _Shape:
-        lowp = cfg.precision in ("bf16", "fp16")
-        assert cfg.vocab_size is not None  # TrainConfig sets it
-        dropout = cfg.dropout > 0
-        return cls(
-            cfg.batch_size,
-            cfg.seq_len,
-            cfg.d_model,
-            cfg.n_heads,
-            cfg.d_ff,
-            cfg.vocab_size,
-            cfg.n_layers,
-            a=2 if lowp else 4,
-            lowp=lowp,
-            cuda=cuda,
-            dropout=dropout,
-            checkpointing=cfg.checkpointing,
-            grad_accum=cfg.grad_accum,
-            materialized=cfg.attention == "naive" or (not cuda and dropout),
-            naive=cfg.attention == "naive",
-        )
-
-    def drop_mask(self, elements: int, elem_bytes: int) -> int:
-        """A dropout site's saved mask: CUDA keeps 1-byte masks, the CPU a noise tensor."""
-        if not self.dropout:
-            return 0
-        return elements * (1 if self.cuda else elem_bytes)
-
-
-# --- the terms ---------------------------------------------------------------------------------
-
-
-class _Static(NamedTuple):
-    """Weights, gradients and optimizer states: live for the whole run."""
-
-    weights: int
-    grads: int
-    optimizer: int
-    params: int  # P
-    matmul_params: int
-    max_param: int  # bytes of the largest parameter tensor (heap or mmap on the CPU)
-
-
-def _read_branch(cfg: TrainConfig, s: _Shape, static: _Static) -> int:
-    """The host copy of the weights and AdamW's states a cooldown read keeps (``lm.snapshot``):
-    on the CPU it is the child's memory; on CUDA none of the device's."""
-    if not cfg.cooldown_reads or s.cuda:
-        return 0
-    return 3 * static.params * 4
-
-
-def _weights_and_optimizer(s: _Shape, params: int) -> _Static:
-    matmul_params = s.L * (3 * s.C * s.C + s.C * s.C + 2 * s.C * s.F) + s.V * s.C  # qkv, proj,
-    mask_bytes = s.L * s.T * s.T  # the naive path's bool causal mask, registered in both paths
-    lowp_copies = 2 * matmul_params if s.lowp else 0  # autocast's weight copies, saved
-    max_param = max(s.V * s.C, s.C * s.F, 3 * s.C * s.C, s.T * s.C) * 4
-    return _Static(
-        weights=params * 4 + mask_bytes + lowp_copies,
-        grads=params * 4,
-        optimizer=2 * params * 4,
-        params=params,
-        matmul_params=matmul_params,
-        max_param=max_param,
-    )
-
-
-class _Scores(NamedTuple):
-    """The attention scores: what a layer saves, and what backward adds for a moment."""
-
-    per_layer: int
-    saved_elem: int  # bytes per saved score element ("s")
-    unit: int  # the largest single score tensor
-    backward_transient: int  # the gradients of the probabilities and of the scores
-
-
-def _attention_scores(s: _Shape) -> _Scores:
-    BHT = s.B * s.H * s.T
-    if not s.materialized:
-        return _Scores(BHT * 4, 4, BHT * 4, 0)  # the fused kernel's logsumexp
-    BHTT = BHT * s.T
-    # CUDA autocast runs softmax in fp32 and keeps a low-precision copy for the next matmul.
-    saved = (4 + 2) if (s.cuda and s.lowp) else s.a
-    per_layer = BHTT * saved
-    if s.dropout:  # the dropout mask and the dropped probabilities the next matmul saves
-        per_layer += s.drop_mask(BHTT, s.a) + BHTT * s.a
-    return _Scores(per_layer, saved, BHTT * s.a, 2 * BHTT * s.a)
-
-
-class _Block(NamedTuple):
-    """Activations one transformer block saves for backward, by term."""
-
-    residual: int
-    norms: int
-    attention: int
-    attention_scores: int
-    ffn: int
-
-
-def _block(s: _Shape, scores: _Scores) -> _Block:
-    BT, BTC = s.B * s.T, s.B * s.T * s.C
-    return _Block(
-        residual=2 * BTC * 4,  # block input and mid-block sum, for the LayerNorms
-        norms=2 * (BTC * s.a + 2 * BT * 4),  # two LayerNorm outputs + mean/rstd
-        # q, k, v, the output (+ naive's q scaled before q @ k^T) + the residual dropout
-        attention=_qkv_saved(s) * BTC * s.a + s.drop_mask(BTC, s.a),
-        attention_scores=scores.per_layer,
-        ffn=2 * s.B * s.T * s.F * s.a + s.drop_mask(BTC, s.a),  # up projection and GELU
-    )
-
-
-def _qkv_saved(s: _Shape) -> int:
-    """(B, T, C) tensors the attention saves per layer: q, k, v and the output; naive's q
-    scaled before ``q @ k^T`` (``lm.model``: fp16-safe) is one more."""
-    return 5 if s.naive else 4
-
-
-class _Activations(NamedTuple):
-    """Activations saved for backward over all layers, by term (in ``ACTIVATION_TERMS``)."""
-
-    embeddings: int
-    residual: int
-    norms: int
-    attention: int
-    attention_scores: int
-    ffn: int
-
-
-def _activations(s: _Shape, block: _Block) -> _Activations:
-    BT, BTC = s.B * s.T, s.B * s.T * s.C
-    embeddings = BTC * 4 + s.drop_mask(BTC, 4)
-    final_residual = BTC * 4  # the final LayerNorm's input
-    final_norm = BTC * s.a + 2 * BT * 4
-    if s.checkpointing:
-        # Each block keeps only its input; backward recomputes one block at a time.
-        return _Activations(embeddings, s.L * BTC * 4 + final_residual, final_norm, 0, 0, 0)
-    return _Activations(
-        embeddings,
-        s.L * block.residual + final_residual,
-        s.L * block.norms + final_norm,
-        s.L * block.attention,
-        s.L * block.attention_scores,
-        s.L * block.ffn,
-    )
-
-
-def _activation_units(s: _Shape, scores: _Scores) -> _Activations:
-    """The largest single tensor of each activation term (heap or mmap on the CPU)."""
-    BTC = s.B * s.T * s.C
-    qkv = (1 if s.materialized else 3) * BTC * s.a  # sdpa keeps views of one qkv tensor
-    return _Activations(BTC * 4, BTC * 4, BTC * s.a, qkv, scores.unit, s.B * s.T * s.F * s.a)
-
-
-class _LossHead(NamedTuple):
-    """The B x T x V logits and the cross-entropy's working set beyond them."""
-
-    logits: int
-    cross_entropy: int
-    unit: int  # one fp32 B x T x V tensor
-
-
-def _loss_head(s: _Shape) -> _LossHead:
-    BTV = s.B * s.T * s.V
-    logits = BTV * (2 + 4) if s.lowp else BTV * 4
-    working = 3 * BTV * 4  # log-probs saved + gradient w.r.t. them + gradient of the logits
-    return _LossHead(logits, working - logits, BTV * 4)
-
-
-class _Evaluation(NamedTuple):
-    """The evaluation's largest working set (no gradients), over b windows at a time."""
-
-    bytes: int
-    unit: int
-    batch: int  # b
-    windows: int
-
-
-def _evaluation(cfg: TrainConfig, s: _Shape, windows: int) -> _Evaluation:
-    b = max(1, min(s.B, windows))
-    bT = b * s.T
-    naive = cfg.attention == "naive"
-    head = (4 * bT * s.V * 4, bT * s.V * 4)  # logits, log-probs, probs, their product
-    attn = (
-        5 * bT * s.C * 4 + (2 * b * s.H * s.T * s.T * s.a if naive else 0),
-        b * s.H * s.T * s.T * s.a if naive else 3 * bT * s.C * 4,
-    )
-    ffn = (3 * bT * s.C * 4 + 2 * bT * s.F * s.a, bT * s.F * s.a)
-    size, unit = max(head, attn, ffn)
-    return _Evaluation(size, unit, b, windows)
-
-
-# --- the moments -------------------------------------------------------------------------------
-
-
-class Part(NamedTuple):
-    """What one term holds at a moment, and its largest single tensor (which decides where the
-    CPU allocator puts it: the heap, or its own mapping)."""
-
-    term: str
-    bytes: int
-    unit: int
-
-
-@dataclass(frozen=True)
-class Moment:
-    """A candidate peak: the terms live at one point of a training step."""
-
-    name: str
-    parts: tuple[Part, ...]
-
-    @property
-    def live(self) -> int:
-        return sum(p.bytes for p in self.parts)
-
-    @property
-    def heap(self) -> int:
-        """Bytes in tensors small enough for glibc's heap (below ``MMAP_THRESHOLD_MAX``)."""
-        return sum(p.bytes for p in self.parts if p.unit < MMAP_THRESHOLD_MAX)
-
-    @property
-    def mapped(self) -> int:
-        """Bytes in tensors glibc maps (and unmaps on free) one by one."""
-        return sum(p.bytes for p in self.parts if p.unit >= MMAP_THRESHOLD_MAX)
-
-
-def _moments(
-    s: _Shape,
-    static: _Static,
-    block: _Block,
-    acts: _Activations,
-    scores: _Scores,
-    head: _LossHead,
-    evaluation: _Evaluation,
-) -> tuple[Moment, ...]:
-    """The four candidate peaks of a step, in the order ties are broken."""
-    mp = static.max_param
-    resident = (Part("weights", static.weights, mp), Part("optimizer", static.optimizer, mp))
-    units = _activation_units(s, scores)
-    # Gradients are freed after every step, so they are live during the next micro-batch's
-    # backward only when grad_accum > 1.
-    grads_live = static.grads if s.grad_accum > 1 else 0
-    head_grad = s.V * s.C * 4
-    loss_backward = Moment(
-        "loss backward",
-        (
-            *resident,
-            Part("grads", grads_live, mp),
-            *(Part(name, getattr(acts, name), getattr(units, name)) for name in ACTIVATION_TERMS),
-            Part("logits", head.logits, head.unit),
-            Part("cross_entropy", head.cross_entropy, head.unit),
-        ),
-    )
-    # The top block's backward: the loss head is freed, so are the block's FFN activations; a
-    # checkpointed block is recomputed first; materialized scores get two gradient copies.
-    rec = block if s.checkpointing else _Block(0, 0, 0, 0, 0)
-    top_ffn = 0 if s.checkpointing else 2 * s.B * s.T * s.F * s.a
-    block_backward = Moment(
-        "block backward",
-        (
-            *resident,
-            Part("grads", max(grads_live, head_grad), mp),
-            Part("embeddings", acts.embeddings, units.embeddings),
-            Part("residual", acts.residual + rec.residual, units.residual),
-            Part("norms", acts.norms + rec.norms, units.norms),
-            Part("attention", acts.attention + rec.attention, units.attention),
-            Part(
-                "attention_scores",
-                acts.attention_scores + rec.attention_scores + scores.backward_transient,
-                units.attention_scores,
-            ),
-            Part("ffn", acts.ffn + rec.ffn - top_ffn, units.ffn),
-        ),
-    )
-    # The end of backward and the optimizer step: every gradient, the embedding's dense
-    # gradient, AdamW's per-parameter temporaries.
-    end_of_backward = Moment(
-        "end of backward", (*resident, Part("grads", static.grads + head_grad + 2 * mp, mp))
-    )
-    evaluating = Moment(
-        "evaluation", (*resident, Part("evaluation", evaluation.bytes, evaluation.unit))
-    )
-    return loss_backward, block_backward, end_of_backward, evaluating
-
-
 # --- beyond the tensors: data, allocator, overhead ---------------------------------------------
 
 
@@ -673,7 +365,7 @@ def _cuda_allocator(allocated: int) -> _Extra:
     )
 
 
-def _cpu_allocator(moments: tuple[Moment, ...], allocated: int) -> _Extra:
+def _cpu_allocator(moments: tuple[tensors.Moment, ...], allocated: int) -> _Extra:
     """glibc: tensors below ``MMAP_THRESHOLD_MAX`` come from the heap once the first frees have
     raised the mmap threshold, and the heap keeps its high-water mark (fragmented, not
     trimmed); bigger ones are mmap'ed and unmapped on free."""
@@ -691,7 +383,7 @@ def _cpu_allocator(moments: tuple[Moment, ...], allocated: int) -> _Extra:
     )
 
 
-def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int) -> _Extra:
+def _data(cfg: TrainConfig, s: tensors.Shape, train_tokens: int | None, n_windows: int) -> _Extra:
     """The evaluation windows and the unigram tables (host memory; 0 on CUDA).
 
     The token memmaps' pages are shown (``token_pages``, ``val_pages``) but not counted: they
@@ -703,7 +395,6 @@ def _data(cfg: TrainConfig, s: _Shape, train_tokens: int | None, n_windows: int)
     eval_tensors = n_windows * (2 * s.T + 1) * 8  # ids (N, T + 1) and nbytes (N, T), int64
     unigram = s.V * (8 * 3 + 40)  # counts list (Python ints), float64 tables
     item = 4 if s.V > 65536 else 2
-    assert cfg.max_tokens is not None and cfg.eval_tokens is not None  # resolved (lm.budget)
     steps = math.ceil(cfg.max_tokens / cfg.tokens_per_step)
     windows = steps * cfg.grad_accum * s.B
     if train_tokens is None:
@@ -754,10 +445,10 @@ def _overhead(cfg: TrainConfig, cuda: bool, threads: int | None, launcher: str) 
 
 
 def _formulas(
-    s: _Shape,
-    static: _Static,
-    scores: _Scores,
-    evaluation: _Evaluation,
+    s: tensors.Shape,
+    static: tensors.Static,
+    scores: tensors.Scores,
+    evaluation: tensors.Evaluation,
     data: _Extra,
     allocator: _Extra,
     overhead: _Extra,
@@ -789,7 +480,7 @@ def _formulas(
             {"B": B, "T": T, "C": C, "L": L, "a": a},
         ),
         "attention": (
-            f"L x {_qkv_saved(s)} x B x T x C x a",
+            f"L x {tensors.qkv_saved(s)} x B x T x C x a",
             {"B": B, "T": T, "C": C, "L": L, "a": a},
         ),
         "attention_scores": (
@@ -836,7 +527,6 @@ def cpu_baseline_bytes(
         base -= CPU_FORK_SAVING_BYTES
     if cfg is not None:
         if cfg.tokenizer == "bpe":
-            assert cfg.vocab_size is not None  # TrainConfig sets it
             base += BPE_FIXED_BYTES + BPE_BYTES_PER_RANK * cfg.vocab_size
         if cfg.precision == "bf16":
             base += CPU_BF16_BYTES

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lm import budget, cooldown, flops, host, metrics, outcomes
 from lm.config import SCHEDULE_FIELDS, ModelConfig, TrainConfig, param_breakdown
@@ -70,6 +69,8 @@ from lm.runtime import (
 )
 from lm.schedule import lr_at, lr_sum, read_points
 from lm.snapshot import Trainables, load_resume, on_host, save_atomic
+from lm.step import BatchSampler, accumulate_gradients, make_optimizer, warm_up
+from lm.step import lm_loss as lm_loss  # tests/gpu and tests/bench import it from here
 from lm.tokens import TextRate, text_rate
 
 Progress = Callable[[int, int], None]
@@ -78,85 +79,6 @@ OnEval = Callable[[dict[str, Any]], None]
 #: Sampling of the evaluation samples (seeded with ``cfg.seed``, so runs are comparable).
 EVAL_SAMPLE_TEMPERATURE = 0.8
 EVAL_SAMPLE_TOP_K = 50
-
-
-# --- data --------------------------------------------------------------------------------------
-
-
-class BatchSampler:
-    """Random windows of ``seq_len + 1`` tokens from a token memmap, from a seeded generator."""
-
-    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int) -> None:
-        # len(tokens) >= seq_len + 1: checked by _setup, before anything is written.
-        self.tokens = tokens
-        self.batch_size = batch_size
-        self.offsets = np.arange(seq_len + 1)
-        self.high = len(tokens) - seq_len  # last start: len - seq_len - 1
-        self.rng = np.random.default_rng(seed)
-
-    def next(self, rows: int | None = None) -> torch.Tensor:
-        """(B, T + 1) int64 ids (``rows`` instead of B: the last step of a budget in bytes or
-        FLOPs, ``lm.budget``)."""
-        starts = self.rng.integers(0, self.high, size=self.batch_size if rows is None else rows)
-        return torch.from_numpy(self.tokens[starts[:, None] + self.offsets].astype(np.int64))
-
-
-# --- the objective -----------------------------------------------------------------------------
-
-
-def lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy of a (B, T + 1) window batch: target i is input i + 1."""
-    x, y = batch[:, :-1], batch[:, 1:]  # (B, T) each: the one-position shift
-    logits = model(x)  # (B, T, V)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
-
-
-def accumulate_gradients(
-    model: torch.nn.Module,
-    micro_batches: Sequence[torch.Tensor],
-    *,
-    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    scaler: Any = None,
-) -> torch.Tensor:
-    """Backward over the micro-batches; returns the mean loss (a detached scalar tensor).
-
-    Each micro-batch's mean loss is weighted by its share of the rows (equal-sized ones: divided
-    by their number), so the accumulated gradient is the gradient of the full batch's mean loss;
-    only the last step of a budget in bytes or FLOPs has a smaller last micro-batch.
-    """
-    n = len(micro_batches)
-    rows = [len(b) for b in micro_batches]
-    equal = len(set(rows)) == 1
-    total = torch.zeros((), device=micro_batches[0].device)
-    for batch, r in zip(micro_batches, rows, strict=True):
-        with autocast():
-            loss = lm_loss(model, batch)
-        scaled = loss / n if equal else loss * (r / sum(rows))
-        (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        total += loss.detach() if equal else loss.detach() * (r * n / sum(rows))
-    return total / n
-
-
-def make_optimizer(
-    model: torch.nn.Module, cfg: TrainConfig, device: torch.device
-) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices only (not biases, norms or embeddings)."""
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    seen: set[int] = set()
-    for name, p in model.named_parameters():
-        if id(p) in seen:  # a tied head is the embedding
-            continue
-        seen.add(id(p))
-        is_embedding = name.startswith(("wte.", "wpe."))
-        (decay if p.dim() >= 2 and not is_embedding else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(
-        groups, lr=cfg.lr, betas=(0.9, 0.95), fused=device.type == "cuda" or None
-    )
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -195,11 +117,9 @@ def _setup(cfg: TrainConfig) -> _Setup:
         raise SweepsError(f"precision bf16 is not supported by {device}; use fp16 or fp32")
     corpus = Path(cfg.corpus)
     load_manifest(corpus)
-    assert cfg.vocab_size is not None  # TrainConfig sets it
     cache = load_tokens(corpus, cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase)
     rate = text_rate(cache)
     cfg = budget.resolve(cfg, rate)
-    assert cfg.eval_tokens is not None  # resolved just above
     windows, window_nbytes = eval_windows(
         cache.val, cache.val_nbytes, cfg.seq_len, cfg.eval_tokens, cfg.eval_bytes
     )
@@ -315,34 +235,6 @@ def drop_frames(exc: BaseException) -> None:
         current = current.__cause__ or current.__context__
 
 
-def _warm_up(device: torch.device, cfg: TrainConfig) -> None:
-    """One throwaway step of a tiny model, before the memory limit is measured and set.
-
-    It starts the intra-op thread pool and makes torch import what it imports lazily (AdamW
-    pulls in torch._dynamo, tens of MB), so the limit's baseline holds them and
-    ``cpu_memory_limit_bytes`` is left for the model itself.
-    """
-    tiny = ModelConfig(
-        vocab_size=8,
-        d_model=8,
-        n_layers=1,
-        n_heads=1,
-        d_ff=8,
-        seq_len=4,
-        attention=cfg.attention,
-        checkpointing=cfg.checkpointing,
-    )
-    model = GPT(tiny).to(device)
-    optimizer = make_optimizer(model, cfg, device)
-    batch = torch.zeros(2, 5, dtype=torch.long, device=device)
-    accumulate_gradients(model, [batch], autocast=autocast_for(device, cfg.precision))
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    with torch.no_grad():
-        model.eval()
-        model(batch[:, :4])
-
-
 class _RunState:
     """The mutable state of one run, so any ending can report what was reached."""
 
@@ -355,7 +247,7 @@ class _RunState:
         self.optimizer: torch.optim.Optimizer | None = None
         self.parts: Trainables | None = None
         self.sampler: BatchSampler
-        self.autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
+        self.autocast: Callable[[], AbstractContextManager] = nullcontext
         self.memory_limit: int | None = None
         self.step = 0
         self.tokens = 0
@@ -414,7 +306,7 @@ class _RunState:
             torch.cuda.reset_peak_memory_stats(device)
             if cuda_memory_limit(device, cfg.cuda_memory_limit_bytes) is not None:
                 self.memory_limit = cfg.cuda_memory_limit_bytes
-        _warm_up(device, cfg)
+        warm_up(device, cfg)
         torch.manual_seed(cfg.seed)
 
     def _resume_counters(self, resume: dict[str, Any]) -> None:
@@ -446,7 +338,6 @@ class _RunState:
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
         self.parts = Trainables(model, self.optimizer, scaler, self.sampler.rng, device)
-        assert cfg.max_tokens is not None and cfg.eval_every_tokens is not None  # resolved
         next_eval, wall_before = cfg.eval_every_tokens, 0.0
         if self.resume is not None:
             next_eval, wall_before = self._restore()
@@ -502,7 +393,6 @@ class _RunState:
         full = cfg.batch_size * cfg.grad_accum
         if "max_tokens" not in cfg.derived:
             return full
-        assert cfg.max_tokens is not None  # derived, so resolved
         return max(1, min(full, math.ceil((cfg.max_tokens - self.tokens) / cfg.seq_len)))
 
     def optimizer_step(
@@ -572,7 +462,6 @@ class _RunState:
         """At the first evaluation past each multiple of ``checkpoint_every_tokens`` (the
         final one has nothing left to resume)."""
         every = self.cfg.checkpoint_every_tokens
-        assert self.cfg.max_tokens is not None  # resolved (lm.budget)
         return (
             every is not None
             and self.tokens < self.cfg.max_tokens
@@ -611,7 +500,7 @@ class _RunState:
     def measure(self, lr: float, train_loss: float) -> dict[str, Any]:
         """The ``metrics.jsonl`` row of an evaluation of the weights as they are."""
         cfg, setup, model = self.cfg, self.setup, self.model
-        assert setup is not None and model is not None and self.unigram_entropy is not None
+        assert setup is not None and model is not None
         autocast = self.autocast
         vals = evaluate(
             model,

@@ -24,7 +24,7 @@ from lm import budget, flops, tokens
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from lm.tokens import TextRate
-from sweeps.spec.types import VOCABULARY_FIELDS
+from sweeps.spec.designs import VOCABULARY_FIELDS
 
 if TYPE_CHECKING:
     from sweeps.spec import StudySpec

@@ -23,15 +23,15 @@ Other backends get the thread lock only, and the hand-back stays as the fallback
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
+
+from lm.files import file_lock
 
 #: The SQLite lock file's suffix, after the database file's name.
 SQLITE_SUFFIX = "-claims"
@@ -73,7 +73,7 @@ def claim_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
                 )
                 yield
         elif (path := sqlite_lock_path(engine)) is not None:
-            with _file_lock(path):
+            with file_lock(path, best_effort=True):  # none: the hand-back is the fallback
                 yield
         else:
             yield
@@ -82,17 +82,3 @@ def claim_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
 def _thread_lock(url: str, study_name: str) -> threading.Lock:
     with _THREAD_LOCKS_GUARD:
         return _THREAD_LOCKS.setdefault((url, study_name), threading.Lock())
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError:  # a directory that refuses new files: the hand-back remains the fallback
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock

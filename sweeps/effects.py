@@ -611,7 +611,7 @@ def text_warning(trials: pd.DataFrame) -> str:
     """When the trials' vocabularies differ (tokenizer, size) and they read unequal amounts of
     text: one line with each vocabulary's mean bytes of training text, and what to do (the
     effects table and the report say it beside their figures)."""
-    from sweeps.spec.types import VOCABULARY_FIELDS
+    from sweeps.spec.designs import VOCABULARY_FIELDS
 
     finished = _finished(trials)
     keys = [k for k in VOCABULARY_FIELDS if k in finished]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -46,6 +46,7 @@ from lm.config import TrainConfig
 from sweeps.spec import Objective, StudySpec, halving
 from sweeps.spec.halving import n_brackets
 from sweeps.verdicts import Verdict
+from sweeps.verdicts import finite as _finite
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.
@@ -60,7 +61,7 @@ COMPETING_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 Row = Mapping[str, Any]
 
 
-def bracket(spec: StudySpec, study_rungs: Sequence[float], number: int) -> int:
+def bracket(spec: StudySpec, study_rungs: Sequence[int], number: int) -> int:
     """The bracket of trial ``number``: round robin over trial numbers."""
     return number % n_brackets(spec, study_rungs)
 
@@ -87,10 +88,6 @@ def bracket_reads(spec: StudySpec, number: int, cfg: TrainConfig) -> TrainConfig
     return dataclasses.replace(
         cfg, cooldown_reads=tuple(r for r in cfg.cooldown_reads if r in tokens)
     )
-
-
-def _finite(value: Any) -> TypeGuard[float]:  # a finite number, not a bool
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def at_tokens(before: Row | None, row: Row, tokens: int, key: str) -> float | None:

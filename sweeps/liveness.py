@@ -6,19 +6,18 @@
   ``max_retries`` times). ``heartbeat`` beats for one trial of an ask/tell loop.
 - A dead worker on this host: ``stale_local_trials`` finds the RUNNING trials whose owner
   (``sweeps_trial_hosts``, written by ``records.record_host``) is a process that no longer exists
-  (``pid_alive``, from ``/proc``: a reused pid counts as gone), and ``fail_and_requeue`` fails
-  and re-queues them at once (a resume after ``kill -9``), without waiting for the grace period.
+  (``lm.host.pid_alive``, from ``/proc``: a reused pid counts as gone), and ``fail_and_requeue``
+  fails and re-queues them at once (a resume after ``kill -9``), without waiting for the grace
+  period.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import threading
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import optuna
 import sqlalchemy as sa
@@ -26,6 +25,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
+from lm.host import pid_alive
 from sweeps import optuna_compat, records
 
 StudyRef = str | optuna.Study
@@ -129,50 +129,6 @@ def fail_stale_trials(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-
-
-def pid_alive(pid: int, started_at: float | None = None) -> bool:
-    """Whether process ``pid`` on this host still exists and is the one that was recorded (on
-    Linux a pid reused by a process started after ``started_at`` counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True  # no /proc: trust the signal check
-    state, start_ticks = stat
-    if state in ("Z", "X"):
-        return False  # a zombie is a finished process whose parent has not reaped it
-    if started_at is not None:
-        boot = _boot_time()
-        if boot is not None:
-            process_start = boot + start_ticks / os.sysconf("SC_CLK_TCK")
-            if process_start > started_at + 2.0:
-                return False  # the recorded process is gone; its pid now names another one
-    return True
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[19])
-
-
-def _boot_time() -> float | None:
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def stale_local_trials(

@@ -62,7 +62,6 @@ from lm.run_files import (
     write_config,
 )
 from sweeps import fidelity, liveness, optuna_compat, records, storage, verdicts
-from sweeps.engines.slurm_job import trial_attrs as slurm_attrs
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -73,6 +72,7 @@ from sweeps.monitor import (
     StopFlags,
     environment_failed,
 )
+from sweeps.slurm_job import trial_attrs as slurm_attrs
 from sweeps.space import measured, suggest, trial_config
 from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
 from sweeps.verdicts import Verdict

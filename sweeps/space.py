@@ -220,13 +220,107 @@ def grid_search_space(spec: StudySpec) -> dict[str, list[Any]]:
     return {name: list(values) for name, values in space.items()}
 
 
+#: What builds a sampler: the spec, and the constraints (trial -> values, > 0 = infeasible) for
+#: the samplers that learn from them.
+SamplerBuilder = Callable[[StudySpec, ConstraintsFunc | None], optuna.samplers.BaseSampler]
+
+
+def _startup(spec: StudySpec) -> int:
+    """Random trials before a model-based sampler models (Optuna's default, 10, unless set)."""
+    n = spec.study.sampler.n_startup_trials
+    return 10 if n is None else n
+
+
+def _tpe(spec: StudySpec, constraints_func: ConstraintsFunc | None) -> optuna.samplers.TPESampler:
+    s = spec.study.sampler
+    conditional = any(p.when is not None for p in spec.space)
+    return optuna.samplers.TPESampler(
+        seed=spec.study.seed,
+        n_startup_trials=_startup(spec),
+        multivariate=s.multivariate,
+        # Conditional spaces need group=True for the multivariate model to apply.
+        group=s.multivariate and conditional,
+        # Parallel workers: count running trials as bad so they spread out.
+        constant_liar=True,
+        constraints_func=constraints_func,
+    )
+
+
+def _gp(spec: StudySpec, constraints_func: ConstraintsFunc | None) -> optuna.samplers.GPSampler:
+    # Gaussian-process Bayesian optimisation (torch and scipy). It models the completed trials
+    # (and the running ones, so parallel workers spread out) and nothing else: a trial the
+    # verdicts or a pruner stopped is invisible to it, so it can propose the same failing region
+    # again (measured: studies/README.md, search efficiency).
+    require_scipy("gp")
+    return optuna.samplers.GPSampler(
+        seed=spec.study.seed,
+        n_startup_trials=_startup(spec),
+        constraints_func=constraints_func,
+        warn_independent_sampling=False,
+    )
+
+
+def _nsga2(
+    spec: StudySpec, constraints_func: ConstraintsFunc | None
+) -> optuna.samplers.NSGAIISampler:
+    # Optuna's default population (50) makes a 12-trial study pure random search.
+    population = spec.study.sampler.population_size or max(4, min(50, spec.study.n_trials // 4))
+    return optuna.samplers.NSGAIISampler(
+        seed=spec.study.seed, population_size=population, constraints_func=constraints_func
+    )
+
+
+def _random(spec: StudySpec, _: ConstraintsFunc | None) -> optuna.samplers.RandomSampler:
+    return optuna.samplers.RandomSampler(seed=spec.study.seed)
+
+
+def _qmc(spec: StudySpec, _: ConstraintsFunc | None) -> optuna.samplers.QMCSampler:
+    require_scipy("qmc")
+    s = spec.study.sampler
+    return optuna.samplers.QMCSampler(
+        qmc_type=s.qmc_type,
+        scramble=s.scramble,
+        seed=spec.study.seed,
+        warn_independent_sampling=False,
+        warn_asynchronous_seeding=False,
+    )
+
+
+def _grid(spec: StudySpec, _: ConstraintsFunc | None) -> optuna.samplers.GridSampler:
+    return _GridSampler(grid_search_space(spec), seed=spec.study.seed)
+
+
+def _bruteforce(spec: StudySpec, _: ConstraintsFunc | None) -> optuna.samplers.BruteForceSampler:
+    # Strict exhaustive search: with several workers the loose criterion can stop early.
+    return _BruteForceSampler(seed=spec.study.seed, avoid_premature_stop=True)
+
+
+#: The samplers by the name a spec gives them (``[study] sampler``), each with what builds it.
+#: The spec's vocabulary (``sweeps.spec.values.SAMPLERS``, which the reader, the types and the
+#: JSON schema check names against) lists the same names in the same order: the spec sits
+#: below Optuna and cannot import this table, so ``tests/sweeps/test_spec.py`` holds the two
+#: equal. A new sampler is a builder here and its name there.
+SAMPLERS: dict[str, SamplerBuilder] = {
+    "tpe": _tpe,
+    "gp": _gp,
+    "nsga2": _nsga2,
+    "random": _random,
+    "qmc": _qmc,
+    "grid": _grid,
+    "bruteforce": _bruteforce,
+}
+
+
 def make_sampler(
     spec: StudySpec, constraints_func: ConstraintsFunc | None = None
 ) -> optuna.samplers.BaseSampler:
-    """The spec's sampler. ``constraints_func`` (trial -> values, > 0 = infeasible) goes to the
-    samplers that learn from it (TPE, NSGA-II), so OOM regions stop being proposed."""
-    s = spec.study.sampler
-    seed = spec.study.seed
+    """The spec's sampler (``SAMPLERS``). ``constraints_func`` (trial -> values, > 0 =
+    infeasible) goes to the samplers that learn from it (TPE, NSGA-II, GP), so OOM regions stop
+    being proposed."""
+    name = spec.study.sampler.name
+    build = SAMPLERS.get(name)
+    if build is None:  # the spec checked the name: a name there without a builder here
+        raise SweepsError(f"unknown sampler {name!r}; use one of: {', '.join(SAMPLERS)}")
     with warnings.catch_warnings():
         # multivariate/group/constant_liar are "experimental" in Optuna and warn on every
         # construction; they are deliberate here. Optuna 5 deprecates constraints_func in favour
@@ -234,53 +328,7 @@ def make_sampler(
         # still works and keeps Optuna 4 supported.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.filterwarnings("ignore", message=".*constraints_func", category=FutureWarning)
-        if s.name == "tpe":
-            conditional = any(p.when is not None for p in spec.space)
-            return optuna.samplers.TPESampler(
-                seed=seed,
-                n_startup_trials=10 if s.n_startup_trials is None else s.n_startup_trials,
-                multivariate=s.multivariate,
-                # Conditional spaces need group=True for the multivariate model to apply.
-                group=s.multivariate and conditional,
-                # Parallel workers: count running trials as bad so they spread out.
-                constant_liar=True,
-                constraints_func=constraints_func,
-            )
-        if s.name == "gp":
-            # Gaussian-process Bayesian optimisation (torch and scipy). It models the completed
-            # trials (and the running ones, so parallel workers spread out) and nothing else: a
-            # trial the verdicts or a pruner stopped is invisible to it, so it can propose the
-            # same failing region again (measured: studies/README.md, search efficiency).
-            require_scipy("gp")
-            return optuna.samplers.GPSampler(
-                seed=seed,
-                n_startup_trials=10 if s.n_startup_trials is None else s.n_startup_trials,
-                constraints_func=constraints_func,
-                warn_independent_sampling=False,
-            )
-        if s.name == "nsga2":
-            # Optuna's default population (50) makes a 12-trial study pure random search.
-            population = s.population_size or max(4, min(50, spec.study.n_trials // 4))
-            return optuna.samplers.NSGAIISampler(
-                seed=seed, population_size=population, constraints_func=constraints_func
-            )
-        if s.name == "random":
-            return optuna.samplers.RandomSampler(seed=seed)
-        if s.name == "qmc":
-            require_scipy("qmc")
-            return optuna.samplers.QMCSampler(
-                qmc_type=s.qmc_type,
-                scramble=s.scramble,
-                seed=seed,
-                warn_independent_sampling=False,
-                warn_asynchronous_seeding=False,
-            )
-        if s.name == "grid":
-            return _GridSampler(grid_search_space(spec), seed=seed)
-        if s.name == "bruteforce":
-            # Strict exhaustive search: with several workers the loose criterion can stop early.
-            return _BruteForceSampler(seed=seed, avoid_premature_stop=True)
-    raise SweepsError(f"unknown sampler {s.name!r}")  # unreachable: the spec checked it
+        return build(spec, constraints_func)
 
 
 class _StopOutsideOptimize:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
 from lm import outcomes
 from lm.config import TrainConfig
@@ -56,7 +56,8 @@ class Verdict:
     reason: str
 
 
-def _finite(value: Any) -> TypeGuard[float]:  # a finite number, not a bool
+def finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number (a bool is not one): a metric worth comparing."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -68,7 +69,7 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
     last = history[-1]
     n = len(history)
     # A row without the key had a value of the wrong type (dropped by the runner): not judged.
-    if "val_loss" in last and not _finite(last["val_loss"]):
+    if "val_loss" in last and not finite(last["val_loss"]):
         return Verdict(
             outcomes.DIVERGED,
             f"val_loss is not finite ({last.get('val_loss')}) at "
@@ -76,12 +77,12 @@ def divergence(history: Sequence[Row], limits: DivergenceLimits) -> Verdict | No
         )
     if n <= limits.patience:
         return None
-    earlier = [r["val_loss"] for r in history[: n - limits.patience] if _finite(r.get("val_loss"))]
+    earlier = [r["val_loss"] for r in history[: n - limits.patience] if finite(r.get("val_loss"))]
     if not earlier:
         return None
     best = min(earlier)
     recent = [r.get("val_loss") for r in history[n - limits.patience :]]
-    if best > 0 and all(_finite(v) and v > limits.ratio * best for v in recent):
+    if best > 0 and all(finite(v) and v > limits.ratio * best for v in recent):
         return Verdict(
             outcomes.DIVERGED,
             f"val_loss {recent[-1]:.4g} above {limits.ratio:g} x the "
@@ -102,7 +103,6 @@ def unreachable(cfg: TrainConfig, limits: CollapseLimits) -> tuple[str, float] |
     summed over them)``; None when it can be judged (or the verdicts are off)."""
     if not limits.enabled:
         return None
-    assert cfg.max_tokens is not None  # resolved (lm.budget)
     steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     if steps < limits.min_steps:
         return "min_steps", steps
@@ -117,7 +117,6 @@ def under_trained_note(cfg: TrainConfig, limits: CollapseLimits) -> str | None:
     if short is None:
         return None
     limit, reached = short
-    assert cfg.max_tokens is not None  # resolved (lm.budget)
     steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     if limit == "min_steps":
         return (
@@ -140,13 +139,13 @@ def trained_enough(row: Row, limits: CollapseLimits) -> bool:
     step, total = row.get("step"), row.get("lr_sum")
     if not isinstance(step, int) or step < limits.min_steps:
         return False
-    return not _finite(total) or total >= limits.min_lr_sum
+    return not finite(total) or total >= limits.min_lr_sum
 
 
 def _stats(row: Row) -> tuple[float, float, float] | None:
     """(mean_kl_to_mean, kl_mean_to_unigram, unigram_gap) when all three are known."""
     values = (row.get("mean_kl_to_mean"), row.get("kl_mean_to_unigram"), row.get("unigram_gap"))
-    return values if all(_finite(v) for v in values) else None  # type: ignore[return-value]
+    return values if all(finite(v) for v in values) else None  # type: ignore[return-value]
 
 
 def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
@@ -157,8 +156,8 @@ def prediction_verdict(row: Row, limits: CollapseLimits) -> str | None:
         return None
     argmax, samples = row.get("unk_argmax_rate"), row.get("unk_rate_samples")
     if (
-        _finite(argmax)
-        and _finite(samples)
+        finite(argmax)
+        and finite(samples)
         and argmax > limits.max_unk_argmax
         and samples > limits.max_unk_samples
     ):
@@ -181,7 +180,7 @@ def still_learning(history: Sequence[Row], limits: CollapseLimits) -> float | No
     if limits.min_loss_drop is None or n <= limits.patience:
         return None
     before, last = history[n - limits.patience - 1].get("val_loss"), history[-1].get("val_loss")
-    if not (_finite(before) and _finite(last)):
+    if not (finite(before) and finite(last)):
         return None
     drop = before - last
     return drop if drop >= limits.min_loss_drop else None
@@ -201,7 +200,6 @@ def collapse(
     if len(found) != 1 or None in found:
         return None
     outcome = found.pop()
-    assert outcome is not None  # None in found returned above
     reason = _verdict_reason(outcome, history[-1], limits)
     drop = still_learning(history, limits) if outcome != outcomes.UNK_DOMINATED else None
     if drop is not None:
@@ -217,11 +215,11 @@ def collapse(
 
 def _verdict_reason(outcome: str, last: Row, limits: CollapseLimits) -> str:
     total = last.get("lr_sum")
-    summed = f", learning rate summed to {total:.3g}" if _finite(total) else ""
+    summed = f", learning rate summed to {total:.3g}" if finite(total) else ""
     where = f"after {last['step']:,} optimizer steps ({_tokens(last)} tokens{summed})"
     if outcome == outcomes.UNK_DOMINATED:
         targets = last.get("unk_rate_targets")
-        share = f" (<unk> is {targets:.0%} of the targets)" if _finite(targets) else ""
+        share = f" (<unk> is {targets:.0%} of the targets)" if finite(targets) else ""
         return (
             f"{where}: <unk> is the likeliest prediction at {last['unk_argmax_rate']:.0%} "
             f"of positions{share} and {last['unk_rate_samples']:.0%} of sampled tokens "
@@ -258,10 +256,10 @@ def unk_text(row: Row, limits: CollapseLimits) -> Verdict | None:
     targets (``unk_rate_targets``): a fact of the tokenizer and the text, so judged at any
     evaluation, before ``min_steps`` and ``min_lr_sum``."""
     share = row.get("unk_rate_targets")
-    if not limits.enabled or not _finite(share) or share <= limits.max_unk_targets:
+    if not limits.enabled or not finite(share) or share <= limits.max_unk_targets:
         return None
     in_bytes = row.get("unk_byte_rate")
-    of_bytes = f" ({in_bytes:.0%} of the validation text's bytes)" if _finite(in_bytes) else ""
+    of_bytes = f" ({in_bytes:.0%} of the validation text's bytes)" if finite(in_bytes) else ""
     return Verdict(
         outcomes.UNK_DOMINATED,
         (
@@ -276,9 +274,9 @@ def unk_text(row: Row, limits: CollapseLimits) -> Verdict | None:
 def unk_note(unk_tokens: float | None, unk_bytes: float | None) -> str | None:
     """What a trial's vocabulary drops, when it drops a share worth saying (``UNK_NOTE_SHARE``
     of the validation text's bytes): said before it trains and kept with its result."""
-    if not _finite(unk_bytes) or unk_bytes < UNK_NOTE_SHARE:
+    if not finite(unk_bytes) or unk_bytes < UNK_NOTE_SHARE:
         return None
-    of_tokens = f"{unk_tokens:.1%} of the validation tokens, " if _finite(unk_tokens) else ""
+    of_tokens = f"{unk_tokens:.1%} of the validation tokens, " if finite(unk_tokens) else ""
     return (
         f"<unk> stands for {of_tokens}{unk_bytes:.1%} of their bytes: the vocabulary drops "
         "that share of the text (charged 8 bits a byte in val_bpb)"

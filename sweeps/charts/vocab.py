@@ -188,6 +188,37 @@ def panels(trials: pd.DataFrame) -> list[tuple[int, int, str, str]]:
 def chart(results: StudyResults) -> Chart:
     title = "Vocabulary: what a bigger vocabulary buys"
     shown = panels(results.trials)
+    about = _about(results, shown)
+    points, best, tokens = data(results.trials)
+    if points.empty and tokens.empty:
+        return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        vertical_spacing=0.16,
+        horizontal_spacing=0.08,
+        shared_xaxes="all",
+        subplot_titles=[esc(title) for *_, title in shown],
+        specs=[[{}, {}], [{}, {} if len(shown) == 4 else None]],
+    )
+    if len(points) <= MAX_POINTS:
+        _add_points(fig, results, points)
+    for tokenizer in sorted(set(points["tokenizer"]) | set(tokens["tokenizer"])):
+        _add_tokenizer_lines(fig, results, tokenizer, best, tokens, shown)
+    means = replicates.data(
+        results.trials.assign(vocab_size=vocab_sizes(results.trials)), "vocab_size"
+    )
+    if len(means):  # configurations run with several seeds: their mean and interval
+        fig.add_trace(replicates.trace(means), row=1, col=1)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text="vocab size", row=2)
+    if len(shown) == 4:
+        fig.update_yaxes(tickformat=".0%", row=2, col=2)
+    return Chart("vocab", title, about, figure=style(fig, height=640))
+
+
+def _about(results: StudyResults, shown: list[tuple[int, int, str, str]]) -> str:
+    """What the chart shows, and the warnings its trials call for (unequal text, <unk>)."""
     about = (
         "Left: bits per byte, comparable across tokenizers. Right: per-token loss, which "
         "rewards tokens that carry little (bytes, <unk>) and so misleads. Bottom: bytes per "
@@ -204,95 +235,88 @@ def chart(results: StudyResults) -> Chart:
     dropped = unk_shares(results.trials)
     if dropped:
         about += f" What each word vocabulary drops to <unk>: {dropped}."
-    points, best, tokens = data(results.trials)
-    if points.empty and tokens.empty:
-        return Chart("vocab", title, about, note="No trial has a vocabulary size and a val_bpb.")
-    fig = make_subplots(
-        rows=2,
-        cols=2,
-        vertical_spacing=0.16,
-        horizontal_spacing=0.08,
-        shared_xaxes="all",
-        subplot_titles=[esc(title) for *_, title in shown],
-        specs=[[{}, {}], [{}, {} if len(shown) == 4 else None]],
-    )
-    if len(points) <= MAX_POINTS:
-        styled = point_styles(results, points)
-        for group, part in styled.groupby("group", sort=False):
-            for col, metric in ((1, "val_bpb"), (2, "val_loss")):
-                fig.add_trace(
-                    go.Scatter(
-                        x=part["vocab_size"].to_numpy(),
-                        y=part[metric].to_numpy(),
-                        mode="markers",
-                        marker={
-                            "color": part["color"].iloc[0],
-                            "size": 7,
-                            "opacity": 0.6,
-                            "symbol": part["symbol"].to_numpy(),
-                        },
-                        name=esc(group),
-                        legendgroup=f"group {group}",
-                        showlegend=col == 1,
-                        customdata=np.stack(
-                            [part["number"].to_numpy(), part["outcome"].map(esc).to_numpy()],
-                            axis=-1,
-                        ),
-                        hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, "
-                        "%{customdata[1]})<br>V=%{x:,}<br>%{y:.4f}<extra></extra>",
-                    ),
-                    row=1,
-                    col=col,
-                )
-    for tokenizer in sorted(set(points["tokenizer"]) | set(tokens["tokenizer"])):
-        color = line_color(results, str(tokenizer))
-        dash = TOKENIZER_DASH.get(str(tokenizer), "dashdot")
-        name = f"best per size: {esc(tokenizer)}"
-        first = True
+    return about
+
+
+def _add_points(fig: go.Figure, results: StudyResults, points: pd.DataFrame) -> None:
+    """Every trial in the top panels (bits per byte, per-token loss), one trace per group."""
+    styled = point_styles(results, points)
+    for group, part in styled.groupby("group", sort=False):
         for col, metric in ((1, "val_bpb"), (2, "val_loss")):
-            line = best[best["tokenizer"] == tokenizer]
             fig.add_trace(
                 go.Scatter(
-                    x=line["vocab_size"].to_numpy(),
-                    y=line[metric].to_numpy(),
-                    mode="lines+markers",
-                    line={"color": color, "dash": dash},
-                    marker={"size": 5},
-                    name=name,
-                    legendgroup=str(tokenizer),
-                    showlegend=first,
-                    customdata=line["number"].to_numpy(),
-                    hovertemplate=f"best: trial %{{customdata}}<br>V=%{{x:,}}<br>{metric} "
-                    "%{y:.4f}<extra></extra>",
+                    x=part["vocab_size"].to_numpy(),
+                    y=part[metric].to_numpy(),
+                    mode="markers",
+                    marker={
+                        "color": part["color"].iloc[0],
+                        "size": 7,
+                        "opacity": 0.6,
+                        "symbol": part["symbol"].to_numpy(),
+                    },
+                    name=esc(group),
+                    legendgroup=f"group {group}",
+                    showlegend=col == 1,
+                    customdata=np.stack(
+                        [part["number"].to_numpy(), part["outcome"].map(esc).to_numpy()],
+                        axis=-1,
+                    ),
+                    hovertemplate=f"trial %{{customdata[0]}} ({esc(group)}, "
+                    "%{customdata[1]})<br>V=%{x:,}<br>%{y:.4f}<extra></extra>",
                 ),
                 row=1,
                 col=col,
             )
-            first = False
-        part = tokens[tokens["tokenizer"] == tokenizer]
-        for _, col, metric, _ in shown[2:]:
-            fig.add_trace(
-                go.Scatter(
-                    x=part["vocab_size"].to_numpy(),
-                    y=part[metric].astype(float).to_numpy(),
-                    mode="lines+markers",
-                    line={"color": color, "dash": dash},
-                    name=name,
-                    legendgroup=str(tokenizer),
-                    showlegend=False,
-                    hovertemplate=f"{esc(tokenizer)}: V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}"
-                    "<extra></extra>",
-                ),
-                row=2,
-                col=col,
-            )
-    means = replicates.data(
-        results.trials.assign(vocab_size=vocab_sizes(results.trials)), "vocab_size"
-    )
-    if len(means):  # configurations run with several seeds: their mean and interval
-        fig.add_trace(replicates.trace(means), row=1, col=1)
-    fig.update_xaxes(type="log")
-    fig.update_xaxes(title_text="vocab size", row=2)
-    if len(shown) == 4:
-        fig.update_yaxes(tickformat=".0%", row=2, col=2)
-    return Chart("vocab", title, about, figure=style(fig, height=640))
+
+
+def _add_tokenizer_lines(
+    fig: go.Figure,
+    results: StudyResults,
+    tokenizer: object,
+    best: pd.DataFrame,
+    tokens: pd.DataFrame,
+    shown: list[tuple[int, int, str, str]],
+) -> None:
+    """One tokenizer's lines: its best trial per size in the top panels, its token statistics
+    (bytes per token, the <unk> rate) in the bottom ones; one colour and dash for all."""
+    color = line_color(results, str(tokenizer))
+    dash = TOKENIZER_DASH.get(str(tokenizer), "dashdot")
+    name = f"best per size: {esc(tokenizer)}"
+    first = True
+    for col, metric in ((1, "val_bpb"), (2, "val_loss")):
+        line = best[best["tokenizer"] == tokenizer]
+        fig.add_trace(
+            go.Scatter(
+                x=line["vocab_size"].to_numpy(),
+                y=line[metric].to_numpy(),
+                mode="lines+markers",
+                line={"color": color, "dash": dash},
+                marker={"size": 5},
+                name=name,
+                legendgroup=str(tokenizer),
+                showlegend=first,
+                customdata=line["number"].to_numpy(),
+                hovertemplate=f"best: trial %{{customdata}}<br>V=%{{x:,}}<br>{metric} "
+                "%{y:.4f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        first = False
+    part = tokens[tokens["tokenizer"] == tokenizer]
+    for _, col, metric, _ in shown[2:]:
+        fig.add_trace(
+            go.Scatter(
+                x=part["vocab_size"].to_numpy(),
+                y=part[metric].astype(float).to_numpy(),
+                mode="lines+markers",
+                line={"color": color, "dash": dash},
+                name=name,
+                legendgroup=str(tokenizer),
+                showlegend=False,
+                hovertemplate=f"{esc(tokenizer)}: V=%{{x:,.0f}}<br>{metric} %{{y:.3f}}"
+                "<extra></extra>",
+            ),
+            row=2,
+            col=col,
+        )

@@ -10,7 +10,7 @@ import importlib.util
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,10 @@ from lm.files import output_target, write_output
 from sweeps.cli.options import StorageOption
 from sweeps.console import human_bytes, print_summary
 from sweeps.text import escape_controls
+
+if TYPE_CHECKING:
+    from sweeps.charts import Chart
+    from sweeps.results import StudyResults
 
 app = typer.Typer()
 
@@ -107,6 +111,19 @@ def report(
         else report_mod.write_many(url, studies, out)
     )
     pngs = report_mod.write_pngs(charts, png) if png is not None else []
+    rows = _summary_rows(charts, data)
+    if pngs:
+        rows.append(("images", f"{len(pngs)} in {png}"))
+    rows += [
+        ("size", human_bytes(out.stat().st_size)),
+        ("time", f"{time.perf_counter() - started:.2f} s"),
+    ]
+    print_summary(f"report {out}", rows)
+
+
+def _summary_rows(charts: list[Chart], data: StudyResults) -> list[tuple[str, object]]:
+    """What a written report holds, for its summary: the study, its trials by outcome, the
+    charts drawn, the notes shown instead, and the charts left out with why."""
     counts = data.trials["outcome"].value_counts()
     rows: list[tuple[str, object]] = [
         ("study", data.name),
@@ -123,13 +140,7 @@ def report(
         for c in charts
         if c.error is not None
     ]
-    if pngs:
-        rows.append(("images", f"{len(pngs)} in {png}"))
-    rows += [
-        ("size", human_bytes(out.stat().st_size)),
-        ("time", f"{time.perf_counter() - started:.2f} s"),
-    ]
-    print_summary(f"report {out}", rows)
+    return rows
 
 
 @app.command()

@@ -77,6 +77,7 @@ Example::
 """
 
 from sweeps.conditions import Condition, parse_condition
+from sweeps.spec.designs import budget_tokens
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import load_spec, read_spec
 from sweeps.spec.types import (
@@ -89,7 +90,6 @@ from sweeps.spec.types import (
     Scaling,
     StudySection,
     StudySpec,
-    budget_tokens,
 )
 from sweeps.spec.values import (
     DEFAULT_OBJECTIVES,

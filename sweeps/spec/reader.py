@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from lm.config import with_default_vocab
 from lm.errors import FieldError, SweepsError, closest
-from sweeps.engines import ENGINE_KEYS
 from sweeps.spec.checks import (
     TRAIN_FIELDS,
     check_ablation,
@@ -30,6 +29,7 @@ from sweeps.spec.checks import (
     check_literals,
     normalise,
 )
+from sweeps.spec.engine import ENGINE_KEYS
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.rules import (
     check_fixed_and_space,

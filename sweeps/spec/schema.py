@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lm.config import TrainConfig, default_of
-from sweeps.engines import ENGINE_KEYS, ENGINES
+from sweeps.spec.engine import ENGINE_KEYS
+from sweeps.spec.engine import ENGINE_NAMES as ENGINES
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
 from sweeps.spec.types import (
@@ -41,7 +42,7 @@ def value_schema(hint: Any) -> dict[str, Any]:
         return {"type": "array", **({"items": value_schema(args[0])} if args else {})}
     if origin is dict or hint is dict:
         return {"type": "object"}
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+    if dataclasses.is_dataclass(hint):
         return table(hint)
     simple = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}
     return {"type": simple[hint]} if hint in simple else {}
@@ -102,6 +103,35 @@ def engine_schema() -> dict[str, Any]:
 
 def spec_schema() -> dict[str, Any]:
     """The whole spec: its top-level tables, each from its type."""
+    fixed = table(TrainConfig, skip=("corpus",))
+    top = {
+        "study": study_schema(),
+        "corpus": corpus_schema(),
+        "fixed": fixed,
+        "space": {
+            "type": "object",
+            "additionalProperties": {"anyOf": [{"type": "array"}, param_schema()]},
+            "propertyNames": {"enum": list(fixed["properties"])},
+        },
+        "limits": limits_schema(),
+        "enqueue": {"type": "array", "items": {"type": "object"}},
+        **design_schemas(),
+        "engine": engine_schema(),
+    }
+    assert set(top) == set(_TOP_KEYS)
+    return {
+        "$schema": SCHEMA_URI,
+        "title": "sweeps study spec",
+        "type": "object",
+        "properties": top,
+        "required": ["study", "corpus"],
+        "additionalProperties": False,
+    }
+
+
+def study_schema() -> dict[str, Any]:
+    """The ``[study]`` table: a metric or an objective table per objective, a sampler's or a
+    pruner's name alone or with its options."""
     objective = {"anyOf": [{"enum": list(METRICS)}, {**table(Objective), "required": ["metric"]}]}
     study = table(
         StudySection,
@@ -115,7 +145,13 @@ def spec_schema() -> dict[str, Any]:
         },
     )
     study["required"] = ["name"]
-    corpus: dict[str, Any] = {
+    return study
+
+
+def corpus_schema() -> dict[str, Any]:
+    """The ``[corpus]`` table: a prepared directory, or a source or synthetic corpus to
+    prepare."""
+    corpus = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
@@ -138,6 +174,11 @@ def spec_schema() -> dict[str, Any]:
         },
     }
     assert set(corpus["properties"]) == set(_CORPUS_KEYS)
+    return corpus
+
+
+def param_schema() -> dict[str, Any]:
+    """One ``[space.<field>]`` table (a list of choices is the other way to write one)."""
     param = table(
         ParamSpec,
         skip=("name",),
@@ -150,7 +191,13 @@ def spec_schema() -> dict[str, Any]:
         },
     )
     assert set(param["properties"]) == set(_PARAM_KEYS)
-    limits = table(
+    return param
+
+
+def limits_schema() -> dict[str, Any]:
+    """The ``[limits]`` table: a memory budget in bytes or words, the two rules on or off or
+    with their thresholds."""
+    return table(
         Limits,
         override={
             "memory_budget": {
@@ -161,18 +208,11 @@ def spec_schema() -> dict[str, Any]:
             "divergence": _rule(DivergenceLimits),
         },
     )
-    fixed = table(TrainConfig, skip=("corpus",))
-    top = {
-        "study": study,
-        "corpus": corpus,
-        "fixed": fixed,
-        "space": {
-            "type": "object",
-            "additionalProperties": {"anyOf": [{"type": "array"}, param]},
-            "propertyNames": {"enum": list(fixed["properties"])},
-        },
-        "limits": limits,
-        "enqueue": {"type": "array", "items": {"type": "object"}},
+
+
+def design_schemas() -> dict[str, Any]:
+    """The ``[ablation]`` and ``[scaling]`` tables (``sweeps.spec.designs``)."""
+    return {
         "ablation": {
             "type": "object",
             "additionalProperties": False,
@@ -191,14 +231,4 @@ def spec_schema() -> dict[str, Any]:
                 "seeds": {"type": "array", "items": {"type": "integer"}},
             },
         },
-        "engine": engine_schema(),
-    }
-    assert set(top) == set(_TOP_KEYS)
-    return {
-        "$schema": SCHEMA_URI,
-        "title": "sweeps study spec",
-        "type": "object",
-        "properties": top,
-        "required": ["study", "corpus"],
-        "additionalProperties": False,
     }

@@ -155,3 +155,16 @@ def shown_values(values: Sequence[Any], show: Callable[[Any], str] = str) -> str
         return ", ".join(show(v) for v in values)
     head = ", ".join(show(v) for v in values[:SHOWN_VALUES])
     return f"{head}, ..., {show(values[-1])} ({len(values):,} choices)"
+
+
+def as_tuple(obj: object, name: str) -> None:
+    """TOML arrays arrive as lists; the frozen types hold tuples (hashable, compare equal)."""
+    if isinstance(getattr(obj, name), list):
+        object.__setattr__(obj, name, tuple(getattr(obj, name)))
+
+
+def check_scalars(values: tuple[Any, ...], name: str) -> None:
+    """Each value becomes an Optuna categorical choice: scalars only."""
+    for i, v in enumerate(values):
+        if not (v is None or isinstance(v, (str, int, float, bool))):
+            raise FieldError(f"{name}[{i}]", f"must be a string, number or boolean, got {v!r}")

@@ -151,3 +151,17 @@ def test_the_schedule_at_its_defaults_keeps_the_resume_fingerprint() -> None:
         make(lr_schedule="wsd", cooldown_reads=[10]).resume_fingerprint()
         != wsd.resume_fingerprint()
     )
+
+
+def test_a_train_config_builds_the_default_model_by_default() -> None:
+    # ModelConfig's defaults are the one place: a TrainConfig left at its defaults gives the
+    # model a bare ModelConfig would be, field for field (a default set on one side only, or a
+    # model field TrainConfig lacks, fails here).
+    import dataclasses
+
+    train = TrainConfig.from_dict({"corpus": "data/c"})
+    assert train.model_config(vocab_size=512) == ModelConfig(vocab_size=512)
+    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    for f in dataclasses.fields(ModelConfig):
+        if f.name != "vocab_size":
+            assert train_fields[f.name].default == f.default, f.name

@@ -102,6 +102,22 @@ def test_real_vocab_and_short_validation_split_are_used() -> None:
     assert flops.count(cfg, n_evals=2, val_tokens=1000).eval_tokens == 2 * 3 * 254
 
 
+@pytest.mark.parametrize(
+    ("seq_len", "eval_tokens", "val_tokens"),
+    [(4, 32, 1000), (4, 32, 9), (4, 32, 5), (4, 3, 1000), (7, 100, 50), (2, 10, 11)],
+)
+def test_the_child_cuts_as_many_windows_as_the_estimates_count(
+    seq_len: int, eval_tokens: int, val_tokens: int
+) -> None:
+    import numpy as np
+
+    from lm.evaluation import eval_windows
+
+    val = np.arange(val_tokens, dtype=np.int64)
+    ids, _ = eval_windows(val, np.ones(val_tokens, dtype=np.int64), seq_len, eval_tokens)
+    assert len(ids) == flops.eval_windows(eval_tokens, seq_len, val_tokens)
+
+
 def _simulated_evals(cfg: TrainConfig) -> tuple[int, int]:
     """lm.train's loop, step by step: (tokens trained, evaluations)."""
     tokens, n, next_eval = 0, 0, cfg.eval_every_tokens
@@ -192,7 +208,7 @@ def test_matmul_flops_match_torch_flop_counter(shape: dict[str, object]) -> None
     from torch.utils.flop_counter import FlopCounterMode
 
     from lm.model import GPT
-    from lm.train import lm_loss
+    from lm.step import lm_loss
 
     # The naive path: torch 2.x counts the CPU's fused sdpa kernel as zero FLOPs.
     cfg = cfg_of(**{**shape, "attention": "naive", "tokenizer": shape.get("tokenizer", "bpe")})

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+import lm.step as step_mod
 import lm.train as train_mod
 from lm import outcomes
 from lm.config import ModelConfig, TrainConfig, param_breakdown
@@ -28,8 +29,9 @@ from lm.generate import generate
 from lm.model import GPT
 from lm.run_files import METRIC_KEYS, RunResult, read_result
 from lm.schedule import lr_at, lr_sum
+from lm.step import accumulate_gradients, lm_loss
 from lm.tokens import load_tokens
-from lm.train import accumulate_gradients, lm_loss, main, run
+from lm.train import main, run
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {f for f in RunResult.__dataclass_fields__}
@@ -297,8 +299,8 @@ def test_sigterm_ends_as_interrupted(train_corpus: Path, tmp_path: Path) -> None
 def test_nan_loss_ends_as_diverged(
     train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = train_mod.lm_loss
-    monkeypatch.setattr(train_mod, "lm_loss", lambda m, b: real(m, b) * float("nan"))
+    real = step_mod.lm_loss
+    monkeypatch.setattr(step_mod, "lm_loss", lambda m, b: real(m, b) * float("nan"))
     result = run(tiny_config(train_corpus), tmp_path / "r")
     assert result.outcome == "diverged" and result.exit_code == 4
     assert "nan" in result.reason and result.steps == 0
@@ -318,14 +320,15 @@ def test_without_fp16_every_step_updates_the_weights(
     train_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stepped: list[int] = []
-    real = train_mod.make_optimizer
+    real = step_mod.make_optimizer
 
     def counted(*args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         optimizer = real(*args, **kwargs)
         optimizer.register_step_post_hook(lambda *_: stepped.append(1))
         return optimizer
 
-    monkeypatch.setattr(train_mod, "make_optimizer", counted)
+    monkeypatch.setattr(step_mod, "make_optimizer", counted)  # the warm-up's
+    monkeypatch.setattr(train_mod, "make_optimizer", counted)  # the run's
     result = run(tiny_config(train_corpus), tmp_path / "r")
     assert result.outcome == "complete" and result.steps == 16
     assert len(stepped) == 1 + result.steps  # the warm-up's step, then every training step

@@ -21,10 +21,10 @@ import optuna
 import pytest
 
 from lm.errors import SweepsError
+from sweeps import admission as local
 from sweeps import liveness, records
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.engines import local
 from sweeps.engines import ray as ray_engine
 from sweeps.spec import Limits, read_spec
 from tests.sweeps.helpers import spec_dict, study_trials

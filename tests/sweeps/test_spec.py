@@ -562,6 +562,30 @@ MALFORMED: list[tuple[str, Mutation, list[str]]] = [
 ]
 
 
+def test_the_samplers_a_spec_names_are_the_samplers_that_are_built() -> None:
+    # The spec's vocabulary sits below Optuna and cannot import the builders
+    # (sweeps.space.SAMPLERS): a sampler added to one and not the other fails here.
+    from sweeps import space
+    from sweeps.spec.schema import spec_schema
+    from sweeps.spec.values import SAMPLERS
+
+    enum = spec_schema()["properties"]["study"]["properties"]["sampler"]["anyOf"][0]["enum"]
+    assert tuple(space.SAMPLERS) == SAMPLERS == tuple(enum)
+
+
+def test_a_sampler_without_a_builder_is_an_error_naming_the_ones_there_are(
+    corpus_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sweeps import space
+
+    data = base(corpus_dir)
+    data["study"]["sampler"] = "random"
+    spec = parse(data)
+    monkeypatch.delitem(space.SAMPLERS, "random")
+    with pytest.raises(SweepsError, match="unknown sampler 'random'; use one of: tpe, gp, nsga2"):
+        space.make_sampler(spec)
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [(m, e) for _, m, e in MALFORMED],
