@@ -53,7 +53,7 @@ def accumulate_gradients(
     model: torch.nn.Module,
     micro_batches: Sequence[torch.Tensor],
     *,
-    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     scaler: Any = None,
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the mean loss (a detached scalar tensor).
@@ -79,7 +79,8 @@ def make_optimizer(
     model: torch.nn.Module, cfg: TrainConfig, device: torch.device
 ) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (not biases, norms or embeddings)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if id(p) in seen:  # a tied head is the embedding

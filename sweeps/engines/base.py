@@ -63,9 +63,8 @@ class Hooks:
 
 
 class Engine(Protocol):
-    """Where and when a study's trials run."""
-
-    name: str
+    """Where and when a study's trials run (its name is its key in ``sweeps.engines.ENGINES``;
+    no engine carries one)."""
 
     def check(self, spec: StudySpec, cap: int | None) -> None:
         """What the trials need of the host or cluster, checked before a study is created (a

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from lm.config import TrainConfig, with_default_vocab
 from lm.errors import FieldError, SweepsError
-from sweeps.spec.types import Ablation, ParamSpec
+from sweeps.spec.designs import Ablation
+from sweeps.spec.types import ParamSpec
 from sweeps.spec.values import same, shown_values, train_defaults
 from sweeps.spec.walk import walk_one
 

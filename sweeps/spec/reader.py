@@ -29,6 +29,7 @@ from sweeps.spec.checks import (
     check_literals,
     normalise,
 )
+from sweeps.spec.designs import Ablation, Scaling
 from sweeps.spec.engine import ENGINE_KEYS
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.rules import (
@@ -38,13 +39,11 @@ from sweeps.spec.rules import (
     check_search,
 )
 from sweeps.spec.types import (
-    Ablation,
     CorpusSpec,
     Objective,
     ParamSpec,
     PrunerSpec,
     SamplerSpec,
-    Scaling,
     StudySection,
     StudySpec,
 )
