@@ -6,8 +6,11 @@ knows only the files under ``docs/`` and would call that link broken. ``on_files
 repository file that a page links to outside ``docs/`` (and, for a Markdown file, what that one
 links to in turn) to the site, under ``repo/``, so MkDocs checks the link and its anchor like
 any other. A link to a file that does not exist is left alone: MkDocs reports it, and
-``--strict`` fails the build on it. ``on_page_markdown``: a pipe inside a table's code span,
-which GitHub needs escaped, is shown without the backslash."""
+``--strict`` fails the build on it. (A file added this way cannot link back into ``docs/``:
+MkDocs resolves its links from ``../``; so the README, which links there, is no page here.)
+
+``on_page_markdown``: a pipe inside a table's code span, which GitHub needs escaped, is shown
+without the backslash."""
 
 from __future__ import annotations
 
