@@ -259,7 +259,7 @@ def gpu_sharing_note(pool: MemoryPool) -> str | None:
         "MPS is not running: trials packed on one GPU share its memory, but their kernels "
         "take turns (each child also holds its own ~500 MiB CUDA context); packing "
         "overlaps their host-side work. `nvidia-cuda-mps-control -d` would run them at "
-        "once (README: Packing trials on one GPU)"
+        "once (docs/engines.md: Packing trials on one GPU)"
     )
 
 

@@ -287,8 +287,8 @@ def warn(warnings: list[str]) -> None:
 
 
 def config_reference() -> list[tuple[str, str, str]]:
-    """(field, default, meaning) of each ``TrainConfig`` field: the README's table of training
-    fields, checked against this by ``tests/sweeps/test_cli_help.py``."""
+    """(field, default, meaning) of each ``TrainConfig`` field: the table of training fields in
+    ``docs/spec.md``, checked against this by ``tests/test_docs.py``."""
     from lm.config import TrainConfig
 
     return [
