@@ -634,7 +634,8 @@ class TrainConfig:
         out: list[str] = []
         if not self.resolved:
             return out  # said once its tokens are worked out (``lm.budget.resolve``)
-        assert self.max_tokens and self.warmup_tokens is not None and self.eval_every_tokens
+        assert self.max_tokens is not None and self.eval_every_tokens is not None  # resolved
+        assert self.warmup_tokens is not None  # resolved
         if self.warmup_tokens >= self.max_tokens:
             out.append(
                 f"warmup_tokens {self.warmup_tokens:,} >= max_tokens "
