@@ -75,7 +75,7 @@ def resolve(cfg: TrainConfig, rate: TextRate | None = None) -> TrainConfig:
         tokens_field = fields[0]
         if unit == "tokens":
             continue
-        amount = getattr(cfg, fields[BUDGET_UNITS.index(unit)])
+        amount = getattr(cfg, fields[BUDGET_UNITS.index(unit)])  # type: ignore[arg-type]  # budget_unit names a unit the quantity has
         if quantity == "eval":
             assert rate is not None
             tokens = max(2, math.ceil(amount / rate.val))
@@ -113,7 +113,7 @@ def max_amount(cfg: TrainConfig, unit: str | None = None) -> float:
     return (
         float(given)
         if given is not None and field not in cfg.derived
-        else amount(cfg, cfg.max_tokens, unit)
+        else amount(cfg, cfg.max_tokens, unit)  # type: ignore[arg-type]  # a resolved cfg
     )
 
 
@@ -143,6 +143,7 @@ def override(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def corpus_rate(cfg: TrainConfig, *, build: bool) -> TextRate:
     """``cfg``'s tokenizer's rate on its corpus: measured on the token cache (built first when
     ``build``), else from a cache that exists, else guessed (``measured`` False)."""
+    assert cfg.vocab_size is not None  # TrainConfig sets it
     args = (cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
     if build:
         return tokens.measured_rate(*args)
@@ -155,6 +156,7 @@ def describe(cfg: TrainConfig, rate: TextRate | None = None) -> str:
     2.76e+10 FLOPs)``)."""
     unit = cfg.budget_unit()
     field = BUDGETS["max"][BUDGET_UNITS.index(unit)]
+    assert field is not None and cfg.max_tokens is not None  # resolved; its unit has a field
     given = getattr(cfg, field)
     shown = f"{given:.3g}" if unit == "flops" else f"{given:,}"
     per_byte = rate.train if rate is not None else cfg.bytes_per_token

@@ -235,7 +235,7 @@ def check_cooldown_fraction(value: float, key: str = "cooldown_fraction") -> Non
         )
 
 
-def default_of(f: dataclasses.Field) -> Any:
+def default_of(f: dataclasses.Field[Any]) -> Any:
     """A ``TrainConfig`` field's default as a user sees it: a budget's token count is None in
     the dataclass (another unit may give it) and its default is ``BUDGET_DEFAULTS``'."""
     for quantity, fields in BUDGETS.items():
@@ -446,6 +446,7 @@ class TrainConfig:
         check_choice(self, "tokenizer", TOKENIZERS)
         if self.vocab_size is None:
             object.__setattr__(self, "vocab_size", default_vocab_size(self.tokenizer))
+        assert self.vocab_size is not None  # set just above; mypy does not see __setattr__
         check_bool(self, "lowercase")
         _validate_model_fields(self)
         # The tokenizer's own rules (byte has exactly 260 ids, lowercase is word-only, ...);
@@ -477,7 +478,7 @@ class TrainConfig:
             check_int(self, "cpu_memory_limit_bytes", 1)
         if self.cuda_memory_limit_bytes is not None:
             check_int(self, "cuda_memory_limit_bytes", 1)
-        prompts = self.sample_prompts
+        prompts: object = self.sample_prompts  # as given: a list from JSON or YAML too
         if isinstance(prompts, list):
             prompts = tuple(prompts)
             object.__setattr__(self, "sample_prompts", prompts)
@@ -493,7 +494,7 @@ class TrainConfig:
         """Each budget quantity in one unit (``BUDGETS``); its token count defaulted, given, or
         ``derived`` from the unit that governs it. An unresolved config (a count in bytes or
         FLOPs, its tokens not worked out yet) is valid: ``lm.budget.resolve`` completes it."""
-        derived = self.derived
+        derived: object = self.derived  # as given: a list from JSON or YAML too
         if isinstance(derived, list):
             derived = tuple(derived)
             object.__setattr__(self, "derived", derived)
@@ -551,7 +552,7 @@ class TrainConfig:
         if self.cooldown_fraction is not None:
             check_number(self, "cooldown_fraction", positive=True)
             check_cooldown_fraction(self.cooldown_fraction)
-        reads = self.cooldown_reads
+        reads: object = self.cooldown_reads  # as given: a list from JSON or YAML too
         if isinstance(reads, list):
             reads = tuple(reads)
             object.__setattr__(self, "cooldown_reads", reads)
@@ -685,6 +686,8 @@ class TrainConfig:
         out: list[str] = []
         if not self.resolved:
             return out  # said once its tokens are worked out (``lm.budget.resolve``)
+        assert self.max_tokens is not None and self.eval_every_tokens is not None  # resolved
+        assert self.warmup_tokens is not None  # resolved
         if self.warmup_tokens >= self.max_tokens:
             out.append(
                 f"warmup_tokens {self.warmup_tokens:,} >= max_tokens "

@@ -27,14 +27,14 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from lm.config import PARAMETRIZATIONS, TrainConfig
 from lm.errors import SweepsError
-from lm.model import GPT
+from lm.model import GPT, CausalSelfAttention, FeedForward
 from lm.runtime import resolve_device
 from lm.step import BatchSampler, lm_loss, make_optimizer
 
@@ -89,7 +89,7 @@ def width_config(cfg: TrainConfig, width: int, parametrization: str) -> TrainCon
         d_model=width,
         n_heads=width // d_head,
         d_ff=max(1, round(cfg.d_ff * width / cfg.d_model)),
-        parametrization=parametrization,
+        parametrization=cast(Any, parametrization),  # TrainConfig checks it is sp or mup
     )
 
 
@@ -120,9 +120,11 @@ class _Probes:
     def __init__(self, model: GPT) -> None:
         self.sums: dict[str, list[float]] = {}
         self.handles = [model.drop.register_forward_hook(self._hook("embedding"))]
-        for block in model.blocks:
-            self.handles.append(block.attn.register_forward_hook(self._hook("attention")))
-            self.handles.append(block.ffn.register_forward_hook(self._hook("mlp")))
+        for module in model.modules():  # every block's
+            if isinstance(module, CausalSelfAttention):
+                self.handles.append(module.register_forward_hook(self._hook("attention")))
+            elif isinstance(module, FeedForward):
+                self.handles.append(module.register_forward_hook(self._hook("mlp")))
         self.handles.append(model.register_forward_hook(self._hook("logits")))
 
     def _hook(self, layer: str) -> Any:
@@ -145,7 +147,9 @@ class _Probes:
             handle.remove()
 
 
-def _train(cfg: TrainConfig, tokens: np.ndarray, vocab_size: int, steps: int) -> list[dict]:
+def _train(
+    cfg: TrainConfig, tokens: np.ndarray, vocab_size: int, steps: int
+) -> list[dict[str, float]]:
     """Each step's RMS of every layer (``LAYERS``) for one width."""
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
@@ -161,7 +165,7 @@ def _train(cfg: TrainConfig, tokens: np.ndarray, vocab_size: int, steps: int) ->
         for _ in range(steps):
             batch = sampler.next().to(device)
             optimizer.zero_grad(set_to_none=True)
-            lm_loss(model, batch).backward()
+            torch.autograd.backward(lm_loss(model, batch))
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             before = [p.detach().clone() for p in hidden]

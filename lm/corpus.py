@@ -635,6 +635,7 @@ def _real_dirs(top: str, seen: set[tuple[int, int]]) -> list[str]:
     real dir once (``seen`` holds their ids): dirs reached without a symlink first, so a dir is
     named by its own path when it has one, and a loop ends where it starts. ``""`` is the cwd.
     """
+    linked: list[str]
     plain, linked, found = [top], [], []
     while plain or linked:
         d = plain.pop() if plain else linked.pop(0)
@@ -699,7 +700,10 @@ def prepare_text(
         for name, path in documents:
             writer = splits.val if name in val_names else splits.train
             done += _copy_document(
-                path, writer, lambda n, base=done: _report(progress, base + n, total)
+                path,
+                writer,
+                # mypy cannot infer a lambda with a default; the default binds this document's base
+                lambda n, base=done: _report(progress, base + n, total),  # type: ignore[misc]
             )
         sizes = splits.finish()
         empty = [s for s, w in (("train", splits.train), ("validation", splits.val)) if not w.items]

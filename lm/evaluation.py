@@ -63,7 +63,7 @@ def evaluate(
     *,
     batch_size: int,
     device: torch.device,
-    autocast: Callable[[], AbstractContextManager],
+    autocast: Callable[[], AbstractContextManager[Any]],
     unk_id: int | None,
     unigram: torch.Tensor,
     token_strings: Sequence[str] | None = None,

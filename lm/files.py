@@ -73,7 +73,7 @@ def output_target(path: Path, what: str = "--out") -> Path:
     return target
 
 
-def write_output(path: Path, write: Callable[[IO[bytes]], None], *, what: str = "--out") -> Path:
+def write_output(path: Path, write: Callable[[IO[bytes]], object], *, what: str = "--out") -> Path:
     """Write a user-named output file through ``write`` (given a binary file), atomically.
 
     Where it writes is ``output_target``'s rule (a symlink is written through, a directory,
@@ -102,7 +102,7 @@ def write_output(path: Path, write: Callable[[IO[bytes]], None], *, what: str = 
 
 def _replace_with(
     path: Path,
-    write: Callable[[IO[bytes]], None],
+    write: Callable[[IO[bytes]], object],
     *,
     mode: int | None,
     recheck: Callable[[], object] | None = None,

@@ -118,6 +118,7 @@ def planned_tokens(cfg: TrainConfig) -> int:
     """The tokens a run that completes trains: whole optimizer steps up to ``max_tokens``, or
     exactly ``max_tokens`` (whole sequences) when it was worked out from bytes or FLOPs: its last
     step then trains only what is left (``lm.budget``, ``lm.train``)."""
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     if "max_tokens" in cfg.derived:
         return cfg.max_tokens
     return math.ceil(cfg.max_tokens / cfg.tokens_per_step) * cfg.tokens_per_step
@@ -139,6 +140,7 @@ def planned_evals(cfg: TrainConfig, tokens: int) -> int:
     """Evaluations of a run that trained ``tokens`` in whole steps (``lm.train``'s schedule):
     one at each step that crosses a multiple of ``eval_every_tokens``, and one at the end."""
     step, every = cfg.tokens_per_step, cfg.eval_every_tokens
+    assert every is not None  # resolved (lm.budget)
     steps = max(0, math.ceil(tokens / step))
     if steps == 0:
         return 0

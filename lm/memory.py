@@ -395,6 +395,7 @@ def _data(cfg: TrainConfig, s: tensors.Shape, train_tokens: int | None, n_window
     eval_tensors = n_windows * (2 * s.T + 1) * 8  # ids (N, T + 1) and nbytes (N, T), int64
     unigram = s.V * (8 * 3 + 40)  # counts list (Python ints), float64 tables
     item = 4 if s.V > 65536 else 2
+    assert cfg.max_tokens is not None and cfg.eval_tokens is not None  # resolved (lm.budget)
     steps = math.ceil(cfg.max_tokens / cfg.tokens_per_step)
     windows = steps * cfg.grad_accum * s.B
     if train_tokens is None:
@@ -527,6 +528,7 @@ def cpu_baseline_bytes(
         base -= CPU_FORK_SAVING_BYTES
     if cfg is not None:
         if cfg.tokenizer == "bpe":
+            assert cfg.vocab_size is not None  # TrainConfig sets it
             base += BPE_FIXED_BYTES + BPE_BYTES_PER_RANK * cfg.vocab_size
         if cfg.precision == "bf16":
             base += CPU_BF16_BYTES

@@ -47,6 +47,7 @@ class Shape:
     def of(cls, cfg: TrainConfig, *, cuda: bool) -> Shape:
         lowp = cfg.precision in ("bf16", "fp16")
         dropout = cfg.dropout > 0
+        assert cfg.vocab_size is not None  # TrainConfig sets it
         return cls(
             cfg.batch_size,
             cfg.seq_len,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -160,7 +161,7 @@ def collapse_stats(probs: torch.Tensor, unigram: torch.Tensor, k: int = 20) -> d
 
 def top_tokens(
     mean: torch.Tensor, unigram: torch.Tensor, strings: Sequence[str], k: int = 20
-) -> dict[str, list]:
+) -> dict[str, list[Any]]:
     """The union of the k likeliest tokens of the corpus ``unigram`` and of the model's ``mean``
     prediction, most frequent in the corpus first: ``{"tokens": [display strings], "corpus":
     [p], "model": [p]}`` (probabilities to 6 significant digits: this goes in every evaluation)."""

@@ -57,6 +57,7 @@ class CausalSelfAttention(nn.Module):
         # holds weights only, and sdpa never needs it).
         mask = torch.tril(torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool))
         self.register_buffer("mask", mask, persistent=False)
+        self.mask: torch.Tensor  # what register_buffer set, for the type checker
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape

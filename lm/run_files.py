@@ -48,7 +48,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lm.config import TrainConfig
 from lm.errors import SweepsError
@@ -158,7 +158,7 @@ class RunResult:
     child_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(dataclasses.asdict(self))
+        return cast(dict[str, Any], jsonable(dataclasses.asdict(self)))  # a dict stays a dict
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunResult:
@@ -371,11 +371,11 @@ def check_metrics_row(value: Any) -> tuple[dict[str, Any] | None, list[str]]:
 
 def _result_types() -> dict[str, type]:
     """The type of each ``RunResult`` field's value, from the dataclass itself."""
-    simple = {"int": int, "float": float, "str": str, "bool": bool}
-    out = {}
+    simple: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}
+    out: dict[str, type] = {}
     for f in dataclasses.fields(RunResult):
         name = str(f.type).split(" | ")[0].split("[")[0]
-        out[f.name] = simple.get(name) or {"dict": dict}.get(name, object)
+        out[f.name] = simple.get(name, object)
     return out
 
 

@@ -12,6 +12,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import torch
 
@@ -42,7 +43,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cuda", index)
 
 
-def autocast_for(device: torch.device, precision: str) -> Callable[[], AbstractContextManager]:
+def autocast_for(device: torch.device, precision: str) -> Callable[[], AbstractContextManager[Any]]:
     """A factory of the autocast context of ``precision`` (fp32: none), one per forward pass."""
     if precision == "fp32":
         return nullcontext

@@ -32,6 +32,7 @@ MIN_LR_FRACTION = 0.1
 
 def lr_at(tokens: int, cfg: TrainConfig) -> float:
     """The learning rate of the optimizer step that starts after ``tokens`` training tokens."""
+    assert cfg.max_tokens is not None and cfg.warmup_tokens is not None  # resolved (lm.budget)
     if cfg.lr_schedule == "wsd":
         return _warm(tokens, cfg) * decay_factor(
             tokens, cfg.max_tokens - decay_tokens(cfg), decay_tokens(cfg), cfg.decay_shape
@@ -64,6 +65,7 @@ def cooldown_lr(tokens: int, start: int, span: int, cfg: TrainConfig) -> float:
 
 def decay_tokens(cfg: TrainConfig) -> int:
     """The length of a WSD run's final decay, in tokens."""
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     return round(cfg.decay_fraction * cfg.max_tokens)
 
 
@@ -77,6 +79,7 @@ def read_points(cfg: TrainConfig) -> tuple[int, ...]:
     each point of ``cooldown_reads`` (one read however many points one step passes), before the
     end of the run (whose own decay is its cooldown)."""
     step = cfg.tokens_per_step
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     ends = (math.ceil(point / step) * step for point in cfg.cooldown_reads)
     return tuple(sorted({p for p in ends if p < cfg.max_tokens}))
 
@@ -98,6 +101,7 @@ def decay_factor(tokens: int, start: int, span: int, shape: str) -> float:
 
 def _warm(tokens: int, cfg: TrainConfig) -> float:
     """``lr`` scaled by the linear warm-up; the first step already gets a non-zero rate."""
+    assert cfg.warmup_tokens is not None  # resolved (lm.budget)
     if tokens < cfg.warmup_tokens:
         return cfg.lr * (tokens + cfg.tokens_per_step) / (cfg.warmup_tokens + cfg.tokens_per_step)
     return cfg.lr

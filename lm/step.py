@@ -53,7 +53,7 @@ def accumulate_gradients(
     model: torch.nn.Module,
     micro_batches: Sequence[torch.Tensor],
     *,
-    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     scaler: Any = None,
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the mean loss (a detached scalar tensor).
@@ -86,10 +86,16 @@ def make_optimizer(
     default); each group's ``lr_scale`` is what ``set_lr`` multiplies the schedule's rate by.
     Under sp the two groups are the ones every earlier run (and resume checkpoint) had.
     """
-    model_cfg = getattr(model, "cfg", None)
-    mup = model_cfg is not None and model_cfg.parametrization == "mup"
-    hidden_ids = {id(p) for p in model.hidden_matrices()} if mup else set()
-    hidden, decay, no_decay = [], [], []
+    # The width multiplier of a µP model, None for SP (or a module that is not lm.model's GPT).
+    m = (
+        model.cfg.width_mult
+        if isinstance(model, GPT) and model.cfg.parametrization == "mup"
+        else None
+    )
+    hidden_ids = {id(p) for p in model.hidden_matrices()} if isinstance(model, GPT) and m else set()
+    hidden: list[torch.nn.Parameter] = []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if id(p) in seen:  # a tied head is the embedding
@@ -100,12 +106,11 @@ def make_optimizer(
             hidden.append(p)
         else:
             (decay if p.dim() >= 2 and not is_embedding else no_decay).append(p)
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": decay, "weight_decay": cfg.weight_decay, "lr_scale": 1.0},
         {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
     ]
-    if mup:
-        m = model_cfg.width_mult
+    if m is not None:
         groups.insert(
             0, {"params": hidden, "weight_decay": cfg.weight_decay * m, "lr_scale": 1.0 / m}
         )

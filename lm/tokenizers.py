@@ -326,7 +326,8 @@ class WordTokenizer(Tokenizer):
     def encode_text(self, text: str) -> list[int]:
         # A marker character in user text is not a known piece: it becomes <unk>, never a marker.
         pieces = _WORD_RE.findall(text)
-        return list(map(self._index.get, self._keys(pieces), repeat(self.unk_id)))
+        # map keeps dict.get's speed; mypy cannot pick an overload of get for map's two iterables
+        return list(map(self._index.get, self._keys(pieces), repeat(self.unk_id)))  # type: ignore[arg-type]
 
     def encode_marked(self, marked: str) -> tuple[np.ndarray, np.ndarray]:
         pieces = _WORD_RE.findall(marked)
@@ -464,7 +465,7 @@ def text_sha256(corpus_dir: Path, manifest_sha: str) -> str:
             and stamp.get("files") == now
             and isinstance(stamp.get("sha256"), str)
         ):
-            return stamp["sha256"]
+            return str(stamp["sha256"])  # a str: checked above
     except (OSError, ValueError):
         pass  # no stamp yet, or a damaged one: hash
     digest = hashlib.sha256()

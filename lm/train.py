@@ -117,9 +117,11 @@ def _setup(cfg: TrainConfig) -> _Setup:
         raise SweepsError(f"precision bf16 is not supported by {device}; use fp16 or fp32")
     corpus = Path(cfg.corpus)
     load_manifest(corpus)
+    assert cfg.vocab_size is not None  # TrainConfig sets it
     cache = load_tokens(corpus, cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase)
     rate = text_rate(cache)
     cfg = budget.resolve(cfg, rate)
+    assert cfg.eval_tokens is not None  # resolved just above
     windows, window_nbytes = eval_windows(
         cache.val, cache.val_nbytes, cfg.seq_len, cfg.eval_tokens, cfg.eval_bytes
     )
@@ -247,7 +249,7 @@ class _RunState:
         self.optimizer: torch.optim.Optimizer | None = None
         self.parts: Trainables | None = None
         self.sampler: BatchSampler
-        self.autocast: Callable[[], AbstractContextManager] = nullcontext
+        self.autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
         self.memory_limit: int | None = None
         self.step = 0
         self.tokens = 0
@@ -338,6 +340,7 @@ class _RunState:
         scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.sampler = BatchSampler(setup.cache.train, cfg.seq_len, cfg.batch_size, cfg.seed)
         self.parts = Trainables(model, self.optimizer, scaler, self.sampler.rng, device)
+        assert cfg.max_tokens is not None and cfg.eval_every_tokens is not None  # resolved
         next_eval, wall_before = cfg.eval_every_tokens, 0.0
         if self.resume is not None:
             next_eval, wall_before = self._restore()
@@ -393,6 +396,7 @@ class _RunState:
         full = cfg.batch_size * cfg.grad_accum
         if "max_tokens" not in cfg.derived:
             return full
+        assert cfg.max_tokens is not None  # derived, so resolved
         return max(1, min(full, math.ceil((cfg.max_tokens - self.tokens) / cfg.seq_len)))
 
     def optimizer_step(
@@ -461,6 +465,7 @@ class _RunState:
         """At the first evaluation past each multiple of ``checkpoint_every_tokens`` (the
         final one has nothing left to resume)."""
         every = self.cfg.checkpoint_every_tokens
+        assert self.cfg.max_tokens is not None  # resolved (lm.budget)
         return (
             every is not None
             and self.tokens < self.cfg.max_tokens
@@ -499,7 +504,7 @@ class _RunState:
     def measure(self, lr: float, train_loss: float) -> dict[str, Any]:
         """The ``metrics.jsonl`` row of an evaluation of the weights as they are."""
         cfg, setup, model = self.cfg, self.setup, self.model
-        assert setup is not None and model is not None
+        assert setup is not None and model is not None and self.unigram_entropy is not None
         autocast = self.autocast
         vals = evaluate(
             model,

@@ -124,6 +124,7 @@ def arms(spec: StudySpec, rates: Callable[[TrainConfig], TextRate | None]) -> li
 
 def known(cfg: TrainConfig) -> TextRate | None:
     """The rate of a token cache that exists (None: not tokenized yet; nothing is built)."""
+    assert cfg.vocab_size is not None  # TrainConfig sets it
     return tokens.cached_rate(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
 
 
@@ -156,7 +157,8 @@ def warning(spec: StudySpec, found: list[Arm]) -> str | None:
         return None
     text = [a for a in found if a.text_bytes is not None]
     if len(text) >= 2:
-        low, high = min(a.text_bytes for a in text), max(a.text_bytes for a in text)  # type: ignore[type-var]
+        amounts = [a.text_bytes for a in text if a.text_bytes is not None]  # all: for the checker
+        low, high = min(amounts), max(amounts)
         shown = ", ".join(f"{a.label}: {a.text_bytes:,.0f} B" for a in text)
         ratio = f"{high / low:.1f}x different amounts of text ({shown})" if low else shown
     else:
@@ -209,8 +211,9 @@ def _baseline_amount(spec: StudySpec, found: list[Arm], u: str) -> str:
     if u == "bytes":
         if base.text_bytes is None:
             return "bytes of text (its rate is measured when it is tokenized)"
+        assert base.rate is not None  # text_bytes is worked out from it
         return (
             f"{base.text_bytes:,.0f} bytes of text ({base.label}, {base.rate.train:.2f} "
             "bytes per token)"
-        )  # type: ignore[union-attr]
+        )
     return f"{base.flops:.3g} training FLOPs ({base.label})"

@@ -85,7 +85,7 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
 _WORD_LITERALS = {"true": True, "false": False, "none": None, "null": None}
 
 
-def parse_condition(text: str) -> Condition:
+def parse_condition(text: object) -> Condition:
     """Parse a ``when`` expression (SweepsError on anything outside the tiny grammar)."""
     if not isinstance(text, str) or not text.strip():
         raise SweepsError(f"a condition must be a non-empty string, got {text!r}")

@@ -25,6 +25,8 @@ from typing import Any
 from lm.errors import SweepsError
 from sweeps import effects as fx
 from sweeps import optuna_compat
+from sweeps.results import plain_value
+from sweeps.seeds import seeds_of
 
 SUFFIX = "-confirm"
 CONFIRMS_ATTR = "confirms"
@@ -122,7 +124,7 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
         }
         for _, r in chosen.iterrows()
     )
-    used = [s for s in fx.seeds_of(data.trials) if isinstance(s, int)]
+    used = [s for s in seeds_of(data.trials) if isinstance(s, int)]
     start = max([*used, int(stored.get("fixed", {}).get("seed", 0))]) + 1
     fresh = tuple(range(start, start + seeds))
     spec = confirm_spec(stored, source + SUFFIX, [c["params"] for c in configs], fresh)
@@ -172,7 +174,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
             continue
         fixed = dict(t.system_attrs.get("fixed_params") or t.params)
         fixed.pop("seed", None)
-        found = by_label.get(fx.label({k: fx.plain_value(v) for k, v in fixed.items()}))
+        found = by_label.get(fx.label({k: plain_value(v) for k, v in fixed.items()}))
         if found is not None:
             storage.set_trial_user_attr(
                 optuna_compat.trial_id(t),

@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from sweeps.text import escape_controls  # the display rule; re-exported for the CLI
+from sweeps.text import escape_controls as escape_controls  # the display rule; for the CLI
 
 
 def plain(value: object) -> str:

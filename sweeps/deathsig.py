@@ -32,4 +32,4 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
     prctl = load_prctl()
     if not prctl:
         return False
-    return prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    return bool(prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0)

@@ -8,7 +8,7 @@ One rule, with one set of errors, for every engine and for the dry run:
   error where there is none;
 - ``auto``: as ``cuda`` where there are GPUs, else the CPU.
 
-The local engine sizes a pool per device (``sweeps.engines.local.host_pool``: ``sweeps run``,
+The local engine sizes a pool per device (``sweeps.admission.host_pool``: ``sweeps run``,
 ``sweeps worker``, a Slurm task and ``sweeps run --dry-run`` alike); the Ray and Slurm engines
 take the kind for their clusters' nodes (the GPUs of their largest node).
 """

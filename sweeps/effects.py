@@ -321,6 +321,7 @@ def spec_baseline(spec: Any) -> dict[str, Any] | None:
         return None
     parsed = read_spec(spec, source="stored spec", check_paths=False)
     ablation = parsed.ablation
+    assert ablation is not None  # the spec has an [ablation]
     # choices() lists the baseline value first.
     return {name: plain_value(ablation.choices(name)[0]) for name, _ in ablation.vary}
 
@@ -577,7 +578,7 @@ def _stopped_p(arm: _Arm, base: _Arm) -> float:
     if a == b == 0:
         return math.nan
     table = [[a, len(arm.trials) - a], [b, len(base.trials) - b]]
-    return float(stats.fisher_exact(table).pvalue)
+    return float(stats.fisher_exact(np.asarray(table)).pvalue)
 
 
 def _left_out(arm: _Arm, base: _Arm, c: Comparison) -> str:

@@ -61,7 +61,7 @@ COMPETING_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 Row = Mapping[str, Any]
 
 
-def bracket(spec: StudySpec, study_rungs: Sequence[int], number: int) -> int:
+def bracket(spec: StudySpec, study_rungs: Sequence[float], number: int) -> int:
     """The bracket of trial ``number``: round robin over trial numbers."""
     return number % n_brackets(spec, study_rungs)
 

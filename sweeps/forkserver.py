@@ -37,7 +37,7 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lm.errors import SweepsError
 from sweeps.childenv import child_environ
@@ -239,7 +239,7 @@ def read_reply(conn: socket.socket) -> tuple[dict[str, Any], bytes]:
     return json.loads(line), rest
 
 
-def _readline_with_timeout(stream: Any, timeout: float) -> bytes:
+def _readline_with_timeout(stream: IO[bytes], timeout: float) -> bytes:
     sel = selectors.DefaultSelector()
     sel.register(stream, selectors.EVENT_READ)
     try:
@@ -400,7 +400,7 @@ class _Server:
 def _peer_pid(conn: socket.socket) -> int:
     """The pid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[0]
+    return int(struct.unpack("3i", creds)[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     server = _Server(args[0])
-    signal.signal(signal.SIGTERM, lambda *_: (server.shutdown(), os._exit(0)))
+    signal.signal(signal.SIGTERM, lambda *_: (server.shutdown(), os._exit(0)))  # type: ignore[func-returns-value]  # a tuple, only to run both
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     server.serve()

@@ -114,6 +114,7 @@ class Judge:
     def start(self, cfg: TrainConfig) -> None:
         """An attempt's budget and rungs: judged afresh (a fitted retry trains from token 0
         again)."""
+        assert cfg.max_tokens is not None  # resolved (lm.budget)
         self.max_tokens = cfg.max_tokens
         if not self.study_rungs:
             return

@@ -340,4 +340,4 @@ def _rename_spec(conn: sa.Connection, study_id: int, new: str) -> None:
 
 
 def _url(rdb: Any) -> str:
-    return rdb.engine.url.render_as_string(hide_password=False)
+    return str(rdb.engine.url.render_as_string(hide_password=False))

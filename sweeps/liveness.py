@@ -31,7 +31,8 @@ from sweeps import optuna_compat, records
 StudyRef = str | optuna.Study
 
 
-class RequeueCallback(optuna_compat.RetryCallbackBase):
+# Optuna's class under its name in this Optuna (chosen at import), so the checker sees a variable
+class RequeueCallback(optuna_compat.RetryCallbackBase):  # type: ignore[misc]
     """Optuna's heartbeat retry callback, minus the failed run's user attributes.
 
     Optuna's version copies ``user_attrs`` (here: outcome, reason, run dir of the dead run) into

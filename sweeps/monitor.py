@@ -143,7 +143,8 @@ class StartTimes:
         tokens, tps = last.get("tokens"), last.get("tokens_per_s")
         with contextlib.suppress(OSError, TypeError, ZeroDivisionError):
             written = (self.run_dir / METRICS_FILE).stat().st_mtime
-            self.cold_start_s = max(0.0, written - self.launched_at - float(tokens) / float(tps))
+            # a missing value is None: the TypeError is suppressed above
+            self.cold_start_s = max(0.0, written - self.launched_at - float(tokens) / float(tps))  # type: ignore[arg-type]
 
 
 @dataclass

@@ -242,9 +242,9 @@ class _Owned:
     points at its rows (a trial's id), else None."""
 
     table: sa.Table
-    parent_column: sa.Column
+    parent_column: sa.Column[Any]
     parent: sa.Table
-    own_id: sa.Column | None
+    own_id: sa.Column[Any] | None
 
 
 def study_tables() -> list[_Owned]:

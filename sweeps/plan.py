@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,20 @@ MAX_TABLE_POINTS = 500
 # --- the dry-run plan ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's trials would go, as its engine says for the dry run
+    (``sweeps.engines.base.Engine.describe``): the device kind the plan predicts for, the
+    workers row, the per-trial budget in bytes (None: none, or decided where the trials run)
+    with its row, and the engine's other rows (a CPU trial's threads, a Slurm task's requests)."""
+
+    device: str  # cpu | cuda
+    workers: str
+    budget: int | None
+    budget_text: str
+    rows: tuple[tuple[str, object], ...] = ()
+
+
 @dataclass
 class DryRunPlan:
     """The plan of ``sweeps run --dry-run``: summary rows, the space, the largest point."""
@@ -46,13 +61,20 @@ def dry_run(
     workers: int | None,
     n_trials: int | None,
     from_study: str | None = None,
+    *,
+    placement: Placement | None = None,
+    engine: str = "local",
 ) -> DryRunPlan:
-    """The plan; ``workers``: the run's cap on trials at once (None: what the devices hold)."""
+    """The plan; ``workers``: the run's cap on trials at once (None: what the devices hold);
+    ``placement``: where the run's engine would put its trials (``Engine.describe``; default:
+    this host's pools, the local engine's)."""
     from sweeps.storage import mask_url
 
-    device, worker_text, budget, budget_text, thread_rows = _placement(
-        spec, workers, n_trials if n_trials is not None else spec.study.n_trials
-    )
+    if placement is None:
+        placement = host_placement(
+            spec, workers, n_trials if n_trials is not None else spec.study.n_trials
+        )
+    device, budget = placement.device, placement.budget
     corpus = spec.corpus
     corpus_state = (
         "prepared"
@@ -79,9 +101,10 @@ def dry_run(
         ("trials", n_trials if n_trials is not None else spec.study.n_trials),
         ("enqueued first", len(spec.initial_trials())),
         ("timeout", f"{spec.study.timeout:g} s" if spec.study.timeout else "none"),
-        ("workers", worker_text),
-        *thread_rows,
-        ("memory budget", budget_text),
+        *((("engine", engine),) if engine != "local" else ()),
+        ("workers", placement.workers),
+        *placement.rows,
+        ("memory budget", placement.budget_text),
         ("oom policy", spec.limits.oom_policy),
         (
             "max wall per trial",
@@ -110,42 +133,42 @@ def dry_run(
     )
 
 
-def _placement(
-    spec: StudySpec, cap: int | None, n_trials: int
-) -> tuple[str, str, int | None, str, list[tuple[str, object]]]:
-    """(device kind, the workers row, the per-trial budget, the budget row, the threads rows):
-    the pools, worker threads, budget and CPU threads ``sweeps run`` itself takes on this host
-    (``local.host_pool``, ``workers.worker_threads``, ``local.trial_budget``,
-    ``threads_rows``)."""
+def host_placement(
+    spec: StudySpec,
+    cap: int | None,
+    n_trials: int,
+    pool_of: Callable[[StudySpec, int | None], Any] | None = None,
+) -> Placement:
+    """The pools, worker threads, budget and CPU threads ``sweeps run`` takes on this host
+    (``admission.host_pool``, or ``pool_of``'s pool; ``workers.worker_threads``;
+    ``admission.trial_budget``; ``threads_rows``)."""
+    from sweeps import admission
     from sweeps import workers as wk
-    from sweeps.engines import local
 
     try:
-        pool = local.host_pool(spec, cap)
+        pool = (pool_of or admission.host_pool)(spec, cap)
     except SweepsError:
         if host.visible_gpus():
             raise  # this host has GPUs, not the one asked for (cuda:7): `run` would refuse it
         # A GPU spec is often checked on a laptop before it goes to a cluster: without a GPU
         # here, plan for the spec's device kind and leave an "auto" budget to each worker.
-        given = spec.limits.memory_budget
-        budget = None if given in (None, "auto") else int(given)
-        return (
+        budget = spec.limits.budget.per_trial(None)
+        return Placement(
             "cuda",
             f"{cap or 'as many as fit'} at a time on GPUs (none visible on this host)",
             budget,
             "auto: decided on each worker's GPU (none visible here)"
-            if given == "auto"
-            else _budget_text(budget, given),
-            [],
+            if spec.limits.budget.auto
+            else budget_text(budget, spec.limits.memory_budget),
         )
-    budget = local.trial_budget(spec.limits, pool)
-    cpu = pool.devices[0]
-    return (
-        cpu.kind,
-        local.describe(pool, wk.worker_threads(pool, cap, n_trials)),
+    budget = admission.trial_budget(spec.limits, pool)
+    first = pool.devices[0]
+    return Placement(
+        first.kind,
+        admission.describe(pool, wk.worker_threads(pool, cap, n_trials)),
         budget,
-        _budget_text(budget, spec.limits.memory_budget),
-        threads_rows(spec, cpu.cores[: cpu.threads]) if cpu.kind == "cpu" else [],
+        budget_text(budget, spec.limits.memory_budget),
+        tuple(threads_rows(spec, first.cores[: first.threads])) if first.kind == "cpu" else (),
     )
 
 
@@ -198,7 +221,8 @@ def threads_rows(
     ]
 
 
-def _budget_text(budget: int | None, given: object) -> str:
+def budget_text(budget: int | None, given: object) -> str:
+    """The dry run's memory budget row."""
     return "none" if budget is None else f"{human_bytes(budget)} per trial ({given})"
 
 
@@ -252,6 +276,7 @@ def scaling_cells(spec: StudySpec, device: str, budget: int | None) -> list[Grid
         spec.scaling.expand()[: len(cells)], cells, strict=True
     ):
         cfg = trial_config(spec, point)
+        assert cfg.max_tokens is not None and cfg.warmup_tokens is not None  # resolved
         steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
         plan = preflight.plan_trial(cfg, spec.limits, device=device, budget_bytes=budget)
         flags = []
@@ -327,7 +352,10 @@ def point_steps(spec: StudySpec, point: dict[str, Any]) -> int | None:
     from sweeps.verdicts import planned_steps
 
     cfg = point_config(spec, point)
-    return None if cfg is None else planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    if cfg is None:
+        return None
+    assert cfg.max_tokens is not None  # resolved (space.trial_config)
+    return planned_steps(cfg.max_tokens, cfg.tokens_per_step)
 
 
 def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
@@ -338,7 +366,8 @@ def steps_rows(spec: StudySpec, samples: int = 200) -> list[tuple[str, object]]:
 
     points, how = sample_points(spec, samples, 0)
     steps = [
-        (p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)
+        # a trial's config is resolved (space.trial_config): its max_tokens is set
+        (p, planned_steps(cfg.max_tokens, cfg.tokens_per_step), cfg)  # type: ignore[arg-type]
         for p in points or [{}]
         if (cfg := point_config(spec, p)) is not None
     ]
@@ -582,19 +611,19 @@ def candidate_points(spec: StudySpec) -> list[dict[str, Any]]:
 
 
 def budget_bytes(text: str | None, limits: Limits | None, device: str, workers: int) -> int | None:
-    """A ``--budget`` (a size, ``auto`` or ``none``), else the spec's budget, in bytes."""
-    from sweeps import preflight
+    """A ``--budget`` (a size, ``auto`` or ``none``), else the spec's budget, in bytes per trial
+    on this host's ``device`` with ``workers`` trials sharing it (``admission.device_budget``)."""
+    from sweeps import admission
     from sweeps.spec import Limits, parse_bytes
+    from sweeps.spec.limits import MemoryBudget
 
-    if text is not None:
-        if text.lower() == "none":
-            return None
-        if text.lower() == "auto":
-            return preflight.resolve_budget(
-                Limits(memory_budget="auto"), device=device, workers=workers
-            )
-        return parse_bytes(text, key="--budget")
-    return preflight.resolve_budget(limits or Limits(), device=device, workers=workers)
+    if text is None:
+        budget = (limits or Limits()).budget
+    elif text.lower() in ("none", "auto"):
+        budget = MemoryBudget(None if text.lower() == "none" else "auto")
+    else:
+        budget = MemoryBudget(parse_bytes(text, key="--budget"))
+    return admission.device_budget(budget, device, workers)
 
 
 def sample_points(spec: StudySpec, samples: int, seed: int) -> tuple[list[dict[str, Any]], str]:
@@ -662,6 +691,7 @@ def feasibility(
             rows.append(row)
             continue
         device = host.device_kind(cfg.device)
+        assert cfg.max_tokens is not None  # resolved (space.trial_config)
         if budget_b is None:
             budget_b = budget_bytes(budget, spec.limits, device, workers)
         plan = preflight.plan_trial(

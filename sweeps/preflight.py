@@ -7,15 +7,12 @@ The runner calls these before it launches a trial child (it owns what happens ne
   With ``limits.oom_policy == "fit"`` a trial that would not fit has its micro-batch halved and
   ``grad_accum`` doubled (``halve_batch``: same effective batch) until it fits or the micro-batch
   is 1; with ``"prune"`` it is simply reported as not fitting (outcome ``predicted_oom``).
-- ``resolve_budget(limits, device=, workers=)``: ``memory_budget`` as bytes for N workers that
-  split the devices statically (``sweeps estimate``); a run and its dry run admit trials by
-  memory instead (``sweeps.engines.local.trial_budget``: one trial's budget is what an empty
-  device takes, these same fractions of it). An explicit size is used as given; ``None``
-  means no budget (nothing is pre-pruned). ``"auto"``:
+- budgets: ``limits.budget`` (``sweeps.spec.limits.MemoryBudget``) says what a budget means in
+  bytes for a device, one meaning everywhere; ``sweeps.admission`` gives it the device's room:
   GPU: ``AUTO_GPU_FRACTION`` (90 %) of the device's free memory (``gpu_room``; ``nvidia-smi``'s
-  free figure: other processes' use taken off), shared by the workers on it;
-  CPU: ``AUTO_CPU_FRACTION`` (80 %) of ``MemAvailable`` (``/proc/meminfo``) divided among the
-  workers (the 20 % left covers the parent, the page cache of the token files and other users).
+  free figure: other processes' use taken off); CPU: ``AUTO_CPU_FRACTION`` (80 %) of
+  ``MemAvailable`` (``/proc/meminfo``; the 20 % left covers the parent, the page cache of the
+  token files and other users), less the admission margin.
 - ``calibration_factor(study)``: the median of measured / predicted over the study's finished
   trials (COMPLETE or PRUNED that ran, i.e. not ``oom``/``predicted_oom``: an OOM's peak is
   where it was stopped, not what it needed), once there are ``MIN_CALIBRATION_TRIALS`` (3);
@@ -41,7 +38,6 @@ The runner calls these before it launches a trial child (it owns what happens ne
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -111,6 +107,7 @@ def memory_estimate(
 ) -> memory.MemoryEstimate:
     """``lm.memory.estimate`` of ``cfg`` with its corpus's token counts (``lm.tokens``: from the
     token cache when it exists, else a guess from the corpus), the one way every plan asks."""
+    assert cfg.vocab_size is not None  # TrainConfig sets it
     counts = corpus_counts(cfg.corpus, cfg.tokenizer, cfg.vocab_size, cfg.lowercase)
     return memory.estimate(cfg, host.device_kind(device), launcher=launcher, counts=counts)
 
@@ -219,21 +216,6 @@ def halve_batch(cfg: TrainConfig) -> TrainConfig | None:
 
 
 # --- budgets -----------------------------------------------------------------------------------
-
-
-def resolve_budget(limits: Limits, *, device: str, workers: int) -> int | None:
-    """``limits.memory_budget`` in bytes per trial (None: no budget); see the module docstring."""
-    budget = limits.memory_budget
-    if budget is None:
-        return None
-    if budget != "auto":
-        return int(budget)
-    workers = max(1, int(workers))
-    if host.device_kind(device) == "cuda":
-        mem, count = host.device_gpu_memory(device)
-        per_device = math.ceil(workers / max(1, count))  # one device each, shared if fewer
-        return gpu_room(mem.free) // per_device
-    return int(host.mem_available_bytes() * AUTO_CPU_FRACTION / workers)
 
 
 def gpu_room(free_bytes: int) -> int:

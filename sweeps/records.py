@@ -341,7 +341,7 @@ def rename_study_records(conn: sa.Connection, study: str, new_study: str) -> Non
         conn.execute(table.update().where(table.c.study_name == study).values(study_name=new_study))
 
 
-def _rows(engine: EngineLike, query: sa.Select) -> list[dict[str, Any]]:
+def _rows(engine: EngineLike, query: sa.Select[Any]) -> list[dict[str, Any]]:
     with _engine(engine).connect() as conn:
         return [dict(r._mapping) for r in conn.execute(query)]
 

@@ -26,6 +26,7 @@ import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import plotly.io as pio
@@ -482,7 +483,7 @@ def comparison_warnings(studies: list[StudyResults]) -> list[str]:
     return out
 
 
-def _fmt(value: object, pattern: str) -> str:
+def _fmt(value: Any, pattern: str) -> str:
     if value is None or pd.isna(value):
         return "-"
     return pattern.format(float(value))

@@ -330,7 +330,7 @@ def _attrs(conn: sa.Connection, table: sa.Table, key_column: str, key: int) -> d
     return {k: json.loads(v) for k, v in rows}
 
 
-def _by_trial(table: sa.Table, study_id: int, *columns: str) -> sa.Select:
+def _by_trial(table: sa.Table, study_id: int, *columns: str) -> sa.Select[Any]:
     """(trial_id, *columns) of the rows of ``table`` that belong to the study's trials."""
     trials = oc.TRIALS_TABLE
     return (
@@ -466,8 +466,8 @@ def _trial_row(
         row[key] = _number(attrs.get(key))
     if row["params_total"] is None and isinstance(attrs.get("params"), dict):
         row["params_total"] = _number(attrs["params"].get("total"))
-    config = attrs.get("config") if isinstance(attrs.get("config"), dict) else {}
-    sampled = attrs.get("sampled") if isinstance(attrs.get("sampled"), dict) else {}
+    config = c if isinstance(c := attrs.get("config"), dict) else {}
+    sampled = s if isinstance(s := attrs.get("sampled"), dict) else {}
     for key in CONFIG_COLUMNS:
         value = config.get(key, params.get(key, sampled.get(key)))
         row[key] = value if not isinstance(value, (dict, list)) else json.dumps(value)
@@ -511,10 +511,10 @@ def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:
         not all(
             isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (embedding, d_model)
         )
-        or embedding % d_model
+        or embedding % d_model  # type: ignore[operator]  # both ints: checked just above
     ):
         return None
-    return embedding // d_model
+    return embedding // d_model  # type: ignore[operator, no-any-return]  # as above
 
 
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:

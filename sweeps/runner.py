@@ -62,7 +62,6 @@ from lm.run_files import (
     write_config,
 )
 from sweeps import fidelity, liveness, optuna_compat, records, storage, verdicts
-from sweeps.engines.slurm_job import trial_attrs as slurm_attrs
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -73,6 +72,7 @@ from sweeps.monitor import (
     StopFlags,
     environment_failed,
 )
+from sweeps.slurm_job import trial_attrs as slurm_attrs
 from sweeps.space import measured, suggest, trial_config
 from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
 from sweeps.verdicts import Verdict
@@ -324,7 +324,7 @@ def resume_from_earlier(
     computation among its ``earlier`` trials' run dirs (their ``retry_history``), with the
     ``metrics.jsonl`` rows it covers and their ``best.pt``: the child then continues it, and
     the trial's evaluations are followed from the first. Its tokens; 0 when there is none."""
-    found = [
+    found: list[tuple[int, Path]] = [
         (index["tokens"], src)
         for src in (study_dir / "trials" / str(n) for n in earlier)
         if (index := read_resume_index(src)) is not None
@@ -392,6 +392,7 @@ def run_trial(
     if plan.fitted:
         attrs["fitted"] = dict(plan.fitted)
     cfg = plan.cfg
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     attrs["planned_steps"] = verdicts.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     note = verdicts.under_trained_note(cfg, spec.limits.collapse)
     if note is not None:
@@ -791,7 +792,7 @@ def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[s
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         return {}
     vocab = r.get("vocab_size") if isinstance(r.get("vocab_size"), int) else None
-    n_evals = r.get("n_evals") if isinstance(r.get("n_evals"), int) else len(a.history)
+    n_evals = v if isinstance(v := r.get("n_evals"), int) else len(a.history)
     # A cooldown read's branch is compute the trial spent: its tokens and evaluation count.
     # (``check_result`` already dropped a value of the wrong type; an older child has none.)
     n_reads = max(0, r.get("n_reads") or 0)

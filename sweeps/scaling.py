@@ -55,7 +55,7 @@ def assign_budgets(trials: pd.DataFrame, tolerance: float = BUDGET_TOLERANCE) ->
     out = pd.Series(np.nan, index=trials.index, dtype=float)
     ok = np.isfinite(flops) & (flops > 0) & ~np.isfinite(given)
     logs = np.log10(flops[ok]).sort_values()
-    groups: list[list] = []
+    groups: list[list[object]] = []
     for i, value in logs.items():
         if not groups or value - logs[groups[-1][-1]] > tolerance:
             groups.append([])
@@ -242,9 +242,9 @@ def fit_isoflops(
     parabolas = [fit_parabola(*g) for g in groups]
     notes = [p.note for p in parabolas if p.note]
     usable = [p for p in parabolas if p.n_opt is not None and p.note is None]
-    fit = ScalingFit(
-        size, loss, parabolas, notes=notes, tokens_per_param=[p.d_opt / p.n_opt for p in usable]
-    )  # type: ignore[operator]
+    # A usable parabola has its n_opt and its d_opt (fit_parabola gives both or neither).
+    ratios = [p.d_opt / p.n_opt for p in usable]  # type: ignore[operator]
+    fit = ScalingFit(size, loss, parabolas, notes=notes, tokens_per_param=ratios)
     if len(usable) < MIN_BUDGETS:
         notes.append(
             f"{len(usable)} budgets with an inner minimum; the power laws need {MIN_BUDGETS}"

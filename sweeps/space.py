@@ -40,6 +40,7 @@ def distribution(param: ParamSpec) -> BaseDistribution:
     """The Optuna distribution of one ``[space.<field>]``."""
     if param.type == "categorical":
         return CategoricalDistribution(list(param.choices or ()))
+    assert param.low is not None and param.high is not None  # a range has both (ParamSpec)
     if param.type == "int":
         return IntDistribution(
             int(param.low), int(param.high), log=param.log, step=int(param.step or 1)
@@ -81,6 +82,7 @@ def suggest_one(trial: optuna.Trial, p: ParamSpec) -> Any:
     """Ask ``trial`` for the value of one ``[space.<field>]``."""
     if p.type == "categorical":
         return trial.suggest_categorical(p.name, list(p.choices or ()))
+    assert p.low is not None and p.high is not None  # a range has both (ParamSpec)
     if p.type == "int":
         return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
     return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
@@ -170,6 +172,7 @@ def cooldown_values(spec: StudySpec, cfg: TrainConfig) -> dict[str, Any]:
         if r < budget.max_amount(cfg, halving.unit(spec))
     ]
     step = cfg.tokens_per_step  # a read is taken at the first step boundary at or past it
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     out: dict[str, Any] = {
         "cooldown_reads": sorted(set(t for t in reads if -(-t // step) * step < cfg.max_tokens))
     }

@@ -66,23 +66,6 @@ def concurrency_cap(workers: int | None, max_concurrent: int | None) -> int | No
     return max_concurrent if max_concurrent is not None else workers
 
 
-def check_engine(engine: str, address: str | None) -> None:
-    """``--engine`` and ``--address`` (Ray's import is the engine's own, when it runs)."""
-    from sweeps.engines import ENGINES
-
-    if engine not in ENGINES:
-        raise SweepsError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if address is not None and engine != "ray":
-        raise SweepsError("--address is the Ray cluster's address; add --engine ray")
-
-
-def check_host(spec: StudySpec) -> None:
-    """The spec's device exists on this host (``SweepsError`` before anything is created)."""
-    from sweeps import devices
-
-    devices.resolve(devices.wanted(spec))
-
-
 def check_runs_dir(runs_dir: Path) -> None:
     """Trials can write under ``runs_dir`` (checked before a study is created, so a read-only
     or full disk is one line, not a study whose every trial fails). Nothing is left behind: the

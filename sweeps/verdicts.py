@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from lm import outcomes
 from lm.config import TrainConfig
@@ -56,7 +56,7 @@ class Verdict:
     reason: str
 
 
-def finite(value: Any) -> bool:
+def finite(value: Any) -> TypeGuard[float]:
     """Whether ``value`` is a finite number (a bool is not one): a metric worth comparing."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -103,6 +103,7 @@ def unreachable(cfg: TrainConfig, limits: CollapseLimits) -> tuple[str, float] |
     summed over them)``; None when it can be judged (or the verdicts are off)."""
     if not limits.enabled:
         return None
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     if steps < limits.min_steps:
         return "min_steps", steps
@@ -117,6 +118,7 @@ def under_trained_note(cfg: TrainConfig, limits: CollapseLimits) -> str | None:
     if short is None:
         return None
     limit, reached = short
+    assert cfg.max_tokens is not None  # resolved (lm.budget)
     steps = planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     if limit == "min_steps":
         return (
@@ -200,6 +202,7 @@ def collapse(
     if len(found) != 1 or None in found:
         return None
     outcome = found.pop()
+    assert outcome is not None  # None in found returned above
     reason = _verdict_reason(outcome, history[-1], limits)
     drop = still_learning(history, limits) if outcome != outcomes.UNK_DOMINATED else None
     if drop is not None:

@@ -1,7 +1,7 @@
 """N workers on one study: devices, the shared trial count, recovery, clean shutdown.
 
 Each worker is a thread running the ask -> ``runner.run_trial`` -> tell loop. Trials are placed
-by predicted memory (``sweeps.engines.local``): a worker claims a trial, plans it, and waits in
+by predicted memory (``sweeps.admission``): a worker claims a trial, plans it, and waits in
 the host's pool until a device has room for its prediction; that device (one GPU:
 ``CUDA_VISIBLE_DEVICES``; on the CPU its own cores: the children's affinity, and
 ``SWEEPS_NUM_THREADS``) is where its child runs. So the workers are a cap on concurrency
@@ -48,11 +48,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lm import outcomes
 from lm.errors import SweepsError
-from sweeps import liveness, optuna_compat, records
+from sweeps import admission, liveness, optuna_compat, records
 from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
-from sweeps.monitor import POLL_S, TERM_GRACE_S, StopFlags
+from sweeps.monitor import POLL_S, TERM_GRACE_S
+from sweeps.monitor import StopFlags as StopFlags  # the CLI stops workers with it
 from sweeps.runner import (
     RunnerContext,
     TrialReport,
@@ -145,6 +146,8 @@ def trial_outcome(t: FrozenTrial, superseded: set[int] | None = None) -> str:
 SPEC_ATTR = "spec"
 N_TRIALS_ATTR = "n_trials"
 ENQUEUED_ATTR = "sweeps_enqueued"
+#: The per-trial budget in bytes a run planned with (``run_threads`` records it; the report).
+MEMORY_BUDGET_ATTR = "memory_budget_bytes"
 #: Parts of a spec that must not change under a running study (its trials would not compare).
 _IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
 
@@ -164,7 +167,9 @@ def create_or_resume(
     # others see DuplicatedStudyError and resume.
     try:
         study = optuna.create_study(
-            study_name=name, storage=storage, directions=spec.study.directions
+            study_name=name,
+            storage=storage,
+            directions=spec.study.directions,  # type: ignore[arg-type]  # minimize/maximize: checked
         )
         created = True
     except optuna.exceptions.DuplicatedStudyError:
@@ -413,7 +418,7 @@ def worker_loop(
 @dataclass
 class RunOptions:
     #: A cap on the trials running at once (``--max-concurrent``/``--workers``); None: as many as
-    #: this host's devices hold (``sweeps.engines.local.concurrency``).
+    #: this host's devices hold (``sweeps.admission.concurrency``).
     n_workers: int | None = 1
     n_trials: int | None = None
     timeout: float | None = None
@@ -423,7 +428,7 @@ class RunOptions:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
 
 
-#: Worker threads per trial slot of this host (``sweeps.engines.local.concurrency`` without a
+#: Worker threads per trial slot of this host (``sweeps.admission.concurrency`` without a
 #: cap) at most: a few per slot keep the devices full as trials start and end; more only wait.
 HOST_THREADS_PER_SLOT = 4
 
@@ -432,18 +437,16 @@ def host_threads(pool: Any) -> int:
     """The most worker threads a run on ``pool`` starts: ``HOST_THREADS_PER_SLOT`` per slot of
     its devices (more would only wait for room: ``--max-concurrent 100000`` on a 2-trial study
     started, and kept, 100,000 threads)."""
-    from sweeps.engines import local
 
-    return HOST_THREADS_PER_SLOT * local.concurrency(pool, None)
+    return HOST_THREADS_PER_SLOT * admission.concurrency(pool, None)
 
 
 def worker_threads(pool: Any, cap: int | None, trials_left: int) -> int:
     """Worker threads a run on ``pool`` starts: ``cap`` (default: what the devices run at once,
-    ``local.concurrency``), no more than the trials left (a thread per trial is the most that
+    ``admission.concurrency``), no more than the trials left (a thread per trial is the most that
     can ever run) nor ``host_threads``."""
-    from sweeps.engines import local
 
-    return max(1, min(local.concurrency(pool, cap), trials_left, host_threads(pool)))
+    return max(1, min(admission.concurrency(pool, cap), trials_left, host_threads(pool)))
 
 
 def run_workers(
@@ -461,22 +464,20 @@ def run_workers(
     """Run worker threads on ``study`` until it is done, its time is up or ``flags.stop`` is
     set; ``tick`` is called every half second from this thread (progress).
 
-    Trials are admitted by predicted memory (``sweeps.engines.local``): each worker claims a
+    Trials are admitted by predicted memory (``sweeps.admission``): each worker claims a
     trial, plans it against the per-trial budget (what an empty device of this host takes),
     then waits for room in ``pool`` (default: this host's devices) before launching."""
     from sweeps import preflight
-    from sweeps.engines import local
 
     flags = flags or StopFlags()
     n_trials = target_trials(spec, study, options.n_trials)
-    pool = pool or local.host_pool(spec, options.n_workers)
-    note = local.gpu_sharing_note(pool)
+    pool = pool or admission.host_pool(spec, options.n_workers)
+    note = admission.gpu_sharing_note(pool)
     if note is not None and options.on_event is not None:
         options.on_event("note", {"text": note})
-    budget = local.trial_budget(spec.limits, pool)
-    study.set_user_attr("memory_budget_bytes", budget)
+    budget = admission.trial_budget(spec.limits, pool)
     recover_local(storage, study, spec.limits.max_retries)
-    n_threads = local.concurrency(pool, options.n_workers)
+    n_threads = admission.concurrency(pool, options.n_workers)
     state = budget_state(study.get_trials(deepcopy=False), n_trials)
     if state.done:
         return [WorkerResult() for _ in range(n_threads)]  # nothing to run: no launcher to start
@@ -504,7 +505,7 @@ def run_workers(
         term_grace_s=options.term_grace_s,
         preflight=preflight,
         on_event=options.on_event,
-        admission=local.Admission(pool),
+        admission=admission.Admission(pool),
     )
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
     worker_options = WorkerOptions(n_trials=n_trials, deadline=deadline)
@@ -524,7 +525,9 @@ def run_threads(
     own_launcher: bool,
     run: Callable[[RunnerContext, WorkerDevice, optuna.Trial], TrialReport] | None = None,
 ) -> list[WorkerResult]:
-    """``n_threads`` worker loops on ``ctx`` until they end; the launcher closed if owned."""
+    """``n_threads`` worker loops on ``ctx`` until they end; the launcher closed if owned. The
+    per-trial budget they plan with is recorded on the study here, for every engine."""
+    ctx.study.set_user_attr(MEMORY_BUDGET_ATTR, ctx.budget_bytes)
     results = [WorkerResult() for _ in range(n_threads)]
     lock = threading.Lock()
 

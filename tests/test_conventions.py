@@ -175,7 +175,11 @@ def test_the_verdicts_module_is_sweeps_verdicts() -> None:
     assert [p for p in sources(*PACKAGES, "tests") if p.stem in ("pruning", "test_pruning")] == []
     pattern = r"\bsweeps[./]pruning\b|from sweeps import [\w, ]*\bpruning\b|\bpruning\.py\b"
     assert where(pattern, *PACKAGES, "tests") == []
-    docs = [REPO / "README.md", *sorted((REPO / "studies").rglob("*.md"))]
+    docs = [
+        REPO / "README.md",
+        *sorted((REPO / "studies").rglob("*.md")),
+        *sorted((REPO / "docs").rglob("*.md")),
+    ]
     assert [
         str(d.relative_to(REPO)) for d in docs if re.search(pattern, d.read_text(encoding="utf-8"))
     ] == []

@@ -10,6 +10,8 @@ complete trial is drawn last for contrast.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -30,7 +32,7 @@ def shown_token(token: str) -> str:
     return esc(visible or "\u2205")
 
 
-def _last_top_tokens(evals: pd.DataFrame, number: int) -> dict | None:
+def _last_top_tokens(evals: pd.DataFrame, number: int) -> dict[str, Any] | None:
     if "top_tokens" not in evals:
         return None
     rows = evals[(evals["trial_number"] == number)]

@@ -59,6 +59,7 @@ def forest_data(result: fx.Effects) -> pd.DataFrame:
     rows = []
     for e in result.rows[1:]:
         c = e.comparison
+        assert c is not None  # only the baseline, rows[0], has none
         colour = next((v for k, v in VERDICT_COLORS.items() if e.verdict.startswith(k)), UNDECIDED)
         if e.n == 0:
             continue  # every seed stopped: named in the table, nothing to draw

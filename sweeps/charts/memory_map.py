@@ -82,7 +82,7 @@ def data(trials: pd.DataFrame) -> tuple[str | None, pd.DataFrame]:
 def applies(results: StudyResults) -> bool:
     """The sequence length or the micro-batch size varied among the trials that record both."""
     _, cells = data(results.trials)
-    return cells["seq_len"].nunique() > 1 or cells["batch_size"].nunique() > 1
+    return bool(cells["seq_len"].nunique() > 1 or cells["batch_size"].nunique() > 1)
 
 
 def chart(results: StudyResults) -> Chart:

@@ -140,7 +140,7 @@ def data(trials: pd.DataFrame, now: float | None = None) -> Timeline:
         )
     found.sort(key=lambda b: (b["began"], b["number"]))
     start, end = min(b["asked"] for b in found), max(b["ended"] for b in found)
-    by_worker: dict[str, list[dict]] = {}
+    by_worker: dict[str, list[dict[str, Any]]] = {}
     for bar in found:
         by_worker.setdefault(bar["worker"], []).append(bar)
     rows = []
@@ -179,6 +179,7 @@ def strip(tl: Timeline, worker: str, width: int) -> list[str | None]:
     if tl.start is None or tl.span_s <= 0 or width < 1:
         return [None] * max(width, 0)
     part = tl.bars[tl.bars["worker"] == worker]
+    assert tl.end is not None  # set with start
     edges = np.linspace(tl.start, tl.end, width + 1)
     began, ended = part["began"].to_numpy(), part["ended"].to_numpy()
     cells: list[str | None] = []
@@ -329,7 +330,7 @@ def _dates(seconds: pd.Series) -> list[datetime.datetime]:
     return [datetime.datetime.fromtimestamp(s) for s in seconds]
 
 
-def _lanes(part: list[dict]) -> list[int]:
+def _lanes(part: list[dict[str, Any]]) -> list[int]:
     """A lane per bar (``part`` sorted by began): the first lane whose last bar has ended."""
     free: list[float] = []  # each lane's last end
     lanes = []

@@ -3,7 +3,8 @@
 - ``effects`` (``sweeps.effects``): per factor and level, mean ± sd, the difference to the
   baseline paired by seed with its interval, a Holm-corrected p-value and a plain verdict;
 - ``confirm`` (``sweeps.confirm``): the best configurations of a finished study re-run with
-  fresh seeds through the same engines as ``sweeps run``, then ranked with intervals.
+  fresh seeds through the same run pipeline and engines as ``sweeps run`` (``sweeps.pipeline``:
+  the same checks; ``--engine slurm`` runs them as Slurm jobs), then ranked with intervals.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ from sweeps.cli.options import (
     MaxConcurrentOption,
     RunsDirOption,
     StorageOption,
+)
+from sweeps.cli.slurm import (
+    AccountOption,
+    GpusPerJobOption,
+    JobsOption,
+    PartitionOption,
+    QosOption,
+    SbatchArgOption,
+    TimeOption,
 )
 from sweeps.console import plain, wide_console
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
@@ -123,31 +133,43 @@ def confirm(
     metric: MetricOption = None,
     storage: StorageOption = None,
     max_concurrent: MaxConcurrentOption = None,
-    engine: EngineOption = "local",
+    engine: EngineOption = None,
     address: AddressOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     launcher: LauncherOption = "auto",
     heartbeat: HeartbeatOption = HEARTBEAT_INTERVAL_S,
     grace: GraceOption = GRACE_PERIOD_S,
+    partition: PartitionOption = None,
+    time_limit: TimeOption = None,
+    jobs: JobsOption = None,
+    gpus_per_job: GpusPerJobOption = None,
+    account: AccountOption = None,
+    qos: QosOption = None,
+    sbatch_arg: SbatchArgOption = None,
 ) -> None:
     """Re-run the best configurations of STUDY with fresh seeds (study STUDY-confirm, resumable),
     then rank them with intervals: is the best distinguishable from the runner-up?"""
     from sweeps import confirm as cf
+    from sweeps import pipeline
     from sweeps import study as service
-    from sweeps.cli import study as run_cli
+    from sweeps.cli import slurm as slurm_cli
+    from sweeps.cli.progress import drive
     from sweeps.console import err_console
+    from sweeps.engines import EngineOptions
     from sweeps.storage import mask_url, resolve_storage_url
 
     cf.check_options(top, seeds, level)
-    service.check_run_options(max_concurrent, None, heartbeat, grace, launcher)
-    service.check_engine(engine, address)
+    args = pipeline.RunArgs(max_concurrent, None, runs_dir, launcher, heartbeat, grace)
+    args.check()
+    slurm_values = slurm_cli.cli_values(
+        partition, time_limit, jobs, gpus_per_job, account, qos, sbatch_arg
+    )
     url = resolve_storage_url(storage, None)
     plan = cf.plan(url, study, top=top, seeds=seeds, metric=metric)
     spec = plan.spec
-    if engine == "local":
-        service.check_host(spec)
-    service.check_runs_dir(runs_dir)
-    run_cli._ensure_corpus(spec)
+    # As `sweeps run`: --engine, else the source spec's [engine] name, else this machine.
+    _, chosen = pipeline.engine_for(engine, spec, EngineOptions(address, slurm_values))
+    pipeline.prepare(spec, chosen, args)
     st, opened, created = service.open_study(
         spec, url, n_trials=None, heartbeat=heartbeat, grace=grace
     )
@@ -159,12 +181,7 @@ def confirm(
         highlight=False,
         markup=False,
     )
-    if engine == "ray":
-        run_cli._run_ray(
-            spec, st, opened, url, runs_dir, max_concurrent, None, address, (heartbeat, grace)
-        )
-    else:
-        run_cli._run(spec, st, opened, runs_dir, max_concurrent, None, launcher)
+    drive(chosen, pipeline.job(spec, st, opened, url, args))
     for ranking in cf.rankings(url, plan.name, metric=plan.metric, level=level):
         print_ranking(plan, ranking)
 

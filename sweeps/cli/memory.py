@@ -6,7 +6,8 @@
 
 No corpus is needed (the estimate is arithmetic); when ``--corpus`` names a prepared corpus
 whose token cache exists, its token counts refine the small data term. The memory model is
-documented in ``lm/memory.py``; budgets, fitting and calibration in ``sweeps/preflight.py``.
+documented in ``lm/memory.py``; what a budget means in bytes in ``sweeps/spec/limits.py``
+(``MemoryBudget``); fitting and calibration in ``sweeps/preflight.py``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ def estimate(
             "[default: the spec's limits.memory_budget, else auto].",
         ),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Workers sharing an auto budget.")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", help="Trials sharing the device: an auto budget is its room split N ways."
+        ),
+    ] = 1,
     launcher: Annotated[
         str, typer.Option("--launcher", help="How CPU children start: subprocess or fork.")
     ] = "subprocess",

@@ -33,11 +33,12 @@ def _cli_type(hint: Any) -> Any:
         return str
     if origin in (tuple, list):
         item = typing.get_args(hint)[:1]
-        return list[item[0] if item and item[0] in (int, float) else str]
+        # a type built at run time, for Typer: the checker cannot read it
+        return list[item[0] if item and item[0] in (int, float) else str]  # type: ignore[misc]
     return hint
 
 
-def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
+def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable[..., Any]:
     """Decorate ``fn(overrides: dict, **other)`` so each field of ``config_cls`` is an option.
 
     Options left out on the command line are absent from ``overrides`` (so a ``--config`` file or
@@ -49,7 +50,7 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
         f for f in dataclasses.fields(config_cls) if f.init and not f.metadata.get("set_by_tool")
     ]
 
-    def decorate(fn: Callable) -> Callable:
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         # The command's own hints, resolved in its module (it may use postponed annotations).
         own_hints = typing.get_type_hints(fn, include_extras=True)
         own = [
@@ -67,7 +68,8 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
             if shown is not None:  # the dataclass's default: the option's own is None (unset)
                 help_text = f"{help_text} [default: {shown}]"
             option = typer.Option(*decls, help=help_text, rich_help_panel=panel, show_default=False)
-            annotation = Annotated[Optional[cli_type], option]  # noqa: UP045 (Typer needs Optional)
+            # Typer needs Optional; a type built at run time, which the checker cannot read
+            annotation = Annotated[Optional[cli_type], option]  # type: ignore[valid-type]  # noqa: UP045
             generated.append(
                 inspect.Parameter(
                     field.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
@@ -96,7 +98,7 @@ def with_config_options(config_cls: type, *, panel: str = "Config") -> Callable:
     return decorate
 
 
-def default_text(field: dataclasses.Field) -> str | None:
+def default_text(field: dataclasses.Field[Any]) -> str | None:
     """A config field's default as help text shows it (None: the field has none)."""
     from lm.config import default_of
 
@@ -285,8 +287,8 @@ def warn(warnings: list[str]) -> None:
 
 
 def config_reference() -> list[tuple[str, str, str]]:
-    """(field, default, meaning) of each ``TrainConfig`` field: the README's table of training
-    fields, checked against this by ``tests/sweeps/test_cli_help.py``."""
+    """(field, default, meaning) of each ``TrainConfig`` field: the table of training fields in
+    ``docs/spec.md``, checked against this by ``tests/test_docs.py``."""
     from lm.config import TrainConfig
 
     return [

@@ -22,6 +22,8 @@ from sweeps.console import err_console, escape_controls, plain, print_summary, w
 if TYPE_CHECKING:
     import optuna
 
+    from sweeps.engines import Engine, Job
+
 
 class Board:
     """What `sweeps run` shows: trials by outcome, the best value, the running trials."""
@@ -46,7 +48,7 @@ class Board:
 
     def on_event(self, kind: str, data: dict[str, Any]) -> None:
         with self.lock:
-            number = data.get("number")
+            number: Any = data.get("number")  # a trial's number (a note has none)
             if kind == "start":
                 self.running[number] = {
                     "params": data.get("params", {}),
@@ -63,7 +65,7 @@ class Board:
                 r["tokens"] = max(r["tokens"], data.get("tokens") or 0)
                 if kind == "eval":
                     r["val_bpb"] = data.get("val_bpb")
-            elif kind == "note":  # about the whole run (sweeps.engines.local.gpu_sharing_note)
+            elif kind == "note":  # about the whole run (sweeps.admission.gpu_sharing_note)
                 self.messages.append(str(data.get("text", "")))
                 self.refreshed = 0.0
             elif kind == "end":
@@ -157,7 +159,7 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     last = [time.monotonic()]
     dirty = [False]  # a trial ended since the last progress line
 
-    def tick() -> None:
+    def tick() -> None:  # type: ignore[no-redef]  # the plain tick, where the live one is not
         messages = board.drain()
         for message in messages:
             write_line(message)
@@ -176,6 +178,19 @@ def live_display(board: Board, *, every_s: float = 10.0) -> Iterator[Callable[[]
     if messages or dirty[0]:
         board.refresh(force=True)
         write_line(board.line())
+
+
+def drive(engine: Engine, job: Job) -> None:
+    """Run ``job`` on ``engine`` with the board live (Ctrl-C stops it: once, cleanly; twice,
+    at once), then the summary, whatever the engine."""
+    from sweeps import workers as wk
+    from sweeps.engines import Hooks
+
+    board = Board(job.study, wk.target_trials(job.spec, job.study, job.n_trials))
+    flags = wk.StopFlags()
+    with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
+        results = engine.run(job, Hooks(flags, board.on_event, board.say, tick))
+    summary(board, job.study_dir, results, flags)
 
 
 def summary(board: Board, study_dir: Path, results: list[Any], flags: Any) -> None:

@@ -1,22 +1,16 @@
-"""The Slurm engine's options (``sweeps run --engine slurm``), ``sweeps slurm-script`` and the run
-itself: submit the array, follow it on the board (``sweeps.engines.slurm``)."""
+"""The Slurm engine's options (``sweeps run --engine slurm``, ``sweeps confirm --engine slurm``)
+and ``sweeps slurm-script``; the engine itself, which submits the array and follows it, is
+``sweeps.engines.slurm``."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-from lm.errors import SweepsError
 from sweeps.cli.options import GraceOption, HeartbeatOption, MaxConcurrentOption, RunsDirOption
-from sweeps.console import err_console
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
-
-if TYPE_CHECKING:
-    import optuna
-
-    from sweeps.spec import StudySpec
 
 app = typer.Typer()
 _PANEL = "Slurm (--engine slurm; also keys of the spec's engine table)"
@@ -103,64 +97,6 @@ def cli_values(
     }
 
 
-def check_engine_flags(engine: str, values: dict[str, Any]) -> None:
-    given = [k for k, v in values.items() if v not in (None, ())]
-    if engine != "slurm" and given:
-        flag = "--" + given[0].replace("_", "-").replace("sbatch-args", "sbatch-arg")
-        raise SweepsError(f"{flag} is an option of the Slurm engine; add --engine slurm")
-
-
-def requests_for(
-    spec: StudySpec, values: dict[str, Any], cap: int | None, calibration: float = 1.0
-) -> tuple[Any, Any]:
-    from sweeps.engines import slurm
-
-    options = slurm.options_from(spec.raw.get("engine"), {**values, "trials_per_task": cap})
-    nodes = slurm.partition_nodes(options.partition)
-    requests = slurm.plan_requests(spec, nodes, options, calibration)
-    slurm.check_fits(requests, nodes, options.partition)
-    return options, requests
-
-
-def run_slurm(
-    spec: StudySpec,
-    st: Any,
-    study: optuna.Study,
-    url: str,
-    runs_dir: Path,
-    cap: int | None,
-    n_trials: int | None,
-    values: dict[str, Any],
-    beats: tuple[int, int],
-) -> None:
-    """Submit the array of workers and follow it until the study is done (Ctrl-C cancels)."""
-    from sweeps import preflight
-    from sweeps import workers as wk
-    from sweeps.cli.progress import Board, live_display, summary
-    from sweeps.engines import slurm
-
-    options, requests = requests_for(spec, values, cap, preflight.calibration_factor(study))
-    target = wk.target_trials(spec, study, n_trials)
-    board = Board(study, target)
-    flags = wk.StopFlags()
-    study_dir = runs_dir / spec.name
-    if not wk.budget_state(study.get_trials(deepcopy=False), target).done:
-        text = slurm.script(spec, requests, options, runs_dir=runs_dir, beats=beats)
-        logs = Path(runs_dir).resolve() / spec.name / "slurm"
-        job = slurm.submit(text, url, logs)
-        gres = f", gres gpu:{requests.gpus}" if requests.gpus else ""
-        err_console.print(
-            f"submitted Slurm job {job}: {options.jobs} task(s), each --mem "
-            f"{requests.mem_mib}M --cpus-per-task {requests.cpus}{gres}; "
-            f"logs in {logs}",
-            highlight=False,
-            markup=False,
-        )
-        with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-            slurm.follow(job, study, target, flags.stop, board.say, tick, on_event=board.on_event)
-    summary(board, study_dir, [], flags)
-
-
 @app.command("slurm-script")
 def slurm_script(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="A study spec (.toml).")],
@@ -186,7 +122,7 @@ def slurm_script(
     service.check_run_options(max_concurrent, None, heartbeat, grace, "auto")
     spec = load_spec(spec_path, check_paths=False)
     values = cli_values(partition, time, jobs, gpus_per_job, account, qos, sbatch_arg)
-    options, requests = requests_for(spec, values, max_concurrent)
+    options, requests = slurm.requests_for(spec, values, max_concurrent)
     typer.echo(
         slurm.script(spec, requests, options, runs_dir=runs_dir, beats=(heartbeat, grace)), nl=False
     )

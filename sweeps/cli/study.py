@@ -1,7 +1,8 @@
 """``sweeps run``, ``sweeps worker``, ``sweeps status``, ``sweeps trials``, ``sweeps timeline``
-and ``sweeps demo``: each parses its options and calls the study service (``sweeps.study``,
-``sweeps.plan``, ``sweeps.workers``; the timeline is ``sweeps.charts.timeline``'s data); what
-they print is here. A malformed spec or an unreachable database is one line and exit 2, before
+and ``sweeps demo``: each parses its options and calls the run pipeline (``sweeps.pipeline``:
+the checks and the engine, shown on the board by ``sweeps.cli.progress.drive``) and the study
+service (``sweeps.study``; the timeline is ``sweeps.charts.timeline``'s data); what they print
+is here. A malformed spec or an unreachable database is one line and exit 2, before
 anything is created.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -29,7 +29,7 @@ from sweeps.cli.options import (
     refuse_existing,
     warn,
 )
-from sweeps.cli.progress import Board, counts_text, live_display, summary
+from sweeps.cli.progress import counts_text, drive
 from sweeps.cli.slurm import (
     AccountOption,
     GpusPerJobOption,
@@ -50,8 +50,6 @@ from sweeps.console import (
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 if TYPE_CHECKING:
-    import optuna
-
     from sweeps.spec import StudySpec
 
 app = typer.Typer()
@@ -140,36 +138,29 @@ def run(
     sbatch_arg: SbatchArgOption = None,
 ) -> None:
     """Create the study (or resume it) and run it to n_trials with live progress."""
+    from sweeps import pipeline
     from sweeps.cli import slurm as slurm_cli
+    from sweeps.engines import EngineOptions
     from sweeps.spec import load_spec
     from sweeps.storage import mask_url, normalize_url, resolve_storage_url
 
     cap = service.concurrency_cap(workers, max_concurrent)
-    service.check_run_options(cap, n_trials, heartbeat, grace, launcher)
+    args = pipeline.RunArgs(cap, n_trials, runs_dir, launcher, heartbeat, grace)
+    args.check()
     spec = load_spec(spec_path)
-    # --engine, else the spec's [engine] name, else this machine.
-    engine = engine or str((spec.raw.get("engine") or {}).get("name", "local"))
-    service.check_engine(engine, address)
     slurm_values = slurm_cli.cli_values(
         partition, time_limit, jobs, gpus_per_job, account, qos, sbatch_arg
     )
-    slurm_cli.check_engine_flags(engine, slurm_values)
+    name, chosen = pipeline.engine_for(engine, spec, EngineOptions(address, slurm_values))
     service.check_n_trials(spec, n_trials)
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
     if dry_run:
-        service.check_corpus_fits(spec)  # where the corpus is already known
-        _print_plan(spec, url, cap, n_trials, from_study)
+        _print_plan(spec, pipeline.dry_run(spec, url, chosen, args, from_study, name))
         warn(service.budget_warnings(spec))
         return
     warn(service.budget_warnings(spec))  # said once more for those who skip the dry run
-    if engine == "local":
-        service.check_host(spec)
-    if engine == "slurm":  # its options, partition and requests, before a study is created
-        slurm_cli.requests_for(spec, slurm_values, cap)
-    service.check_runs_dir(runs_dir)
-    _ensure_corpus(spec)
-    service.check_corpus_fits(spec)
+    pipeline.prepare(spec, chosen, args)
     st, study, created = service.open_study(
         spec, url, n_trials=n_trials, heartbeat=heartbeat, grace=grace, from_study=from_study
     )
@@ -179,15 +170,7 @@ def run(
         markup=False,
     )
     _say_arms(spec)
-    if engine == "ray":
-        _run_ray(spec, st, study, url, runs_dir, cap, n_trials, address, (heartbeat, grace))
-        return
-    if engine == "slurm":
-        slurm_cli.run_slurm(
-            spec, st, study, url, runs_dir, cap, n_trials, slurm_values, (heartbeat, grace)
-        )
-        return
-    _run(spec, st, study, runs_dir, cap, n_trials, launcher)
+    drive(chosen, pipeline.job(spec, st, study, url, args))
 
 
 @app.command()
@@ -206,119 +189,38 @@ def worker(
     grace: GraceOption = GRACE_PERIOD_S,
 ) -> None:
     """Join a study started by `sweeps run` (its spec is read from the database)."""
+    from sweeps import pipeline
+    from sweeps.engines.local import LocalEngine
     from sweeps.storage import mask_url, resolve_storage_url
 
-    workers = service.concurrency_cap(workers, max_concurrent)
-    service.check_run_options(workers, n_trials, heartbeat, grace, launcher)
+    cap = service.concurrency_cap(workers, max_concurrent)
+    args = pipeline.RunArgs(cap, n_trials, runs_dir, launcher, heartbeat, grace)
+    args.check()
     url = resolve_storage_url(storage, None)
     spec, st, study = service.join_study(study_name, url, heartbeat=heartbeat, grace=grace)
-    service.check_n_trials(spec, n_trials)
-    service.check_host(spec)
-    service.check_runs_dir(runs_dir)
-    _ensure_corpus(spec)
-    service.check_corpus_fits(spec)
+    # This host's devices; in a task of the Slurm engine's array, what Slurm gave the task.
+    engine = LocalEngine(allocation=True)
+    pipeline.prepare(spec, engine, args)
     err_console.print(
         f"joining study {study_name!r} in {mask_url(url)}", highlight=False, markup=False
     )
-    from sweeps.engines import slurm
-
-    # A task of the Slurm engine's array packs what Slurm gave it, not the whole node.
-    pool = slurm.allocation_pool(spec, workers) if slurm.in_allocation() else None
-    _run(spec, st, study, runs_dir, workers, n_trials, launcher, pool)
-
-
-def _ensure_corpus(spec: StudySpec) -> None:
-    """Prepare the spec's corpus where it says to, once; check a given corpus dir."""
-    from sweeps.console import progress_bar
-
-    if not service.corpus_to_prepare(spec):
-        service.check_corpus(spec)
-        return
-    started = time.perf_counter()
-    with progress_bar(f"preparing corpus {spec.corpus.dir}") as progress:
-        service.prepare_corpus(spec, progress)
-    err_console.print(
-        f"prepared corpus {spec.corpus.dir} in {time.perf_counter() - started:.1f} s",
-        highlight=False,
-        markup=False,
-    )
-
-
-def _run(
-    spec: StudySpec,
-    st: Any,
-    study: optuna.Study,
-    runs_dir: Path,
-    workers: int | None,
-    n_trials: int | None,
-    launcher: str,
-    pool: Any = None,
-) -> None:
-    from sweeps import workers as wk
-
-    board = Board(study, wk.target_trials(spec, study, n_trials))
-    flags = wk.StopFlags()
-    options = wk.RunOptions(
-        n_workers=workers,
-        n_trials=n_trials,
-        timeout=spec.study.timeout,
-        launcher=launcher,
-        on_event=board.on_event,
-    )
-    study_dir = runs_dir / spec.name
-    with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-        results = wk.run_workers(spec, st, study, study_dir, options, flags, pool=pool, tick=tick)
-    summary(board, study_dir, results, flags)
-
-
-def _run_ray(
-    spec: StudySpec,
-    st: Any,
-    study: optuna.Study,
-    url: str,
-    runs_dir: Path,
-    cap: int | None,
-    n_trials: int | None,
-    address: str | None,
-    beats: tuple[int, int],
-) -> None:
-    from sweeps import workers as wk
-    from sweeps.engines import ray as ray_engine
-
-    board = Board(study, wk.target_trials(spec, study, n_trials))
-    flags = wk.StopFlags()
-    options = wk.RunOptions(
-        n_workers=cap, n_trials=n_trials, timeout=spec.study.timeout, on_event=board.on_event
-    )
-    study_dir = runs_dir / spec.name
-    with ray_engine.connect(address) as cluster:
-        err_console.print(cluster.describe(), highlight=False, markup=False)
-        with wk.stop_on_signals(flags, say=board.say), live_display(board) as tick:
-            results = ray_engine.run_on_cluster(
-                spec, st, study, url, study_dir, options, flags, tick=tick, beats=beats
-            )
-    summary(board, study_dir, results, flags)
+    drive(engine, pipeline.job(spec, st, study, url, args))
 
 
 # --- the plan (--dry-run) ------------------------------------------------------------------------
 
 
-def _print_plan(
-    spec: StudySpec,
-    url: str,
-    workers: int | None,
-    n_trials: int | None,
-    from_study: str | None = None,
-) -> None:
+def _print_plan(spec: StudySpec, p: Any) -> None:
+    """The dry run's plan (``sweeps.pipeline.dry_run``)."""
     from rich.table import Table
 
     from sweeps import plan
 
-    p = plan.dry_run(spec, url, workers, n_trials, from_study)
     print_summary(f"plan: {spec.source or spec.name}", p.rows)
     table = Table(title="space", title_justify="left", box=None, padding=(0, 2))
     for col in ("parameter", "type", "values", "when"):
         table.add_column(col, style="bold" if col == "parameter" else None)
+    row: tuple[str, ...]  # a space row, then a grid row
     for row in p.space:
         table.add_row(*(plain(cell) for cell in row))
     console.print(table)
@@ -486,6 +388,7 @@ def timeline(
         )
         return
     rows = tl.rows
+    assert tl.start is not None and tl.end is not None  # a trial has started: a span
     when = " to ".join(
         datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") for t in (tl.start, tl.end)
     )

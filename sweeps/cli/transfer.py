@@ -74,6 +74,7 @@ def coord(
         cfg = TrainConfig.from_dict(values)
         from lm.tokens import load_tokens
 
+        assert cfg.vocab_size is not None  # TrainConfig sets it
         cache = load_tokens(
             Path(cfg.corpus), cfg.tokenizer, cfg.vocab_size, lowercase=cfg.lowercase
         )

@@ -4,7 +4,7 @@
 Optuna's storage stays the single source of truth: worker threads in this process ask trials
 (the same ``claim_trial`` and budget as every worker), plan them (``sweeps.preflight``: the
 calibrated prediction against the per-trial budget of the largest node) and submit each as a
-Ray task whose resource request is that prediction plus ``local.ADMIT_MARGIN``:
+Ray task whose resource request is that prediction plus ``admission.ADMIT_MARGIN``:
 
 - a CPU trial asks for ``memory`` = its reservation in bytes and ``num_cpus`` = its threads
   (``SWEEPS_NUM_THREADS``, else 1), so Ray runs it only on a node with that much memory free;
@@ -33,15 +33,15 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 
 from lm import host, outcomes
 from lm.errors import SweepsError
-from sweeps import devices, liveness, optuna_compat, preflight
+from sweeps import admission, devices, liveness, optuna_compat, plan, preflight
 from sweeps import storage as st
-from sweeps.engines import local
+from sweeps.engines.base import EngineOptions, Hooks, Job
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 from sweeps.monitor import StopFlags
 from sweeps.runner import (
@@ -155,16 +155,16 @@ def device_kind(spec: StudySpec, nodes: list[Node]) -> str:
 
 def cluster_pool(
     nodes: list[Node], kind: str, threads: int, gpu_bytes: int | None
-) -> local.MemoryPool:
+) -> admission.MemoryPool:
     """The nodes as pools (for the per-trial budget: what the largest takes)."""
     if kind == "cuda":
         room = int((gpu_bytes or 0) * preflight.AUTO_GPU_FRACTION)
-        return local.MemoryPool(
-            [local.PoolDevice(n.address, "cuda", room) for n in nodes if n.gpus > 0]
+        return admission.MemoryPool(
+            [admission.PoolDevice(n.address, "cuda", room) for n in nodes if n.gpus > 0]
         )
-    return local.MemoryPool(
+    return admission.MemoryPool(
         [
-            local.PoolDevice(n.address, "cpu", n.memory, {}, tuple(range(int(n.cpus))), threads)
+            admission.PoolDevice(n.address, "cpu", n.memory, {}, tuple(range(int(n.cpus))), threads)
             for n in nodes
             if n.cpus >= threads
         ]
@@ -173,7 +173,7 @@ def cluster_pool(
 
 def request(kind: str, predicted: int, threads: int, gpu_room: int | None) -> dict[str, Any]:
     """Ray's resource request for a trial predicted to peak at ``predicted`` bytes."""
-    need = local.reservation(predicted)
+    need = admission.reservation(predicted)
     if kind == "cuda":
         share = math.ceil(need / max(1, gpu_room or 1) * 10**_RAY_DECIMALS) / 10**_RAY_DECIMALS
         return {"num_cpus": 1, "num_gpus": min(1.0, share)}
@@ -200,13 +200,13 @@ def _plan(ctx: RunnerContext, kind: str, trial: optuna.Trial) -> tuple[int | Non
 class _Placed:
     """The admission of a trial Ray already placed: its device and reservation, at once."""
 
-    def __init__(self, lease: local.Lease) -> None:
+    def __init__(self, lease: admission.Lease) -> None:
         self.lease = lease
 
-    def acquire(self, predicted_bytes: int, stop: Any) -> local.Lease:
+    def acquire(self, predicted_bytes: int, stop: Any) -> admission.Lease:
         return self.lease
 
-    def release(self, lease: local.Lease) -> None:
+    def release(self, lease: admission.Lease) -> None:
         pass
 
 
@@ -254,7 +254,7 @@ def run_on_node(job: dict[str, Any]) -> dict[str, Any]:
         launcher=launcher,
         budget_bytes=job["budget"],
         stop=StopFlags(),
-        admission=_Placed(local.Lease(0, job["reserve"], (), device)),
+        admission=_Placed(admission.Lease(0, job["reserve"], (), device)),
     )
     try:
         report = run_trial(ctx, WorkerDevice(job["kind"]), trial, job["calibration"])
@@ -284,7 +284,7 @@ def _trial_runner(
         task = {
             **job,
             "trial_id": trial_id,
-            "reserve": local.reservation(predicted),
+            "reserve": admission.reservation(predicted),
             "calibration": calibration,
         }
         ref = remote.options(max_retries=0, **request(kind, predicted, threads, gpu_room)).remote(
@@ -335,7 +335,7 @@ def _wait(ray: Any, ref: Any, stop: StopFlags) -> dict[str, Any] | str:
         ready, _ = ray.wait([ref], timeout=0.5)
         if ready:
             try:
-                return ray.get(ref)
+                return cast("dict[str, Any]", ray.get(ref))  # the task's report
             except ray.exceptions.RayError as exc:
                 return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         if stop.stop.is_set() and not cancelled:
@@ -359,6 +359,7 @@ def run_on_cluster(
     import time
 
     from sweeps import workers as wk
+    from sweeps.launchers import SubprocessLauncher
 
     ray = import_ray()
     flags = flags or StopFlags()
@@ -367,8 +368,7 @@ def run_on_cluster(
     threads = host.num_threads_override() or 1
     gpu_bytes = _gpu_bytes(ray, nodes) if kind == "cuda" else None
     pool = cluster_pool(nodes, kind, threads, gpu_bytes)
-    budget = local.trial_budget(spec.limits, pool)
-    study.set_user_attr("memory_budget_bytes", budget)
+    budget = admission.trial_budget(spec.limits, pool)
     n_trials = wk.target_trials(spec, study, options.n_trials)
     job = {
         "spec": spec.to_dict(),
@@ -388,7 +388,9 @@ def run_on_cluster(
         study=study,
         storage=storage,
         study_dir=study_dir,
-        launcher=None,
+        # Never launches here: a trial no node can take is planned and recorded by the driver,
+        # for the launcher the nodes start children with (run_on_node's).
+        launcher=SubprocessLauncher(),
         budget_bytes=budget,
         stop=flags,
         on_event=options.on_event,
@@ -439,3 +441,64 @@ def _gpu_bytes(ray: Any, nodes: list[Node]) -> int:
 def _probe_gpu() -> int | None:
     read = host.gpu_memory("0")
     return None if read is None else read.total
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RayEngine:
+    """Trials as Ray tasks on the cluster at ``address`` (None: ``$RAY_ADDRESS``, a cluster
+    started on this machine, else a new one here)."""
+
+    address: str | None = None
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> RayEngine:
+        return cls(options.address)
+
+    def check(self, spec: StudySpec, cap: int | None) -> None:
+        """Ray is installed (its cluster is read when the run connects)."""
+        import_ray()
+
+    def describe(self, spec: StudySpec, cap: int | None, n_trials: int) -> plan.Placement:
+        """Where the trials would go, without connecting (a connection can start a cluster):
+        the device kind as this host sees the spec's device, the budget the spec gives."""
+        try:
+            kind = devices.resolve(devices.wanted(spec))[0].kind
+        except SweepsError:
+            kind = "cuda"  # a GPU spec planned on a host without one: the cluster has them
+        budget = spec.limits.budget.per_trial(None)
+        where = self.address or "$RAY_ADDRESS, else a cluster on this machine"
+        return plan.Placement(
+            kind,
+            f"{cap or 'as many as the cluster holds'} at a time on the Ray cluster ({where}), "
+            "each trial a Ray task asking for its predicted memory",
+            budget,
+            "auto: what the largest node takes, read when the run connects"
+            if spec.limits.budget.auto
+            else plan.budget_text(budget, spec.limits.memory_budget),
+        )
+
+    def run(self, job: Job, hooks: Hooks) -> list[Any]:
+        from sweeps import workers as wk
+
+        options = wk.RunOptions(
+            n_workers=job.cap,
+            n_trials=job.n_trials,
+            timeout=job.spec.study.timeout,
+            on_event=hooks.on_event,
+        )
+        with connect(self.address) as cluster:
+            hooks.say(cluster.describe())
+            return run_on_cluster(
+                job.spec,
+                job.storage,
+                job.study,
+                job.url,
+                job.study_dir,
+                options,
+                hooks.flags,
+                tick=hooks.tick,
+                beats=job.beats,
+            )

@@ -16,7 +16,7 @@ What each task asks for, from the prediction (``plan_requests``), never a guess:
   ``preflight.plan_trial`` against the per-trial budget of the partition's largest node, as the
   Ray engine does with its largest node), calibrated by the study's factor;
 - a CPU study: ``--mem`` = ``trials_per_task`` reservations of that point (its predicted peak
-  times ``CALIBRATION_HEADROOM``, plus ``local.ADMIT_MARGIN``) + ``WORKER_BYTES`` for the
+  times ``CALIBRATION_HEADROOM``, plus ``admission.ADMIT_MARGIN``) + ``WORKER_BYTES`` for the
   worker process itself;
   ``--cpus-per-task`` = ``trials_per_task`` x threads per trial (``SWEEPS_NUM_THREADS``, else 1);
 - a GPU study: ``--gres=gpu:G`` (``--gpus-per-job``, default 1), trials packed on those GPUs by
@@ -58,8 +58,8 @@ from typing import Any
 
 from lm import host
 from lm.errors import SweepsError
-from sweeps import devices
-from sweeps.engines import local
+from sweeps import admission, devices, plan
+from sweeps.engines.base import EngineOptions, Hooks, Job
 
 #: The ``sweeps worker`` process of a task (Python, Optuna, SQLAlchemy; measured ~250 MiB
 #: resident), on top of its trials' reservations.
@@ -198,6 +198,7 @@ class Requests:
     kind: str  # cpu | cuda
     predicted_bytes: int  # the largest fitting point's calibrated predicted peak
     point: dict[str, Any] = field(default_factory=dict)
+    budget: int | None = None  # the per-trial budget the point was planned against
 
     @property
     def mem_mib(self) -> int:
@@ -219,7 +220,7 @@ def largest_fitting(
 ) -> tuple[int, dict[str, Any]]:
     """(calibrated predicted peak, point) of the largest point of the space whose plan fits
     ``budget`` (fitted points at their fitted size); a ``SweepsError`` when none does."""
-    from sweeps import plan, preflight
+    from sweeps import preflight
     from sweeps.space import trial_config
 
     best: tuple[int, dict[str, Any]] | None = None
@@ -254,24 +255,24 @@ def plan_requests(
     )
     if kind == "cpu":
         biggest = max(nodes, key=lambda n: n.memory)
-        pool = local.MemoryPool(
-            [local.PoolDevice(biggest.name, "cpu", biggest.memory - WORKER_BYTES)]
+        pool = admission.MemoryPool(
+            [admission.PoolDevice(biggest.name, "cpu", biggest.memory - WORKER_BYTES)]
         )
-        budget = local.trial_budget(spec.limits, pool)
+        budget = admission.trial_budget(spec.limits, pool)
         predicted, point = largest_fitting(spec, "cpu", budget, calibration)
-        mem = k * local.reservation(math.ceil(predicted * CALIBRATION_HEADROOM)) + WORKER_BYTES
-        return Requests(mem, k * threads, gpus, threads, k, kind, predicted, point)
+        mem = k * admission.reservation(math.ceil(predicted * CALIBRATION_HEADROOM)) + WORKER_BYTES
+        return Requests(mem, k * threads, gpus, threads, k, kind, predicted, point, budget)
     if gpus < 1:
         raise SweepsError(f"study {spec.name!r} trains on GPUs; --gpus-per-job must be >= 1")
     # The GPUs' memory is read by the worker on its node: here the budget is the spec's own.
-    budget = None if spec.limits.memory_budget in (None, "auto") else int(spec.limits.memory_budget)
+    budget = spec.limits.budget.per_trial(None)
     predicted, point = largest_fitting(spec, "cuda", budget, calibration)
     from sweeps import preflight
     from sweeps.space import trial_config
 
     on_host, _ = preflight.predict(trial_config(spec, point), device="cpu")
     mem = k * math.ceil(on_host * CALIBRATION_HEADROOM) + WORKER_BYTES
-    return Requests(mem, k * threads, gpus, threads, k, kind, predicted, point)
+    return Requests(mem, k * threads, gpus, threads, k, kind, predicted, point, budget)
 
 
 def check_fits(requests: Requests, nodes: Sequence[Node], partition: str | None) -> None:
@@ -288,6 +289,18 @@ def check_fits(requests: Requests, nodes: Sequence[Node], partition: str | None)
         f"is {requests.predicted_bytes // MiB} MiB); use fewer --max-concurrent, "
         "another --partition or a smaller space"
     )
+
+
+def requests_for(
+    spec: Any, values: Mapping[str, Any], cap: int | None, calibration: float = 1.0
+) -> tuple[SlurmOptions, Requests]:
+    """The options (the flags given over the spec's ``[engine]``) and each task's requests on
+    the partition's nodes, checked to fit one of them."""
+    options = options_from(spec.raw.get("engine"), {**values, "trials_per_task": cap})
+    nodes = partition_nodes(options.partition)
+    requests = plan_requests(spec, nodes, options, calibration)
+    check_fits(requests, nodes, options.partition)
+    return options, requests
 
 
 # --- the script ----------------------------------------------------------------------------------
@@ -351,7 +364,7 @@ def script(
         f"# The largest point that fits ({point}) is predicted to peak at "
         f"{requests.predicted_bytes // MiB} MiB on {requests.kind}; --mem holds "
         f"{requests.trials_per_task} x (that x {CALIBRATION_HEADROOM:g} for the calibration "
-        f"to grow, + {int(local.ADMIT_MARGIN * 100)} %) + "
+        f"to grow, + {int(admission.ADMIT_MARGIN * 100)} %) + "
         f"{WORKER_BYTES // MiB} MiB for the worker"
         if requests.kind == "cpu"
         else f"# The largest point that fits ({point}) is predicted to peak at "
@@ -392,7 +405,7 @@ def in_allocation() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
-def allocation_pool(spec: Any, cap: int | None) -> local.MemoryPool:
+def allocation_pool(spec: Any, cap: int | None) -> admission.MemoryPool:
     """This task's devices as the local engine's pools, sized by what Slurm allocated: its
     GPUs (Slurm's ``CUDA_VISIBLE_DEVICES``), else ``SLURM_MEM_PER_NODE`` less ``WORKER_BYTES``
     and ``SLURM_CPUS_PER_TASK`` cores (with ``task/none`` the affinity is the whole node)."""
@@ -401,14 +414,14 @@ def allocation_pool(spec: Any, cap: int | None) -> local.MemoryPool:
     per_task = int(env.get("SLURM_CPUS_PER_TASK") or 0)
     if per_task:
         cores = cores[:per_task]
-    pool = local.host_pool(spec, cap, cpus=cores)
+    pool = admission.host_pool(spec, cap, cpus=cores)
     mem_mib = int(env.get("SLURM_MEM_PER_NODE") or 0)
     if pool.devices[0].kind != "cpu" or not mem_mib:
         return pool
     d = pool.devices[0]
     room = max(0, mem_mib * MiB - WORKER_BYTES)
-    return local.MemoryPool(
-        [local.PoolDevice(d.label, d.kind, min(d.capacity, room), d.env, d.cores, d.threads)]
+    return admission.MemoryPool(
+        [admission.PoolDevice(d.label, d.kind, min(d.capacity, room), d.env, d.cores, d.threads)]
     )
 
 
@@ -591,3 +604,83 @@ def _wait_ended(job: str) -> bool:
             return True
         time.sleep(0.5)
     return False
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmEngine:
+    """Trials in a job array of ``sweeps worker`` tasks; ``values``: the Slurm flags given
+    (None where not: the spec's ``[engine]`` table, else the defaults)."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: EngineOptions) -> SlurmEngine:
+        return cls(dict(options.slurm))
+
+    def check(self, spec: Any, cap: int | None) -> None:
+        """The options, the partition and a node that holds one task, before a study exists."""
+        requests_for(spec, self.values, cap)
+
+    def describe(self, spec: Any, cap: int | None, n_trials: int) -> plan.Placement:
+        """The tasks' requests on the partition; off the cluster (no ``sinfo`` here: a spec
+        checked on a laptop), what the spec alone says."""
+        if shutil.which("sinfo") is None:
+            options = options_from(spec.raw.get("engine"), {**self.values, "trials_per_task": cap})
+            budget = spec.limits.budget.per_trial(None)
+            wanted = devices.wanted(spec)
+            return plan.Placement(
+                "cuda" if wanted.startswith("cuda") else "cpu",
+                f"{options.jobs} Slurm task(s), each up to {options.trials_per_task} trial(s) "
+                "at once (no sinfo here: their requests are planned on the cluster)",
+                budget,
+                "auto: decided on the partition's nodes"
+                if spec.limits.budget.auto
+                else plan.budget_text(budget, spec.limits.memory_budget),
+            )
+        options, requests = requests_for(spec, self.values, cap)
+        where = f"partition {options.partition}" if options.partition else "the default partition"
+        gres = f", --gres=gpu:{requests.gpus}" if requests.gpus else ""
+        point = " ".join(f"{k}={v}" for k, v in requests.point.items()) or "(fixed only)"
+        return plan.Placement(
+            requests.kind,
+            f"{options.jobs} Slurm task(s) on {where}, each up to {requests.trials_per_task} "
+            "trial(s) at once",
+            requests.budget,
+            plan.budget_text(requests.budget, spec.limits.memory_budget),
+            (
+                (
+                    "slurm task",
+                    f"--mem {requests.mem_mib}M --cpus-per-task {requests.cpus}{gres}: the "
+                    f"largest point that fits ({point}) is predicted to peak at "
+                    f"{requests.predicted_bytes // MiB} MiB",
+                ),
+            ),
+        )
+
+    def run(self, job: Job, hooks: Hooks) -> list[Any]:
+        """Submit the array of workers and follow it until the study is done (Ctrl-C cancels).
+        The trials run in the tasks: their errors are the tasks' (``follow`` raises them)."""
+        from sweeps import preflight
+        from sweeps import workers as wk
+
+        spec, study = job.spec, job.study
+        calibration = preflight.calibration_factor(study)
+        options, requests = requests_for(spec, self.values, job.cap, calibration)
+        target = wk.target_trials(spec, study, job.n_trials)
+        if wk.budget_state(study.get_trials(deepcopy=False), target).done:
+            return []
+        text = script(spec, requests, options, runs_dir=job.runs_dir, beats=job.beats)
+        logs = Path(job.runs_dir).resolve() / spec.name / "slurm"
+        array = submit(text, job.url, logs)
+        gres = f", gres gpu:{requests.gpus}" if requests.gpus else ""
+        hooks.say(
+            f"submitted Slurm job {array}: {options.jobs} task(s), each --mem "
+            f"{requests.mem_mib}M --cpus-per-task {requests.cpus}{gres}; logs in {logs}"
+        )
+        follow(
+            array, study, target, hooks.flags.stop, hooks.say, hooks.tick, on_event=hooks.on_event
+        )
+        return []

@@ -77,17 +77,15 @@ Example::
 """
 
 from sweeps.conditions import Condition, parse_condition
-from sweeps.spec.designs import budget_tokens
+from sweeps.spec.designs import Ablation, Scaling, budget_tokens
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import load_spec, read_spec
 from sweeps.spec.types import (
-    Ablation,
     CorpusSpec,
     Objective,
     ParamSpec,
     PrunerSpec,
     SamplerSpec,
-    Scaling,
     StudySection,
     StudySpec,
 )

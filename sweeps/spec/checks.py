@@ -18,11 +18,14 @@ from typing import Any, Literal
 
 from lm.config import TrainConfig, with_default_vocab
 from lm.errors import FieldError, SweepsError
-from sweeps.spec.types import Ablation, ParamSpec
+from sweeps.spec.designs import Ablation
+from sweeps.spec.types import ParamSpec
 from sweeps.spec.values import same, shown_values, train_defaults
 from sweeps.spec.walk import walk_one
 
-TRAIN_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(TrainConfig)}
+TRAIN_FIELDS: dict[str, dataclasses.Field[Any]] = {
+    f.name: f for f in dataclasses.fields(TrainConfig)
+}
 _TRAIN_HINTS = typing.get_type_hints(TrainConfig)
 #: A stand-in corpus path, only for validating configs before the corpus is known to exist.
 _PROBE_CORPUS = "<corpus>"
@@ -59,6 +62,7 @@ def check_literals(params: tuple[ParamSpec, ...], fixed: dict[str, Any]) -> None
         if p.when is None:
             continue
         for field_name, values in p.when.literals:
+            possible: tuple[Any, ...] | None
             if field_name in by_name and by_name[field_name].type == "categorical":
                 possible = by_name[field_name].choices or ()
             elif field_name in by_name:
@@ -157,7 +161,8 @@ def check_enqueue(
             entry[name] = v
         base = with_default_vocab({**train_defaults(), **fixed})
         given = {**base, **entry}
-        used = walk_one(space, base, lambda p, given=given: given.get(p.name))
+        # mypy cannot infer a lambda with a default; the default binds this entry's values
+        used = walk_one(space, base, lambda p, given=given: given.get(p.name))  # type: ignore[misc]
         for p in space:
             if p.name in entry and p.name not in used:
                 assert p.when is not None  # only a condition leaves a parameter out

@@ -7,7 +7,7 @@ ranks trials at them (``sweeps.fidelity``), which reads them from here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from lm import budget
 from lm.config import BUDGET_DEFAULTS, BUDGET_UNITS, BUDGETS, TrainConfig
@@ -27,7 +27,7 @@ def unit(spec: StudySpec) -> str:
     names = set(spec.param_names)
     base = spec.base_values()
     for u, name in zip(BUDGET_UNITS[1:], BUDGETS["max"][1:], strict=True):
-        if name in names or base.get(name) is not None:
+        if name in names or base.get(name) is not None:  # type: ignore[arg-type]  # max_* is in every unit
             return u
     if spec.ablation is not None:
         return spec.ablation.equal_unit
@@ -38,9 +38,9 @@ def _largest(spec: StudySpec, name: str) -> float | None:
     """The largest value ``name`` takes in the study (searched, designed or fixed); None when no
     trial sets it."""
     if spec.design is not None and name in spec.design.param_names:
-        return max(spec.design.choices(name))
+        return cast(float, max(spec.design.choices(name)))  # a budget's values are numbers
     if name in spec.param_names:
-        return max(spec.param(name).probe_values())
+        return cast(float, max(spec.param(name).probe_values()))  # as above
     value = spec.base_values().get(name)
     if value is None and name in (fields[0] for fields in BUDGETS.values()):
         return next(v for q, v in BUDGET_DEFAULTS.items() if BUDGETS[q][0] == name)
@@ -122,7 +122,7 @@ def rung_tokens(cfg: TrainConfig, rung: float) -> int:
     return max(1, round(budget.to_tokens(cfg, rung)))
 
 
-def n_brackets(spec: StudySpec, study_rungs: Sequence[int]) -> int:
+def n_brackets(spec: StudySpec, study_rungs: Sequence[float]) -> int:
     """Hyperband's brackets (one per rung, plus one that stops nothing); 1 otherwise."""
     p = spec.study.pruner
     if p.name != "hyperband":

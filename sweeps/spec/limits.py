@@ -103,10 +103,53 @@ class DivergenceLimits:
 
 
 @dataclass(frozen=True)
+class MemoryBudget:
+    """``limits.memory_budget``: a size (``"4GiB"``, held in bytes), ``"auto"`` or None (no
+    budget), and its one meaning in bytes (``per_trial``), for every engine, the dry run and
+    ``sweeps estimate``.
+
+    A trial's budget is what one trial may be given on an empty device of the place it runs
+    (``room``: the device's pool, ``sweeps.admission``, less the admission margin). Trials are
+    admitted to a device by predicted memory, so a trial that fits an empty device runs, waiting
+    for room if others hold it; dividing the device by the number of workers would prune trials
+    that run: ``"auto"`` is that room. A size is the user's cap on a trial: itself, lowered to
+    the room where one is known (a trial the device cannot hold is ``predicted_oom``, not left to
+    run out of memory). None: nothing is pre-pruned. The room is None where the device is not
+    known (a GPU study planned without its GPU, ``sweeps estimate`` of a given size): a size
+    stands as given and ``"auto"`` is decided where the trials run.
+    """
+
+    value: int | Literal["auto"] | None = "auto"
+
+    def __post_init__(self) -> None:
+        if self.value not in ("auto", None):
+            object.__setattr__(self, "value", parse_bytes(self.value))
+
+    @property
+    def auto(self) -> bool:
+        return self.value == "auto"
+
+    @property
+    def size(self) -> int | None:
+        """The given size in bytes (None: ``"auto"`` or no budget)."""
+        return None if self.value in ("auto", None) else int(self.value)
+
+    def per_trial(self, room: int | None) -> int | None:
+        """The budget in bytes of a trial on a device where one trial may have ``room``."""
+        if self.value is None:
+            return None
+        if self.auto:
+            return room
+        size = int(self.value)
+        return size if room is None else min(size, room)
+
+
+@dataclass(frozen=True)
 class Limits:
     """``[limits]``: what a trial may use and when it is stopped early.
 
-    ``memory_budget`` may be given as a size (``"4GiB"``) and is held in bytes; ``collapse`` and
+    ``memory_budget`` may be given as a size (``"4GiB"``) and is held in bytes (``budget``: it
+    as a ``MemoryBudget``, which says what it means in bytes for a device); ``collapse`` and
     ``divergence`` may be given as ``true``/``false`` (that rule on, with its defaults, or off).
     ``max_flops`` caps a trial's predicted training FLOPs (``lm.flops``): a trial over it is not
     launched (``pruned``, with the reason); a spec whose every trial is over it is refused.
@@ -123,8 +166,7 @@ class Limits:
     def __post_init__(self) -> None:
         if self.max_flops is not None:
             check_number(self, "max_flops", positive=True)
-        if self.memory_budget not in ("auto", None):
-            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
+        object.__setattr__(self, "memory_budget", MemoryBudget(self.memory_budget).value)
         if self.max_wall_s is not None:
             check_number(self, "max_wall_s", positive=True)
         for name, kind in (("collapse", CollapseLimits), ("divergence", DivergenceLimits)):
@@ -135,3 +177,8 @@ class Limits:
                 raise FieldError(name, f"must be true, false or a table, got {name}={value!r}")
         check_int(self, "max_retries", 0)
         check_choice(self, "oom_policy", OOM_POLICIES)
+
+    @property
+    def budget(self) -> MemoryBudget:
+        """``memory_budget`` as the type that turns it into bytes for a device."""
+        return MemoryBudget(self.memory_budget)

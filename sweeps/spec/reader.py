@@ -16,11 +16,10 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lm.config import with_default_vocab
 from lm.errors import FieldError, SweepsError, closest
-from sweeps.engines import ENGINE_KEYS
 from sweeps.spec.checks import (
     TRAIN_FIELDS,
     check_ablation,
@@ -30,6 +29,8 @@ from sweeps.spec.checks import (
     check_literals,
     normalise,
 )
+from sweeps.spec.designs import Ablation, Scaling
+from sweeps.spec.engine import ENGINE_KEYS
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.rules import (
     check_fixed_and_space,
@@ -38,13 +39,11 @@ from sweeps.spec.rules import (
     check_search,
 )
 from sweeps.spec.types import (
-    Ablation,
     CorpusSpec,
     Objective,
     ParamSpec,
     PrunerSpec,
     SamplerSpec,
-    Scaling,
     StudySection,
     StudySpec,
 )
@@ -113,9 +112,12 @@ def _keys(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.compare)
 
 
+_T = TypeVar("_T")
+
+
 def _make(
-    cls: type, key: str, values: Mapping[str, Any], rename: Mapping[str, str] | None = None
-) -> Any:
+    cls: type[_T], key: str, values: Mapping[str, Any], rename: Mapping[str, str] | None = None
+) -> _T:
     """``cls(**values)``, a ``FieldError`` keyed by where the field sits in the file (``rename``
     maps a field to its TOML key, "" for the table itself: ``sampler = "tpe"``)."""
     try:
@@ -306,7 +308,7 @@ class _Parser:
             return PrunerSpec("none" if multi or design is not None else "median")
         return self.named("study.pruner", value, PrunerSpec, PRUNERS)
 
-    def named(self, key: str, value: Any, cls: type, names: tuple[str, ...]) -> Any:
+    def named(self, key: str, value: Any, cls: type[_T], names: tuple[str, ...]) -> _T:
         """A sampler or pruner: ``"name"`` or ``{name = "...", option = ...}``."""
         rename = {"name": ""} if isinstance(value, str) else {}
         if isinstance(value, str):
@@ -354,7 +356,7 @@ class _Parser:
             raise FieldError(
                 "corpus.out", f"{out} is a file; give a directory for the prepared corpus"
             )
-        options = {k: t[k] for k in ("format", "val_fraction") if k in t}
+        options: dict[str, Any] = {k: t[k] for k in ("format", "val_fraction") if k in t}
         if "synthetic" in t:
             s = _table(t["synthetic"], "corpus.synthetic", ("size", "seed"))
             if "size" not in s:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lm import flops
@@ -89,7 +89,7 @@ def check_cooldown_reads(spec: StudySpec) -> None:
 def check_scaling_fixed(scaling: Any, fixed: Mapping[str, Any]) -> None:
     """What a ``[scaling]`` grid sets (sizes, ``max_tokens``, seeds) is not also ``[fixed]``;
     ``scaling`` is the ``[scaling]`` table (a ``Scaling`` or its TOML data)."""
-    get = (
+    get: Callable[[str], Any] = (
         (lambda k: scaling.get(k))
         if isinstance(scaling, Mapping)
         else (lambda k: getattr(scaling, k, None))

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lm.config import TrainConfig, default_of
-from sweeps.engines import ENGINE_KEYS, ENGINES
+from sweeps.spec.engine import ENGINE_KEYS
+from sweeps.spec.engine import ENGINE_NAMES as ENGINES
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import _CORPUS_KEYS, _PARAM_KEYS, _TOP_KEYS
 from sweeps.spec.types import (
@@ -41,7 +42,7 @@ def value_schema(hint: Any) -> dict[str, Any]:
         return {"type": "array", **({"items": value_schema(args[0])} if args else {})}
     if origin is dict or hint is dict:
         return {"type": "object"}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return table(hint)
     simple = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "string"}
     return {"type": simple[hint]} if hint in simple else {}
@@ -150,7 +151,7 @@ def study_schema() -> dict[str, Any]:
 def corpus_schema() -> dict[str, Any]:
     """The ``[corpus]`` table: a prepared directory, or a source or synthetic corpus to
     prepare."""
-    corpus = {
+    corpus: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {

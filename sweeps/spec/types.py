@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from lm.checks import check_bool, check_choice, check_int, check_number, check_str
 from lm.config import check_cooldown_fraction, with_default_vocab
@@ -191,7 +191,7 @@ class PrunerSpec:
 
     def first_rung(self, unit: str) -> float | None:
         """The first rung given in ``unit`` (None: not given in it)."""
-        return getattr(self, RUNG_FIELDS[unit])
+        return cast("float | None", getattr(self, RUNG_FIELDS[unit]))  # a rung field
 
     @property
     def by_tokens(self) -> bool:
@@ -292,8 +292,9 @@ class CorpusSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dir", Path(self.dir))
-        if isinstance(self.source, str):
-            object.__setattr__(self, "source", (self.source,))
+        source: object = self.source  # as given: one path or a list of them
+        if isinstance(source, str):
+            object.__setattr__(self, "source", (source,))
         as_tuple(self, "source")
         if self.source and self.synthetic_size is not None:
             raise FieldError("source", "give source or synthetic_size, not both")
@@ -357,9 +358,10 @@ class ParamSpec:
 
     def __post_init__(self) -> None:
         check_choice(self, "type", PARAM_TYPES)
-        if self.when is not None and not isinstance(self.when, Condition):
+        when: object = self.when  # as given: a condition's text, or a Condition
+        if when is not None and not isinstance(when, Condition):
             try:
-                object.__setattr__(self, "when", parse_condition(self.when))
+                object.__setattr__(self, "when", parse_condition(when))
             except SweepsError as exc:
                 raise FieldError("when", str(exc)) from None
         if self.when is not None and self.name in self.when.fields:
@@ -414,6 +416,7 @@ class ParamSpec:
                 check_number(self, "step", positive=True)
         check_bool(self, "log")
         low, high, step = self.low, self.high, self.step
+        assert low is not None and high is not None  # checked above
         if low > high:
             raise FieldError("low", f"must be <= high, got low={low}, high={high}; swap them")
         if self.log and low <= 0:
@@ -445,6 +448,7 @@ class ParamSpec:
         (a MemoryError as a list), and a grid or a draw needs only its length and a few items."""
         if self.type == "categorical":
             return list(self.choices or ())
+        assert self.low is not None and self.high is not None  # a range has both
         if self.type == "int":
             return range(int(self.low), int(self.high) + 1, int(self.step or 1))
         if self.step is None:
@@ -473,7 +477,8 @@ class ParamSpec:
         choices = self.choices or ()
         if len(choices) <= MAX_PROBED_CHOICES:
             return tuple(choices)
-        numbers, others = [], []
+        numbers: list[int | float] = []
+        others: list[Any] = []
         for v in choices:
             (numbers if isinstance(v, (int, float)) and v.__class__ is not bool else others).append(
                 v
@@ -488,6 +493,7 @@ class ParamSpec:
             return False
         if self.type == "int" and not isinstance(value, int):
             return False
+        assert self.low is not None and self.high is not None  # a range has both
         if not self.low <= value <= self.high:
             return False
         if self.step is not None:

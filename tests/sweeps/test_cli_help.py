@@ -78,13 +78,3 @@ def test_version_and_completion() -> None:
         timeout=300,
     )
     assert proc.returncode == 0 and "complete -o" in proc.stdout, proc.stderr
-
-
-def test_the_readmes_training_fields_are_the_config_with_its_defaults() -> None:
-    from pathlib import Path
-
-    from sweeps.cli.options import config_reference
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    table = readme.split("| field | default | meaning |\n|---|---|---|\n")[1].split("\n\n")[0]
-    assert table.splitlines() == [f"| `{f}` | {d} | {h} |" for f, d, h in config_reference()]

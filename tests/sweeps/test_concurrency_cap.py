@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from sweeps import admission as local
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.engines import local
 from sweeps.spec import read_spec
 from tests.shared import shared_corpus
 from tests.sweeps.helpers import spec_dict

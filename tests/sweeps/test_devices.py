@@ -11,11 +11,12 @@ import pytest
 
 from lm import host
 from lm.errors import SweepsError
+from sweeps import admission as local
 from sweeps import devices, plan
 from sweeps import workers as wk
 from sweeps.console import human_bytes
-from sweeps.engines import local, slurm
 from sweeps.engines import ray as ray_engine
+from sweeps.engines import slurm
 from sweeps.spec import StudySpec, read_spec
 from tests.sweeps.helpers import spec_dict, worker_study
 

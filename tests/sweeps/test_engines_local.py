@@ -14,10 +14,10 @@ import optuna
 import pytest
 
 from lm import outcomes
+from sweeps import admission as local
 from sweeps import preflight
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.engines import local
 from sweeps.runner import RunnerContext, TrialReport, WorkerDevice, finish
 from sweeps.space import suggest, trial_config
 from sweeps.spec import Limits, read_spec

@@ -21,10 +21,10 @@ import optuna
 import pytest
 
 from lm.errors import SweepsError
+from sweeps import admission as local
 from sweeps import liveness, records
 from sweeps import storage as st
 from sweeps import workers as wk
-from sweeps.engines import local
 from sweeps.engines import ray as ray_engine
 from sweeps.spec import Limits, read_spec
 from tests.sweeps.helpers import spec_dict, study_trials
@@ -175,6 +175,29 @@ def test_the_node_plans_with_the_drivers_factor_and_a_rejected_trial_stays_here(
     assert here == []
     fake, report = runner(budget=1)  # fits nowhere: recorded here, no task
     assert fake.submitted == [] and here == [(1, 1.3)] and report.outcome == "predicted_oom"
+
+
+def test_a_trial_no_node_can_take_is_recorded_by_the_driver(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, corpus: Path
+) -> None:
+    """The driver's own context (run_on_cluster's) records a trial that fits no node as
+    predicted_oom: it had no launcher, and planning the trial raised AttributeError."""
+    from sweeps.runner import run_trial
+    from tests.sweeps.helpers import CPU, worker_study
+
+    spec = read_spec(spec_dict("rejected", corpus), source=tmp_path / "spec.toml")
+    storage, study = worker_study(spec, tmp_path / "sweeps.db")
+    study.enqueue_trial({"tokenizer": "bpe", "vocab_size": 600})
+    node = ray_engine.Node("n1", "127.0.0.1", 1.0, 0.0, 64 * 2**20)
+    monkeypatch.setattr(ray_engine, "import_ray", FakeRay)
+    monkeypatch.setattr(ray_engine, "alive_nodes", lambda ray: [node])
+    monkeypatch.setattr(local, "trial_budget", lambda limits, pool: 64 * 2**20)
+    contexts: list = []
+    monkeypatch.setattr(wk, "run_threads", lambda ctx, *args: contexts.append(ctx) or [])
+    options = wk.RunOptions(n_workers=1)
+    ray_engine.run_on_cluster(spec, storage, study, "sqlite://", tmp_path / "runs", options)
+    report = run_trial(contexts[0], CPU, study.ask())
+    assert report.outcome == "predicted_oom", report.reason
 
 
 # --- a cluster in a network namespace ------------------------------------------------------------

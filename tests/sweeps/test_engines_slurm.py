@@ -17,9 +17,10 @@ import optuna
 import pytest
 
 from lm.errors import SweepsError
-from sweeps import preflight
+from sweeps import admission as local
+from sweeps import preflight, slurm_job
 from sweeps import workers as wk
-from sweeps.engines import local, slurm, slurm_job
+from sweeps.engines import slurm
 from sweeps.space import trial_config
 from sweeps.spec import StudySpec, load_spec, read_spec
 from tests.sweeps import slurm_cluster

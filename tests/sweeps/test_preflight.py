@@ -14,6 +14,7 @@ from lm.errors import SweepsError
 from lm.tokens import CorpusCounts
 from sweeps import preflight
 from sweeps.spec import Limits
+from sweeps.spec.limits import MemoryBudget
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -142,25 +143,43 @@ def test_halve_batch_stops_at_one() -> None:
     assert preflight.halve_batch(cfg_of(batch_size=1, grad_accum=4)) is None
 
 
-def test_resolve_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert preflight.resolve_budget(Limits(memory_budget=None), device="cpu", workers=4) is None
-    assert (
-        preflight.resolve_budget(Limits(memory_budget=3 * 2**30), device="cuda", workers=4)
-        == 3 * 2**30
-    )
+def test_the_memory_budget_has_one_meaning() -> None:
+    """A trial's budget is what one trial may have on an empty device (``room``): auto is the
+    room, a size is itself lowered to the room, None is no budget; without a known room a size
+    stands and auto is left to where the trials run."""
+    room = 5 * 2**30
+    assert MemoryBudget(None).per_trial(room) is None
+    assert MemoryBudget("auto").per_trial(room) == room
+    assert MemoryBudget("auto").per_trial(None) is None
+    assert MemoryBudget("2GiB").per_trial(room) == 2 * 2**30
+    assert MemoryBudget("8GiB").per_trial(room) == room  # the device cannot give more
+    assert MemoryBudget("8GiB").per_trial(None) == 8 * 2**30
+    assert Limits(memory_budget="2GiB").budget == MemoryBudget(2 * 2**30)
+    with pytest.raises(SweepsError, match="memory_budget"):
+        MemoryBudget("8 gigs")
+
+
+def test_a_budget_on_this_hosts_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sweeps estimate``'s budget: auto is the room of a trial on this host's device (shared
+    by ``--workers`` trials), the same room the pools give; a size is as given."""
+    from sweeps import admission
+
+    assert admission.device_budget(MemoryBudget(None), "cpu") is None
+    assert admission.device_budget(MemoryBudget(3 * 2**30), "cuda", 4) == 3 * 2**30
     monkeypatch.setattr(host, "mem_available_bytes", lambda: 10 * 2**30)
-    auto = Limits(memory_budget="auto")
-
-    def gib(device: str, workers: int) -> float:
-        return preflight.resolve_budget(auto, device=device, workers=workers) / 2**30
-
-    assert gib("cpu", 1) == pytest.approx(8)  # 80 % of MemAvailable
-    assert gib("cpu", 4) == pytest.approx(2)  # shared by the workers
+    auto = MemoryBudget("auto")
+    cpu = int(10 * 2**30 * preflight.AUTO_CPU_FRACTION)  # 80 % of MemAvailable
+    assert admission.device_budget(auto, "cpu") == admission.trial_room(cpu)
+    assert admission.device_budget(auto, "cpu", 4) == admission.trial_room(cpu // 4)
     # Recorded nvidia-smi lines: another process holds 20 GiB of the 80 GiB GPU.
     monkeypatch.setattr(host, "visible_gpus", lambda: ["0", "1"])
     monkeypatch.setattr(host, "gpu_memory", lambda gpu: host.parse_gpu_memory("61440, 81920\n"))
-    assert gib("cuda:1", 2) == pytest.approx(54)  # 90 % of what is free, a worker per device
-    assert gib("cuda", 4) == pytest.approx(27)  # two workers per device
+    gpu = preflight.gpu_room(60 * 2**30)  # 90 % of what is free
+    assert admission.device_budget(auto, "cuda:1", 2) == admission.trial_room(gpu // 2)
+    # The room is the largest prediction whose reservation (prediction + margin) fits.
+    for capacity in (gpu, cpu, 1000, 11):
+        room = admission.trial_room(capacity)
+        assert admission.reservation(room) <= capacity < admission.reservation(room + 1)
 
 
 def test_mem_available_reads_proc_meminfo() -> None:
@@ -300,7 +319,7 @@ def test_a_three_trial_cuda_study_reserves_at_least_each_real_peak() -> None:
     trial planned after it reserves at least what it really holds on the device (reserved
     blocks + its context). Before the fix the factor (allocated / whole prediction) was
     clamped at 0.5 and scaled the context too: reservations fell below the real peaks."""
-    from sweeps.engines.local import reservation
+    from sweeps.admission import reservation
 
     complete = optuna.trial.TrialState.COMPLETE
     rows, real_peaks, cfgs = [], [], []

@@ -134,10 +134,10 @@ def _quickstart_draw(spec: StudySpec) -> list[tuple[dict[str, Any], Any, Any]]:
     random sampler draws independently of results) and their memory plans."""
     import optuna
 
-    from sweeps import preflight, space
+    from sweeps import admission, preflight, space
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    budget = preflight.resolve_budget(spec.limits, device="cpu", workers=1)
+    budget = admission.device_budget(spec.limits.budget, "cpu")
     study = optuna.create_study(sampler=space.make_sampler(spec))
     out = []
     for _ in range(spec.study.n_trials):

@@ -1,5 +1,5 @@
 """Which Slurm job ran a trial, from the environment Slurm gives its tasks: read by the runner
-(below the engines, so not from ``sweeps.engines.slurm``, which imports it).
+(beside ``sweeps.admission``, below the engines: nothing below ``sweeps.engines`` imports it).
 """
 
 from __future__ import annotations
