@@ -13,12 +13,15 @@ and after the step's update:
   AdamW's update entries are about lr whatever the width, so under SP this grows with width and
   under µP (lr / m) it stays put.
 
-Step 1 is measured at initialisation (its forward runs before any update). Under µP each row is
-flat across widths (the check passes); under SP the logits and the updates grow with width once
-training moves the weights: the reason a learning rate tuned narrow does not transfer wide. The
-rate is constant (no warm-up, no decay) so every step moves the weights by the same rule; a large
-one (the ``mup`` README's advice) shows a wrong scaling sooner. A step is one micro-batch of
-``batch_size`` windows in fp32 (``grad_accum`` and ``precision`` do not change what is checked).
+Step 1 is measured at initialisation (its forward runs before any update): there µP's logits
+shrink like 1/sqrt(width) (a random readout of width terms times 1/width; the ``mup`` README's
+first exception, gone once training correlates the readout with its input). From step 2 on,
+under µP each row is flat across widths (the check passes); under SP the logits, the blocks'
+outputs and the updates grow with width once training moves the weights: the reason a learning
+rate tuned narrow does not transfer wide. The rate is constant (no warm-up, no decay) so every
+step moves the weights by the same rule; a large one (the ``mup`` README's advice) shows a wrong
+scaling sooner. A step is one micro-batch of ``batch_size`` windows in fp32 (``grad_accum`` and
+``precision`` do not change what is checked).
 """
 
 from __future__ import annotations

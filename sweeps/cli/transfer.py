@@ -188,7 +188,8 @@ def coord_figure(rows: list[CoordRow]) -> go.Figure:
                     row=1,
                     col=col,
                 )
-    fig.update_xaxes(type="log", title_text="d_model")
+    widths = sorted({r.width for r in rows})
+    fig.update_xaxes(type="log", title_text="d_model", tickvals=widths, ticktext=widths)
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text="RMS", col=1)
     return style(
