@@ -53,6 +53,7 @@ from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
 from sweeps.monitor import POLL_S, TERM_GRACE_S, StopFlags
+from sweeps.record import TrialRecord
 from sweeps.runner import (
     RunnerContext,
     TrialReport,
@@ -385,7 +386,7 @@ def worker_loop(
                     trial,
                     outcomes.CRASHED,
                     f"orchestrator error: {line}",
-                    {"traceback": traceback.format_exc()[-4000:]},
+                    TrialRecord(traceback=traceback.format_exc()[-4000:]),
                 )
             raise
         out.reports.append(report)
