@@ -25,9 +25,12 @@ from typing import Any
 from lm.errors import SweepsError
 from sweeps import effects as fx
 from sweeps import optuna_compat
+from sweeps import record as rc
+from sweeps.record import TrialRecord
 
 SUFFIX = "-confirm"
-CONFIRMS_ATTR = "confirms"
+#: The study attribute, and each trial's, that names the source trials a confirmation repeats.
+CONFIRMS_ATTR = rc.CONFIRMS
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
     if source.endswith(SUFFIX):
         raise SweepsError(f"study {source!r} is a confirmation; confirm the study it came from")
     data = results.load(storage, source)
-    stored = data.user_attrs.get("spec")
+    stored = data.user_attrs.get(rc.STUDY_SPEC)
     if not isinstance(stored, dict):
         raise SweepsError(
             f"study {source!r} has no stored spec (it was not created by "
@@ -165,10 +168,10 @@ def confirm_spec(
 def link(storage: Any, study: Any, the_plan: Plan) -> None:
     """Name the source trials on the confirmation study and on each of its unfinished trials
     (finished ones already carry it, or are named by the study's attribute)."""
-    study.set_user_attr(CONFIRMS_ATTR, the_plan.link())
+    study.set_user_attr(rc.STUDY_CONFIRMS, the_plan.link())
     by_label = {c["config"]: c for c in the_plan.configs}
     for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished() or CONFIRMS_ATTR in t.user_attrs:
+        if t.state.is_finished() or TrialRecord.from_trial(t).confirms is not None:
             continue
         fixed = dict(t.system_attrs.get("fixed_params") or t.params)
         fixed.pop("seed", None)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from lm import outcomes
 from lm.errors import SweepsError
+from sweeps import record as rc
 from sweeps import results
 from sweeps.console import human_count
 from sweeps.results import plain_value
@@ -918,7 +919,7 @@ def study_effects(
     wanted = parse_baseline(baseline) if baseline is not None else None
     data = results.load(storage, name)
     if wanted is None:
-        wanted = spec_baseline(data.user_attrs.get("spec"))
+        wanted = spec_baseline(data.user_attrs.get(rc.STUDY_SPEC))
         if wanted is None:
             raise SweepsError(
                 f"study {name!r} is not an [ablation] study; name its baseline "

@@ -20,9 +20,12 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from optuna.trial import FrozenTrial
+from sweeps.spec import DEFAULT_OBJECTIVES
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 
 @dataclass(kw_only=True)
@@ -278,8 +281,10 @@ class TrialRecord:
         return out
 
     def get(self, name: str) -> Any:
-        """A field by name (the analysis wing's column lists): None when unset."""
-        return getattr(self, name) if name in KINDS else self.extra.get(name)
+        """The stored value of ``name``, typed or not (the analysis wing's column lists, which
+        coerce what they show): the field, else what ``extra`` keeps under that key."""
+        value = getattr(self, name) if name in KINDS else None
+        return self.extra.get(name) if value is None else value
 
 
 def _kind(hint: Any) -> type:
@@ -470,3 +475,14 @@ STUDY_CALIBRATION = "calibration_factor"
 STUDY_CONFIRMS = "confirms"
 #: The trials carried into the study (``sweeps run --from``): {"study": ..., "trials": ...}.
 STUDY_CARRIED = "sweeps_carried_from"
+
+
+def objective_names(spec: Any, n: int) -> list[str]:
+    """Metric names of the ``n`` objectives, from the spec the study stores (``STUDY_SPEC``),
+    else placeholders."""
+    try:
+        objectives = spec["study"].get("objectives", DEFAULT_OBJECTIVES)
+        names = [o if isinstance(o, str) else o["metric"] for o in objectives]
+    except (TypeError, KeyError, AttributeError):
+        names = []
+    return names if len(names) == n else [f"objective {i}" for i in range(n)]

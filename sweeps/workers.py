@@ -49,6 +49,7 @@ from optuna.trial import FrozenTrial, TrialState
 from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import liveness, optuna_compat, records
+from sweeps import record as rc
 from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
@@ -137,15 +138,15 @@ def budget_state(trials: Sequence[FrozenTrial], n_trials: int) -> BudgetState:
 def trial_outcome(t: FrozenTrial, superseded: set[int] | None = None) -> str:
     """The outcome shown for a trial: its recorded one, else its state (a FAIL without one was
     failed by a heartbeat: its worker died)."""
-    return outcomes.shown(t.user_attrs.get("outcome"), t.state.name)
+    return outcomes.shown(rc.outcome_of(t), t.state.name)
 
 
 # --- the study -----------------------------------------------------------------------------------
 
 
-SPEC_ATTR = "spec"
-N_TRIALS_ATTR = "n_trials"
-ENQUEUED_ATTR = "sweeps_enqueued"
+SPEC_ATTR = rc.STUDY_SPEC
+N_TRIALS_ATTR = rc.STUDY_N_TRIALS
+ENQUEUED_ATTR = rc.STUDY_ENQUEUED
 #: Parts of a spec that must not change under a running study (its trials would not compare).
 _IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
 
@@ -475,7 +476,7 @@ def run_workers(
     if note is not None and options.on_event is not None:
         options.on_event("note", {"text": note})
     budget = local.trial_budget(spec.limits, pool)
-    study.set_user_attr("memory_budget_bytes", budget)
+    study.set_user_attr(rc.STUDY_MEMORY_BUDGET, budget)
     recover_local(storage, study, spec.limits.max_retries)
     n_threads = local.concurrency(pool, options.n_workers)
     state = budget_state(study.get_trials(deepcopy=False), n_trials)

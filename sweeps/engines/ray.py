@@ -44,6 +44,7 @@ from sweeps import storage as st
 from sweeps.engines import local
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 from sweeps.monitor import StopFlags
+from sweeps.record import STUDY_MEMORY_BUDGET
 from sweeps.runner import (
     RunnerContext,
     TrialReport,
@@ -367,7 +368,7 @@ def run_on_cluster(
     gpu_bytes = _gpu_bytes(ray, nodes) if kind == "cuda" else None
     pool = cluster_pool(nodes, kind, threads, gpu_bytes)
     budget = local.trial_budget(spec.limits, pool)
-    study.set_user_attr("memory_budget_bytes", budget)
+    study.set_user_attr(STUDY_MEMORY_BUDGET, budget)
     n_trials = wk.target_trials(spec, study, options.n_trials)
     job = {
         "spec": spec.to_dict(),

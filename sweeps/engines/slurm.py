@@ -60,6 +60,7 @@ from lm import host
 from lm.errors import SweepsError
 from sweeps import devices
 from sweeps.engines import local
+from sweeps.record import TrialRecord
 
 #: The ``sweeps worker`` process of a task (Python, Optuna, SQLAlchemy; measured ~250 MiB
 #: resident), on top of its trials' reservations.
@@ -503,8 +504,9 @@ def _trial_events(
     from lm import outcomes
 
     for t in study.get_trials(deepcopy=False):
-        if t.state.name == "RUNNING" and t.number not in seen and t.user_attrs.get("slurm_job"):
-            seen[t.number] = str(t.user_attrs["slurm_job"])
+        rec = TrialRecord.from_trial(t)
+        if t.state.name == "RUNNING" and t.number not in seen and rec.slurm_job:
+            seen[t.number] = rec.slurm_job
             on_event(
                 "start",
                 {"number": t.number, "params": dict(t.params), "worker": f"slurm {seen[t.number]}"},
@@ -515,8 +517,8 @@ def _trial_events(
                 {
                     "number": t.number,
                     "values": t.values,
-                    "outcome": outcomes.shown(t.user_attrs.get("outcome"), t.state.name),
-                    "reason": t.user_attrs.get("reason"),
+                    "outcome": outcomes.shown(rec.outcome, t.state.name),
+                    "reason": rec.reason,
                 },
             )
 
