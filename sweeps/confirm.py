@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from lm.errors import SweepsError
-from sweeps import effects as fx
 from sweeps import optuna_compat
 from sweeps import record as rc
+from sweeps import replicates as rp
+from sweeps.plain import plain_value
 from sweeps.record import TrialRecord
+from sweeps.seeds import seeds_of
 
 SUFFIX = "-confirm"
 #: The study attribute, and each trial's, that names the source trials a confirmation repeats.
@@ -109,8 +111,8 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
             f"study {source!r} is an IsoFLOP grid; `sweeps confirm` re-runs the "
             "best configurations of a search or an ablation"
         )
-    column, direction = fx.metric_of(data, metric)
-    reps = fx.replicates(data.trials, column, direction)
+    column, direction = rp.metric_of(data, metric)
+    reps = rp.replicates(data.trials, column, direction)
     if reps.empty:
         raise SweepsError(
             f"study {source!r} has no complete trial with a {column}; nothing to confirm yet"
@@ -125,7 +127,7 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
         }
         for _, r in chosen.iterrows()
     )
-    used = [s for s in fx.seeds_of(data.trials) if isinstance(s, int)]
+    used = [s for s in seeds_of(data.trials) if isinstance(s, int)]
     start = max([*used, int(stored.get("fixed", {}).get("seed", 0))]) + 1
     fresh = tuple(range(start, start + seeds))
     spec = confirm_spec(stored, source + SUFFIX, [c["params"] for c in configs], fresh)
@@ -175,7 +177,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
             continue
         fixed = dict(t.system_attrs.get("fixed_params") or t.params)
         fixed.pop("seed", None)
-        found = by_label.get(fx.label({k: fx.plain_value(v) for k, v in fixed.items()}))
+        found = by_label.get(rp.label({k: plain_value(v) for k, v in fixed.items()}))
         if found is not None:
             storage.set_trial_user_attr(
                 optuna_compat.trial_id(t),
@@ -186,7 +188,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
 
 def rankings(
     storage: Any, name: str, *, metric: str | None = None, level: float = 0.05
-) -> list[fx.Ranking]:
+) -> list[rp.Ranking]:
     """The confirmation study's configurations ranked on ``metric`` (default: the first
     objective), then on each other objective (multi-objective: per objective)."""
     from sweeps import results
@@ -194,10 +196,10 @@ def rankings(
     if not 0.0 < level < 1.0:
         raise SweepsError(f"--level must be between 0 and 1, got {level}")
     data = results.load(storage, name)
-    first = fx.metric_of(data, metric)
-    others = [fx.metric_of(data, o) for o in data.objectives]
+    first = rp.metric_of(data, metric)
+    others = [rp.metric_of(data, o) for o in data.objectives]
     out = []
     for column, direction in dict.fromkeys([first, *others]):
         if column in data.trials:
-            out.append(fx.rank(data.trials, metric=column, direction=direction, level=level))
+            out.append(rp.rank(data.trials, metric=column, direction=direction, level=level))
     return out

@@ -51,10 +51,10 @@ from sweeps.verdicts import Verdict
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.
-RUNGS_ATTR = rc.names("rungs")[0]
+RUNGS_ATTR = rc.RUNGS
 #: The trial user attribute holding the training tokens at which it reached each of those
 #: rungs (``{"<rung>": tokens}``): under a budget in bytes or FLOPs, each trial's own.
-RUNG_TOKENS_ATTR = rc.names("rung_tokens")[0]
+RUNG_TOKENS_ATTR = rc.RUNG_TOKENS
 #: Endings whose values are no competitor at a rung (the project's verdicts).
 NOT_COMPETING = (*outcomes.PREDICTION_VERDICTS, outcomes.DIVERGED, outcomes.OOM)
 #: Trial states that compete at a rung.

@@ -336,6 +336,15 @@ OUTCOME = names("outcome")[0]
 CARRIED_FROM = names("carried_from")[0]
 CONFIRMS = names("confirms")[0]
 SLURM_JOB = names("slurm_job")[0]
+#: The values of a trial at each rung it passed: ``{"<tokens>": [value per objective]}``.
+RUNGS = names("rungs")[0]
+#: The training tokens at which it reached each of those rungs (``{"<rung>": tokens}``).
+RUNG_TOKENS = names("rung_tokens")[0]
+#: The field of each objective's unigram baseline, in its own unit: what a model that learned
+#: only the corpus frequencies scores (it depends on the trial's tokenizer and vocabulary).
+UNIGRAM_BASELINE = dict(
+    zip(("val_bpb", "val_loss"), names("unigram_bpb", "unigram_entropy"), strict=True)
+)
 
 #: Final-evaluation keys the runner copies into the record from the child's last evaluation.
 FINAL_METRICS = names(

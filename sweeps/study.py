@@ -319,12 +319,8 @@ def budget_warnings(
 # --- rows for status and trials ------------------------------------------------------------------
 
 
-#: Each objective's unigram baseline, in its own unit: what a model that learned only the corpus
-#: frequencies scores (a trial attribute; it depends on the trial's tokenizer and vocabulary).
-UNIGRAM_BASELINE = {
-    "val_bpb": rc.names("unigram_bpb")[0],
-    "val_loss": rc.names("unigram_entropy")[0],
-}
+#: Each objective's unigram baseline (``record.UNIGRAM_BASELINE``).
+UNIGRAM_BASELINE = rc.UNIGRAM_BASELINE
 
 
 def best_trial(study: optuna.Study, trials: list[Any] | None = None) -> Any:

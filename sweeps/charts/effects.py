@@ -15,6 +15,7 @@ from lm.errors import SweepsError
 from sweeps import effects as fx
 from sweeps import record as rc
 from sweeps.charts import Chart, esc, style
+from sweeps.replicates import metric_of
 from sweeps.results import StudyResults
 
 VERDICT_COLORS = {"better": "#2ca02c", "worse": "#d62728"}
@@ -41,7 +42,7 @@ def data(results: StudyResults) -> tuple[fx.Effects | None, str]:
             "Not an [ablation] study (`sweeps effects STUDY --baseline FIELD=VALUE` "
             "compares any study's configurations).",
         )
-    metric, direction = fx.metric_of(results, None)
+    metric, direction = metric_of(results, None)
     try:
         return fx.effects(
             results.trials,
