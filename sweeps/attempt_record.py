@@ -13,7 +13,7 @@ from typing import Any
 from lm import flops, host, memory
 from lm.config import TrainConfig
 from sweeps.monitor import Attempt
-from sweeps.record import FINAL_METRICS, RESULT_FIELDS, TrialRecord
+from sweeps.record import FINAL_METRICS, KINDS, RESULT_FIELDS, TrialRecord, fits
 from sweeps.spec import Limits, StudySpec
 
 
@@ -62,8 +62,10 @@ def attempt_fields(a: Attempt, device: str = "cpu") -> TrialRecord:
     if params:
         out.params = params
         out.params_total = int(params.get("total", 0))
-    out.update(**{k: r[k] for k in RESULT_FIELDS if r.get(k) is not None})
-    out.update(**{k: final[k] for k in FINAL_METRICS if final.get(k) is not None})
+    # What the child's files give as they are: a value of another type is the child's problem
+    # (``check_result`` names it), never one that fails the record when it is written.
+    out.update(**_fitting(r, RESULT_FIELDS))
+    out.update(**_fitting(final, FINAL_METRICS))
     if isinstance(last.get("step"), int):  # the evaluation a verdict was reached at
         out.last_eval_step = last["step"]
     if out.best_val_bpb is None:
@@ -71,6 +73,11 @@ def attempt_fields(a: Attempt, device: str = "cpu") -> TrialRecord:
         if finite:
             out.best_val_bpb = min(finite)
     return out
+
+
+def _fitting(given: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The values of ``keys`` in ``given`` that are set and of their field's type."""
+    return {k: given[k] for k in keys if given.get(k) is not None and fits(given[k], KINDS[k])}
 
 
 def capped(problems: list[str], keep: int = 10) -> list[str]:

@@ -26,13 +26,10 @@ from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import record as rc
 from sweeps import replicates as rp
-from sweeps.plain import plain_value
-from sweeps.record import TrialRecord
+from sweeps.results import plain_value
 from sweeps.seeds import seeds_of
 
 SUFFIX = "-confirm"
-#: The study attribute, and each trial's, that names the source trials a confirmation repeats.
-CONFIRMS_ATTR = rc.CONFIRMS
 
 
 @dataclass(frozen=True)
@@ -173,7 +170,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
     study.set_user_attr(rc.STUDY_CONFIRMS, the_plan.link())
     by_label = {c["config"]: c for c in the_plan.configs}
     for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished() or TrialRecord.from_trial(t).confirms is not None:
+        if t.state.is_finished() or rc.value_of(t, rc.CONFIRMS) is not None:
             continue
         fixed = dict(t.system_attrs.get("fixed_params") or t.params)
         fixed.pop("seed", None)
@@ -181,7 +178,7 @@ def link(storage: Any, study: Any, the_plan: Plan) -> None:
         if found is not None:
             storage.set_trial_user_attr(
                 optuna_compat.trial_id(t),
-                CONFIRMS_ATTR,
+                rc.CONFIRMS,
                 ", ".join(f"{the_plan.source}#{n}" for n in found["trials"]),
             )
 

@@ -44,7 +44,6 @@ from optuna.trial import FrozenTrial, TrialState
 from lm import budget, outcomes
 from lm.config import TrainConfig
 from sweeps import record as rc
-from sweeps.record import TrialRecord
 from sweeps.spec import Objective, StudySpec, halving
 from sweeps.spec.halving import n_brackets
 from sweeps.verdicts import Verdict
@@ -156,7 +155,7 @@ def competitors(
             or bracket(spec, study_rungs, t.number) != mine
         ):
             continue
-        values = (TrialRecord.from_trial(t).rungs or {}).get(halving.rung_key(rung))
+        values = (rc.value_of(t, rc.RUNGS) or {}).get(halving.rung_key(rung))
         if (
             isinstance(values, list)
             and len(values) == len(spec.study.objectives)

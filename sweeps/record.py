@@ -324,10 +324,16 @@ def names(*keys: str) -> tuple[str, ...]:
     return keys
 
 
+def value_of(trial: FrozenTrial, key: str) -> Any:
+    """One field of ``trial``'s record, typed as ``from_trial`` reads it (None when unset or of
+    another type), without reading the rest: for loops over every trial of a study."""
+    value = trial.user_attrs.get(key)
+    return value if value is not None and fits(value, KINDS[key]) else None
+
+
 def outcome_of(trial: FrozenTrial) -> str | None:
     """The stored outcome's name of ``trial`` (None before it ends)."""
-    value = trial.user_attrs.get(OUTCOME)
-    return value if isinstance(value, str) else None
+    return value_of(trial, OUTCOME)
 
 
 # --- key names, for what must name a key (SQL reads, copies) -------------------------------------
@@ -453,19 +459,11 @@ METRIC_COLUMNS = names(
 INT_METRICS = tuple(k for k in METRIC_COLUMNS if KINDS[k] is int)
 #: Where and when a trial ran (``runner.run_trial``): the timeline's input.
 WHERE_AND_WHEN = names("pid", "placed_on", "started_at", "admitted_at")
-#: Fields copied to the results as they are (text, or a number that is an id).
-TEXT_COLUMNS = names(
-    "under_trained",
-    "unk_note",
-    "retries",
-    "retry_of",
-    "carried_from",
-    "copy_of",
-    "budget_unit",
-    "host",
-    "slurm_job",
-    "pid",
-    "placed_on",
+#: The notes given a column in the results, as they are: why a result may mislead.
+NOTE_COLUMNS = names("under_trained", "unk_note")
+#: Where a trial's result came from, given a column as it is (text, or a number that is an id).
+HISTORY_COLUMNS = names(
+    "retries", "retry_of", "carried_from", "copy_of", "budget_unit", "host", "slurm_job"
 )
 
 # --- the study's own attributes (``study.set_user_attr``) ----------------------------------------

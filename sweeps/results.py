@@ -22,10 +22,11 @@ import contextlib
 import json
 import math
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, json_to_distribution
@@ -330,8 +331,7 @@ def _columns(param_names: Mapping[str, Any]) -> list[str]:
         "state",
         "outcome",
         "reason",
-        "under_trained",
-        "unk_note",
+        *rc.NOTE_COLUMNS,
         *(f"param_{n}" for n in param_names),
         *METRIC_COLUMNS,
         *CONFIG_COLUMNS,
@@ -339,13 +339,7 @@ def _columns(param_names: Mapping[str, Any]) -> list[str]:
         "fitted",
         "fitted_batch_size",
         "fitted_grad_accum",
-        "retries",
-        "retry_of",
-        "carried_from",
-        "copy_of",
-        "budget_unit",
-        "host",
-        "slurm_job",
+        *rc.HISTORY_COLUMNS,
         *rc.WHERE_AND_WHEN,
         "run_dir",
         "datetime_start",
@@ -395,11 +389,9 @@ def _trial_row(
     # Notes, ids and where it ran, as recorded: ``carried_from`` is "STUDY#N" (``run --from``),
     # ``copy_of`` a repeated point's source (``runner.duplicate_of``), ``slurm_job`` the
     # Slurm engine's ARRAYJOB_TASK.
-    for key in rc.TEXT_COLUMNS:
-        row[key] = rec.get(key)
+    for key in (*rc.NOTE_COLUMNS, *rc.HISTORY_COLUMNS, *rc.WHERE_AND_WHEN):
+        row[key] = _number(rec.get(key)) if rc.KINDS[key] is float else rec.get(key)
     row["retries"] = 0 if row["retries"] is None else row["retries"]
-    for key in ("started_at", "admitted_at"):
-        row[key] = _number(rec.get(key))
     row["run_dir"] = rec.run_dir
     row["datetime_start"] = start
     row["datetime_complete"] = end
@@ -409,6 +401,28 @@ def _trial_row(
     row["duration_s"] = row["wall_s"] if row["wall_s"] is not None else duration
     row["config_json"] = json.dumps(config, sort_keys=True) if config else None
     return row
+
+
+def plain_value(value: Any) -> Any:
+    """A value out of a frame as JSON would hold it: numpy scalars unwrapped (so
+    ``isinstance(v, int)`` holds for an integer column's values), NaN and NA as None, and an
+    integral float as the integer it stands for (256.0 from a float column is the enqueued 256).
+    The one conversion at the boundary where values leave pandas."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def plain_values(values: Iterable[Any]) -> list[Any]:
+    """``plain_value`` of each (a list: a Series would turn them back into numpy scalars)."""
+    return [plain_value(v) for v in values]
 
 
 def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:
@@ -439,14 +453,14 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
         "vocab_actual",
         "fitted_batch_size",
         "fitted_grad_accum",
-        *(k for k in rc.TEXT_COLUMNS if rc.KINDS[k] is int),
+        *(k for k in (*rc.HISTORY_COLUMNS, *rc.WHERE_AND_WHEN) if rc.KINDS[k] is int),
     ]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():
             frame[key] = values.round().astype("Int64")
     frame["lr"] = pd.to_numeric(frame["lr"], errors="coerce").astype("float64")
-    for key in ("duration_s", "started_at", "admitted_at"):
+    for key in ("duration_s", *(k for k in rc.WHERE_AND_WHEN if rc.KINDS[k] is float)):
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
     frame["fitted"] = frame["fitted"].astype(bool)
     return frame

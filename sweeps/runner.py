@@ -17,7 +17,7 @@
    a grace period);
 5. read ``result.json`` and classify the ending (``sweeps.monitor``); with ``oom_policy =
    "fit"`` a run that still ran out of memory is tried once more with the micro-batch halved;
-6. record the trial's user attributes (the "Trial record" of the project's contract) and tell
+6. record the trial's user attributes (its ``sweeps.record.TrialRecord``) and tell
    Optuna: COMPLETE with the objective values, PRUNED (with a constraint value: 1.0 for
    ``oom``/``predicted_oom``) or FAIL.
 
@@ -79,7 +79,7 @@ from sweeps.monitor import (
     StopFlags,
     environment_failed,
 )
-from sweeps.record import ESSENTIAL, OWN_RUN, STUDY_CALIBRATION, TrialRecord
+from sweeps.record import ESSENTIAL, OWN_RUN, STUDY_CALIBRATION, TrialRecord, outcome_of
 from sweeps.space import measured, suggest, trial_config
 from sweeps.spec import FLOPS_BUDGET, StudySpec
 from sweeps.verdicts import Verdict
@@ -531,7 +531,7 @@ def duplicate_of(
     if not params:
         return None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        outcome = TrialRecord.from_trial(t).outcome
+        outcome = outcome_of(t)
         if t.number == number or outcome is None or outcome in NOT_COPIED:
             continue
         if set(t.params) == set(params) and all(

@@ -56,7 +56,7 @@ FITTED_FIELDS = ("batch_size", "grad_accum")
 
 
 def is_carried(trial: FrozenTrial) -> bool:
-    return TrialRecord.from_trial(trial).carried_from is not None
+    return rc.value_of(trial, CARRIED_FROM) is not None
 
 
 @dataclass
@@ -300,9 +300,7 @@ def add_once(storage: Any, study: Any, carry: CarryPlan, *, created: bool) -> bo
     ):
         return False
     mine = {
-        TrialRecord.from_trial(t).carried_from: t
-        for t in study.get_trials(deepcopy=False)
-        if is_carried(t)
+        rc.value_of(t, CARRIED_FROM): t for t in study.get_trials(deepcopy=False) if is_carried(t)
     }
     ids = {
         n: (mine[f"{carry.source}#{n}"].number, optuna_compat.trial_id(mine[f"{carry.source}#{n}"]))

@@ -26,8 +26,7 @@ import plotly.graph_objects as go
 from lm import outcomes
 from sweeps import seeds
 from sweeps.charts import Chart, esc, settled, style
-from sweeps.plain import plain_value
-from sweeps.results import StudyResults
+from sweeps.results import StudyResults, plain_value
 
 LOG_SPAN = 100.0
 #: The axis of the spread of a configuration's replicates (0 for a single run).

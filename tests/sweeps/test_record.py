@@ -93,6 +93,9 @@ def test_a_frozen_trial_is_read_through_the_record() -> None:
     rec = TrialRecord.from_trial(t)
     assert (rec.outcome, rec.rungs, rec.copy_of) == ("complete", {"2000": [1.5]}, 3)
     assert rc.outcome_of(t) == "complete"
+    assert rc.value_of(t, rc.RUNGS) == {"2000": [1.5]}
+    t.user_attrs = {rc.OUTCOME: 7}  # another type: not an outcome
+    assert rc.outcome_of(t) is None and TrialRecord.from_trial(t).extra == {"outcome": 7}
 
 
 def test_merge_without_and_copies() -> None:
@@ -111,7 +114,8 @@ def test_the_key_lists_name_fields() -> None:
         rc.ESSENTIAL,
         rc.OWN_RUN,
         rc.METRIC_COLUMNS,
-        rc.TEXT_COLUMNS,
+        rc.NOTE_COLUMNS,
+        rc.HISTORY_COLUMNS,
         rc.WHERE_AND_WHEN,
         tuple(rc.UNIGRAM_BASELINE.values()),
     ):
