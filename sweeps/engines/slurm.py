@@ -60,7 +60,7 @@ from lm import host
 from lm.errors import SweepsError
 from sweeps import devices
 from sweeps.engines import local
-from sweeps.record import TrialRecord
+from sweeps.record import SLURM_JOB, TrialRecord, value_of
 
 #: The ``sweeps worker`` process of a task (Python, Optuna, SQLAlchemy; measured ~250 MiB
 #: resident), on top of its trials' reservations.
@@ -504,14 +504,15 @@ def _trial_events(
     from lm import outcomes
 
     for t in study.get_trials(deepcopy=False):
-        rec = TrialRecord.from_trial(t)
-        if t.state.name == "RUNNING" and t.number not in seen and rec.slurm_job:
-            seen[t.number] = rec.slurm_job
+        job = value_of(t, SLURM_JOB)
+        if t.state.name == "RUNNING" and t.number not in seen and job:
+            seen[t.number] = job
             on_event(
                 "start",
                 {"number": t.number, "params": dict(t.params), "worker": f"slurm {seen[t.number]}"},
             )
         elif t.state.is_finished() and seen.pop(t.number, None) is not None:
+            rec = TrialRecord.from_trial(t)
             on_event(
                 "end",
                 {

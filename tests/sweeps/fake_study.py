@@ -1,4 +1,4 @@
-"""Fabricate a study exactly as the runner records it (contract: "Trial record"), for report tests.
+"""Fabricate a study exactly as the runner records it (``sweeps.record``), for report tests.
 
 Trials get plausible values (val_bpb falls with vocabulary and width; a word vocabulary pays for
 its ``<unk>``s; logits and attention grow with B x T x V and T^2) and every outcome appears.
