@@ -236,7 +236,8 @@ class TrialRecord:
         return cls.from_attrs(trial.user_attrs)
 
     def to_attrs(self) -> dict[str, Any]:
-        """The user attributes to store: each field that is set, checked, then ``extra``."""
+        """The user attributes to store, checked: ``extra`` as it was read, then each field that
+        is set (a field set since wins over what ``extra`` kept under its name)."""
         self.check()
         out = dict(self.extra)
         for name in KINDS:
