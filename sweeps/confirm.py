@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lm.errors import SweepsError
-from sweeps import effects as fx
 from sweeps import optuna_compat
+from sweeps import record as rc
+from sweeps import replicates as rp
 from sweeps.results import plain_value
 from sweeps.seeds import seeds_of
 
 SUFFIX = "-confirm"
-CONFIRMS_ATTR = "confirms"
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
     if source.endswith(SUFFIX):
         raise SweepsError(f"study {source!r} is a confirmation; confirm the study it came from")
     data = results.load(storage, source)
-    stored = data.user_attrs.get("spec")
+    stored = data.user_attrs.get(rc.STUDY_SPEC)
     if not isinstance(stored, dict):
         raise SweepsError(
             f"study {source!r} has no stored spec (it was not created by "
@@ -108,8 +108,8 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
             f"study {source!r} is an IsoFLOP grid; `sweeps confirm` re-runs the "
             "best configurations of a search or an ablation"
         )
-    column, direction = fx.metric_of(data, metric)
-    reps = fx.replicates(data.trials, column, direction)
+    column, direction = rp.metric_of(data, metric)
+    reps = rp.replicates(data.trials, column, direction)
     if reps.empty:
         raise SweepsError(
             f"study {source!r} has no complete trial with a {column}; nothing to confirm yet"
@@ -167,25 +167,25 @@ def confirm_spec(
 def link(storage: Any, study: Any, the_plan: Plan) -> None:
     """Name the source trials on the confirmation study and on each of its unfinished trials
     (finished ones already carry it, or are named by the study's attribute)."""
-    study.set_user_attr(CONFIRMS_ATTR, the_plan.link())
+    study.set_user_attr(rc.STUDY_CONFIRMS, the_plan.link())
     by_label = {c["config"]: c for c in the_plan.configs}
     for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished() or CONFIRMS_ATTR in t.user_attrs:
+        if t.state.is_finished() or rc.value_of(t, rc.CONFIRMS) is not None:
             continue
         fixed = dict(t.system_attrs.get("fixed_params") or t.params)
         fixed.pop("seed", None)
-        found = by_label.get(fx.label({k: plain_value(v) for k, v in fixed.items()}))
+        found = by_label.get(rp.label({k: plain_value(v) for k, v in fixed.items()}))
         if found is not None:
             storage.set_trial_user_attr(
                 optuna_compat.trial_id(t),
-                CONFIRMS_ATTR,
+                rc.CONFIRMS,
                 ", ".join(f"{the_plan.source}#{n}" for n in found["trials"]),
             )
 
 
 def rankings(
     storage: Any, name: str, *, metric: str | None = None, level: float = 0.05
-) -> list[fx.Ranking]:
+) -> list[rp.Ranking]:
     """The confirmation study's configurations ranked on ``metric`` (default: the first
     objective), then on each other objective (multi-objective: per objective)."""
     from sweeps import results
@@ -193,10 +193,10 @@ def rankings(
     if not 0.0 < level < 1.0:
         raise SweepsError(f"--level must be between 0 and 1, got {level}")
     data = results.load(storage, name)
-    first = fx.metric_of(data, metric)
-    others = [fx.metric_of(data, o) for o in data.objectives]
+    first = rp.metric_of(data, metric)
+    others = [rp.metric_of(data, o) for o in data.objectives]
     out = []
     for column, direction in dict.fromkeys([first, *others]):
         if column in data.trials:
-            out.append(fx.rank(data.trials, metric=column, direction=direction, level=level))
+            out.append(rp.rank(data.trials, metric=column, direction=direction, level=level))
     return out

@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lm import budget, outcomes
 from lm.config import TrainConfig
+from sweeps import record as rc
 from sweeps.spec import Objective, StudySpec, halving
 from sweeps.spec.halving import n_brackets
 from sweeps.verdicts import Verdict
@@ -50,10 +51,10 @@ from sweeps.verdicts import finite as _finite
 
 #: The trial user attribute holding its objective values at each rung it passed:
 #: ``{"<tokens>": [value per objective]}``.
-RUNGS_ATTR = "rungs"
+RUNGS_ATTR = rc.RUNGS
 #: The trial user attribute holding the training tokens at which it reached each of those
 #: rungs (``{"<rung>": tokens}``): under a budget in bytes or FLOPs, each trial's own.
-RUNG_TOKENS_ATTR = "rung_tokens"
+RUNG_TOKENS_ATTR = rc.RUNG_TOKENS
 #: Endings whose values are no competitor at a rung (the project's verdicts).
 NOT_COMPETING = (*outcomes.PREDICTION_VERDICTS, outcomes.DIVERGED, outcomes.OOM)
 #: Trial states that compete at a rung.
@@ -147,11 +148,11 @@ def competitors(
         if (
             t.number == number
             or t.state not in COMPETING_STATES
-            or t.user_attrs.get("outcome") in NOT_COMPETING
+            or rc.outcome_of(t) in NOT_COMPETING
             or bracket(spec, study_rungs, t.number) != mine
         ):
             continue
-        values = (t.user_attrs.get(RUNGS_ATTR) or {}).get(halving.rung_key(rung))
+        values = (rc.value_of(t, rc.RUNGS) or {}).get(halving.rung_key(rung))
         if (
             isinstance(values, list)
             and len(values) == len(spec.study.objectives)

@@ -36,6 +36,7 @@ from lm import budget, flops, outcomes
 from lm.config import TrainConfig
 from lm.run_files import READ_COOLDOWN
 from sweeps import fidelity, optuna_compat, verdicts
+from sweeps.record import TrialRecord
 from sweeps.spec import StudySpec, halving
 from sweeps.verdicts import Verdict
 
@@ -76,10 +77,8 @@ class StudyBoard:
     def post(
         self, rung_values: dict[str, list[float]], rung_tokens: dict[str, int] | None = None
     ) -> None:
-        attrs: dict[str, Any] = {fidelity.RUNGS_ATTR: dict(rung_values)}
-        if rung_tokens:
-            attrs[fidelity.RUNG_TOKENS_ATTR] = dict(rung_tokens)
-        optuna_compat.write_user_attrs(self.storage, self.trial_id, attrs)
+        rec = TrialRecord(rungs=dict(rung_values), rung_tokens=dict(rung_tokens or {}) or None)
+        optuna_compat.write_user_attrs(self.storage, self.trial_id, rec.to_attrs())
 
     def trials(self) -> Sequence[FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=fidelity.COMPETING_STATES)

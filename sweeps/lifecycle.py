@@ -32,13 +32,13 @@ from optuna.trial import TrialState
 
 from lm.errors import SweepsError
 from sweeps import optuna_compat, records
+from sweeps import record as rc
 from sweeps import storage as st
 from sweeps.liveness import failed_attrs, requeue_template
 from sweeps.spec.values import MAX_NAME_LENGTH, STUDY_NAME
 
-#: The study user attribute that holds the spec (``sweeps.workers.SPEC_ATTR``, not imported:
-#: the workers module pulls in the runner).
-SPEC_ATTR = "spec"
+#: The study user attribute that holds the spec.
+SPEC_ATTR = rc.STUDY_SPEC
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from optuna.trial import FrozenTrial, TrialState
 from lm import outcomes
 from lm.host import pid_alive
 from sweeps import optuna_compat, records
+from sweeps import record as rc
+from sweeps.record import TrialRecord
 
 StudyRef = str | optuna.Study
 
@@ -53,7 +55,7 @@ class RequeueCallback(optuna_compat.RetryCallbackBase):  # type: ignore[misc]
 
 
 #: User attributes a re-queued trial keeps: ``sweeps confirm``'s link to the trial it confirms.
-REQUEUE_KEEPS = ("confirms",)
+REQUEUE_KEEPS = rc.REQUEUE_KEEPS
 
 
 def requeue(study: optuna.Study, trial: FrozenTrial, *, max_retries: int | None) -> bool:
@@ -75,22 +77,22 @@ def requeue_template(trial: FrozenTrial, *, max_retries: int | None) -> FrozenTr
         return None
     system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
     # What the trial is, not what its run did, stays with the retry (a confirmation's link).
-    kept = {k: trial.user_attrs[k] for k in REQUEUE_KEEPS if k in trial.user_attrs}
+    old = TrialRecord.from_trial(trial)
+    kept = TrialRecord().update(**{k: getattr(old, k) for k in REQUEUE_KEEPS})
     return optuna.trial.create_trial(
         state=TrialState.WAITING,
         params=trial.params,
         distributions=trial.distributions,
-        user_attrs={**kept, "retries": len(history), "retry_of": history[0]},
+        user_attrs=kept.update(retries=len(history), retry_of=history[0]).to_attrs(),
         system_attrs=system_attrs,
     )
 
 
 def failed_attrs(reason: str | None = None) -> dict[str, str]:
     """The user attributes of a trial failed because its worker is gone."""
-    return {
-        "outcome": outcomes.CRASHED,
-        "reason": reason or "its worker process ended without finishing it",
-    }
+    return TrialRecord(
+        outcome=outcomes.CRASHED, reason=reason or "its worker process ended without finishing it"
+    ).to_attrs()
 
 
 @contextlib.contextmanager

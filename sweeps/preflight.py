@@ -46,6 +46,7 @@ from lm import host, memory, outcomes
 from lm.config import TrainConfig
 from lm.tokens import corpus_counts
 from sweeps.console import human_bytes as _hb
+from sweeps.record import TrialRecord
 from sweeps.spec import Limits
 
 if TYPE_CHECKING:
@@ -250,12 +251,17 @@ def measured_pair(attrs: dict[str, Any]) -> tuple[float, float] | None:
     """(measured, predicted) bytes of one trial record when both are the same quantity and it
     ran to a real peak; else None (an OOM, nothing measured, or a CUDA peak of tensors against
     a prediction of the whole device)."""
-    if attrs.get("outcome") in _NOT_MEASURED:
+    rec = TrialRecord.from_attrs(attrs)
+    if rec.outcome in _NOT_MEASURED:
         return None
-    measured = attrs.get("peak_mem_bytes")
-    kind = attrs.get("peak_mem_kind")
-    predicted_kind = attrs.get("predicted_peak_mem_kind", memory.PEAK_CPU_ANON)
-    predicted = attrs.get("predicted_peak_mem_raw_bytes", attrs.get("predicted_mem_raw_bytes"))
+    measured = rec.peak_mem_bytes
+    kind = rec.peak_mem_kind
+    predicted_kind = rec.predicted_peak_mem_kind or memory.PEAK_CPU_ANON
+    predicted = (
+        rec.predicted_mem_raw_bytes
+        if rec.predicted_peak_mem_raw_bytes is None
+        else rec.predicted_peak_mem_raw_bytes
+    )
     same = kind == predicted_kind or (kind in _CPU_KINDS and predicted_kind in _CPU_KINDS)
     if (
         not same

@@ -35,6 +35,7 @@ import plotly.offline
 from lm import outcomes
 from lm.errors import SweepsError
 from lm.files import output_target, write_output
+from sweeps import record as rc
 from sweeps import results as results_mod
 from sweeps.charts import (
     MIB,
@@ -365,10 +366,10 @@ def summary(data: StudyResults) -> str:
         f"{e(name)} ({e(d)})" for name, d in zip(data.objectives, data.directions, strict=False)
     )
     extras = []
-    budget = data.user_attrs.get("memory_budget_bytes")
+    budget = data.user_attrs.get(rc.STUDY_MEMORY_BUDGET)
     if isinstance(budget, (int, float)) and budget > 0:
         extras.append(f"memory budget {budget / 2**30:.2f} GiB")
-    factor = data.user_attrs.get("calibration_factor")
+    factor = data.user_attrs.get(rc.STUDY_CALIBRATION)
     if isinstance(factor, (int, float)):
         extras.append(f"memory calibration x{factor:.2f}")
     carried = trials["carried_from"].dropna() if "carried_from" in trials else pd.Series()
@@ -449,7 +450,7 @@ def summary_many(studies: list[StudyResults]) -> str:
 
 def corpus_of(data: StudyResults) -> str | None:
     """The corpus directory a study trained on, from the spec it stored (None: unknown)."""
-    corpus = (data.user_attrs.get("spec") or {}).get("corpus")
+    corpus = (data.user_attrs.get(rc.STUDY_SPEC) or {}).get("corpus")
     if not isinstance(corpus, dict):
         return None
     where = corpus.get("dir") or corpus.get("out")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,70 +34,15 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from lm import outcomes
+from lm.config import TrainConfig
 from lm.errors import SweepsError, closest
 from sweeps import optuna_compat as oc
+from sweeps import record as rc
 from sweeps import records
 from sweeps import storage as st
-from sweeps.study import objective_names
 
-#: Numeric trial attributes copied into columns (contract: "Trial record").
-METRIC_COLUMNS = (
-    "val_bpb",
-    "best_val_bpb",
-    "val_loss",
-    "accuracy",
-    "peak_mem_bytes",
-    "predicted_mem_bytes",
-    "predicted_mem_raw_bytes",
-    "memory_budget_bytes",
-    "calibration_factor",
-    "tokens_seen",
-    "tokens_per_s",
-    "wall_s",
-    "train_s",
-    "cold_start_s",
-    "params_total",
-    "bytes_per_token",
-    "unk_rate",
-    "unk_rate_targets",
-    "unigram_entropy",
-    "unigram_bpb",
-    "unigram_gap",
-    "kl_mean_to_unigram",
-    "mean_kl_to_mean",
-    "top20_overlap",
-    "unk_argmax_rate",
-    "unk_rate_samples",
-    "unk_byte_rate",
-    "steps",
-    "planned_steps",
-    "last_eval_step",
-    "constraint",
-    "train_bytes",
-    # compute (``lm.flops``): FLOPs stay floats (a big run's exceed int64)
-    "flops",
-    "flops_per_token",
-    "eval_flops",
-    "predicted_flops",
-    "flops_budget",
-    "params_non_embedding",
-    "params_embedding",
-    "mfu",
-)
-_INT_METRICS = (
-    "peak_mem_bytes",
-    "predicted_mem_bytes",
-    "predicted_mem_raw_bytes",
-    "memory_budget_bytes",
-    "tokens_seen",
-    "params_total",
-    "steps",
-    "planned_steps",
-    "last_eval_step",
-    "params_non_embedding",
-    "params_embedding",
-    "train_bytes",
-)
+#: Numeric fields of the trial record given their own column (contract: "Trial record").
+METRIC_COLUMNS = rc.METRIC_COLUMNS
 #: Fields of the trained config (``config`` attribute, after fitting) given their own column.
 CONFIG_COLUMNS = (
     "tokenizer",
@@ -118,22 +64,16 @@ CONFIG_COLUMNS = (
     "seed",
     "device",
 )
-_INT_CONFIG = (
-    "vocab_size",
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "d_ff",
-    "seq_len",
-    "batch_size",
-    "grad_accum",
-    "max_tokens",
-    "seed",
-)
-#: Where and when a trial ran, as the runner records it (``runner.run_trial``): its worker
-#: process, the device it was admitted to (``gpu 0``, ``node 1a2b3c4d gpu 0``, ``cpu``), when
-#: that process took it up and when it was admitted (Unix seconds): the timeline's input.
-WHERE_AND_WHEN = ("pid", "placed_on", "started_at", "admitted_at")
+
+
+def _int_fields(cls: type, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of ``names`` that ``cls``'s type hints say are integers (``int`` or ``int | None``)."""
+    hints = typing.get_type_hints(cls)
+    return tuple(n for n in names if int in (typing.get_args(hints[n]) or (hints[n],)))
+
+
+#: The integer ones (``lm.config.TrainConfig``'s hints): a nullable integer column.
+_INT_CONFIG = _int_fields(TrainConfig, CONFIG_COLUMNS)
 #: Evaluation keys with their own column in ``evals_frame`` (the rest of the JSON follows).
 EVAL_COLUMNS = (
     "trial_number",
@@ -266,7 +206,7 @@ def load(storage: StorageLike, study_name: str) -> StudyResults:
         name=study_name,
         storage=shown,
         directions=directions,
-        objectives=objective_names(attrs.get("spec"), len(directions)),
+        objectives=rc.objective_names(attrs.get(rc.STUDY_SPEC), len(directions)),
         user_attrs=attrs,
         trials=trials,
         evals=evals,
@@ -391,8 +331,7 @@ def _columns(param_names: Mapping[str, Any]) -> list[str]:
         "state",
         "outcome",
         "reason",
-        "under_trained",
-        "unk_note",
+        *rc.NOTE_COLUMNS,
         *(f"param_{n}" for n in param_names),
         *METRIC_COLUMNS,
         *CONFIG_COLUMNS,
@@ -400,20 +339,68 @@ def _columns(param_names: Mapping[str, Any]) -> list[str]:
         "fitted",
         "fitted_batch_size",
         "fitted_grad_accum",
-        "retries",
-        "retry_of",
-        "carried_from",
-        "copy_of",
-        "budget_unit",
-        "host",
-        "slurm_job",
-        *WHERE_AND_WHEN,
+        *rc.HISTORY_COLUMNS,
+        *rc.WHERE_AND_WHEN,
         "run_dir",
         "datetime_start",
         "datetime_complete",
         "duration_s",
         "config_json",
     ]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _trial_row(
+    number: int,
+    state: TrialState,
+    start: Any,
+    end: Any,
+    params: dict[str, Any],
+    attrs: dict[str, Any],
+    names: Mapping[str, Any],
+) -> dict[str, Any]:
+    rec = rc.TrialRecord.from_attrs(attrs)
+    row: dict[str, Any] = {
+        "number": number,
+        "state": state.name,
+        "outcome": outcomes.shown(rec.outcome, state.name),
+        "reason": rec.reason,
+    }
+    for name in names:
+        row[f"param_{name}"] = params.get(name)
+    for key in METRIC_COLUMNS:
+        row[key] = _number(rec.get(key))
+    if row["params_total"] is None and rec.params is not None:
+        row["params_total"] = _number(rec.params.get("total"))
+    config = rec.config or {}
+    sampled = rec.sampled or {}
+    for key in CONFIG_COLUMNS:
+        value = config.get(key, params.get(key, sampled.get(key)))
+        row[key] = value if not isinstance(value, (dict, list)) else json.dumps(value)
+    row["vocab_actual"] = vocab_actual(rec.params, config)
+    row["fitted"] = rec.fitted is not None
+    row["fitted_batch_size"] = (rec.fitted or {}).get("batch_size")
+    row["fitted_grad_accum"] = (rec.fitted or {}).get("grad_accum")
+    # Notes, ids and where it ran, as recorded: ``carried_from`` is "STUDY#N" (``run --from``),
+    # ``copy_of`` a repeated point's source (``runner.duplicate_of``), ``slurm_job`` the
+    # Slurm engine's ARRAYJOB_TASK.
+    for key in (*rc.NOTE_COLUMNS, *rc.HISTORY_COLUMNS, *rc.WHERE_AND_WHEN):
+        row[key] = _number(rec.get(key)) if rc.KINDS[key] is float else rec.get(key)
+    row["retries"] = 0 if row["retries"] is None else row["retries"]
+    row["run_dir"] = rec.run_dir
+    row["datetime_start"] = start
+    row["datetime_complete"] = end
+    duration = None
+    if start is not None and end is not None:
+        duration = (end - start).total_seconds()
+    row["duration_s"] = row["wall_s"] if row["wall_s"] is not None else duration
+    row["config_json"] = json.dumps(config, sort_keys=True) if config else None
+    return row
 
 
 def plain_value(value: Any) -> Any:
@@ -436,68 +423,6 @@ def plain_value(value: Any) -> Any:
 def plain_values(values: Iterable[Any]) -> list[Any]:
     """``plain_value`` of each (a list: a Series would turn them back into numpy scalars)."""
     return [plain_value(v) for v in values]
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _trial_row(
-    number: int,
-    state: TrialState,
-    start: Any,
-    end: Any,
-    params: dict[str, Any],
-    attrs: dict[str, Any],
-    names: Mapping[str, Any],
-) -> dict[str, Any]:
-    outcome = outcomes.shown(attrs.get("outcome"), state.name)
-    row: dict[str, Any] = {
-        "number": number,
-        "state": state.name,
-        "outcome": outcome,
-        "reason": attrs.get("reason"),
-    }
-    for name in names:
-        row[f"param_{name}"] = params.get(name)
-    for key in METRIC_COLUMNS:
-        row[key] = _number(attrs.get(key))
-    if row["params_total"] is None and isinstance(attrs.get("params"), dict):
-        row["params_total"] = _number(attrs["params"].get("total"))
-    config = c if isinstance(c := attrs.get("config"), dict) else {}
-    sampled = s if isinstance(s := attrs.get("sampled"), dict) else {}
-    for key in CONFIG_COLUMNS:
-        value = config.get(key, params.get(key, sampled.get(key)))
-        row[key] = value if not isinstance(value, (dict, list)) else json.dumps(value)
-    row["vocab_actual"] = vocab_actual(attrs.get("params"), config)
-    fitted = attrs.get("fitted") if isinstance(attrs.get("fitted"), dict) else None
-    row["fitted"] = fitted is not None
-    row["fitted_batch_size"] = (fitted or {}).get("batch_size")
-    row["fitted_grad_accum"] = (fitted or {}).get("grad_accum")
-    row["under_trained"] = attrs.get("under_trained")
-    row["unk_note"] = attrs.get("unk_note")
-    row["retries"] = attrs.get("retries", 0)
-    row["retry_of"] = attrs.get("retry_of")
-    row["carried_from"] = attrs.get("carried_from")  # "STUDY#N": added by `sweeps run --from`
-    row["copy_of"] = attrs.get("copy_of")  # a repeated point's result (``runner.duplicate_of``)
-    row["budget_unit"] = attrs.get("budget_unit")  # tokens, bytes or flops (``lm.budget``)
-    row["host"] = attrs.get("host")
-    row["slurm_job"] = attrs.get("slurm_job")  # ARRAYJOB_TASK: set by the Slurm engine's tasks
-    row["pid"] = attrs.get("pid")
-    row["placed_on"] = attrs.get("placed_on")
-    for key in ("started_at", "admitted_at"):
-        row[key] = _number(attrs.get(key))
-    row["run_dir"] = attrs.get("run_dir")
-    row["datetime_start"] = start
-    row["datetime_complete"] = end
-    duration = None
-    if start is not None and end is not None:
-        duration = (end - start).total_seconds()
-    row["duration_s"] = row["wall_s"] if row["wall_s"] is not None else duration
-    row["config_json"] = json.dumps(config, sort_keys=True) if config else None
-    return row
 
 
 def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:
@@ -523,23 +448,19 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     for key in METRIC_COLUMNS:
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
     ints = [
-        *_INT_METRICS,
+        *rc.INT_METRICS,
         *_INT_CONFIG,
         "vocab_actual",
         "fitted_batch_size",
         "fitted_grad_accum",
-        "retries",
-        "retry_of",
-        "copy_of",
-        "max_bytes",
-        "pid",
+        *(k for k in (*rc.HISTORY_COLUMNS, *rc.WHERE_AND_WHEN) if rc.KINDS[k] is int),
     ]
     for key in ints:
         values = pd.to_numeric(frame[key], errors="coerce")
         if values.dropna().eq(values.dropna().round()).all():
             frame[key] = values.round().astype("Int64")
     frame["lr"] = pd.to_numeric(frame["lr"], errors="coerce").astype("float64")
-    for key in ("duration_s", "started_at", "admitted_at"):
+    for key in ("duration_s", *(k for k in rc.WHERE_AND_WHEN if rc.KINDS[k] is float)):
         frame[key] = pd.to_numeric(frame[key], errors="coerce").astype("float64")
     frame["fitted"] = frame["fitted"].astype(bool)
     return frame

@@ -17,7 +17,7 @@
    a grace period);
 5. read ``result.json`` and classify the ending (``sweeps.monitor``); with ``oom_policy =
    "fit"`` a run that still ran out of memory is tried once more with the micro-batch halved;
-6. record the trial's user attributes (the "Trial record" of the project's contract) and tell
+6. record the trial's user attributes (its ``sweeps.record.TrialRecord``) and tell
    Optuna: COMPLETE with the objective values, PRUNED (with a constraint value: 1.0 for
    ``oom``/``predicted_oom``) or FAIL.
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import shutil
 import socket
@@ -46,7 +45,7 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from lm import flops, host, memory, outcomes
+from lm import flops, host, outcomes
 from lm.config import TrainConfig
 from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError
@@ -62,6 +61,13 @@ from lm.run_files import (
     write_config,
 )
 from sweeps import fidelity, liveness, optuna_compat, records, storage, verdicts
+from sweeps.attempt_record import (
+    attempt_fields,
+    capped,
+    compute_fields,
+    objective_values,
+    over_compute_limit,
+)
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -72,50 +78,17 @@ from sweeps.monitor import (
     StopFlags,
     environment_failed,
 )
+from sweeps.record import ESSENTIAL, OWN_RUN, STUDY_CALIBRATION, TrialRecord, outcome_of
 from sweeps.slurm_job import trial_attrs as slurm_attrs
 from sweeps.space import measured, suggest, trial_config
-from sweeps.spec import FLOPS_BUDGET, Limits, StudySpec
+from sweeps.spec import FLOPS_BUDGET, StudySpec
 from sweeps.verdicts import Verdict
 
 if TYPE_CHECKING:
     from sweeps.preflight import Preflight
 
-#: Final-evaluation keys copied into the trial's user attributes.
-FINAL_METRICS = (
-    "val_bpb",
-    "val_loss",
-    "accuracy",
-    "unigram_entropy",
-    "unigram_bpb",
-    "unigram_gap",
-    "kl_mean_to_unigram",
-    "mean_kl_to_mean",
-    "top20_overlap",
-    "unk_rate_targets",
-    "unk_argmax_rate",
-    "unk_rate_samples",
-    "unk_byte_rate",
-)
-#: The trial user attribute saying what share of the text its vocabulary drops to ``<unk>``
-#: (``verdicts.unk_note``).
-UNK_NOTE_ATTR = "unk_note"
 #: The name of the memory constraint (``Trial.set_constraint``).
 CONSTRAINT_KEY = "memory"
-#: The user attribute noting what the database refused to store for a trial (its samples, an
-#: evaluation's row, its notes): one line each; the trial is judged on its metrics regardless.
-STORAGE_PROBLEMS = "storage_problems"
-#: The attributes a trial cannot be read without: what ``finish`` still writes when the
-#: database refuses the whole set (the others are notes and details).
-ESSENTIAL_ATTRS = (
-    "outcome",
-    "reason",
-    "constraint",
-    "run_dir",
-    "config",
-    "host",
-    "pid",
-    "started_at",
-)
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -351,7 +324,7 @@ def run_trial(
     database went away): its child is killed, and the worker marks the trial crashed if it can
     (else the heartbeat fails and re-queues it)."""
     spec = ctx.spec
-    attrs: dict[str, Any] = {"host": ctx.host, "pid": os.getpid(), "started_at": time.time()}
+    rec = TrialRecord(host=ctx.host, pid=os.getpid(), started_at=time.time())
     records.record_host(
         ctx.storage, spec.name, trial.number, optuna_compat.trial_id(trial), host=ctx.host
     )
@@ -360,15 +333,15 @@ def run_trial(
         cfg = fidelity.bracket_reads(spec, trial.number, trial_config(spec, params, measured))
     except SweepsError as exc:
         if not (spec.corpus.dir / MANIFEST_NAME).is_file():  # its bytes per token unreadable
-            return _environment_failure(ctx, trial, attrs, f"environment: {exc}")
-        return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", attrs)
-    attrs["sampled"] = dict(params)
+            return _environment_failure(ctx, trial, rec, f"environment: {exc}")
+        return finish(ctx, trial, outcomes.CRASHED, f"invalid configuration: {exc}", rec)
+    rec.sampled = dict(params)
     earlier = duplicate_of(ctx.study, trial.number, params)
     if earlier is not None:
-        return _copied(ctx, trial, device, params, cfg, earlier, attrs)
-    attrs["budget_unit"] = cfg.budget_unit()
+        return _copied(ctx, trial, device, params, cfg, earlier, rec)
+    rec.budget_unit = cfg.budget_unit()
     if FLOPS_BUDGET in params:  # an IsoFLOP cell ([scaling]): the budget its fit groups it by
-        attrs["flops_budget"] = float(params[FLOPS_BUDGET])
+        rec.flops_budget = float(params[FLOPS_BUDGET])
     pre = ctx.preflight
     if calibration is None:  # given: the plan that placed the trial was made with it (Ray)
         calibration = float(pre.calibration_factor(ctx.study))
@@ -381,7 +354,7 @@ def run_trial(
         calibration=calibration,
         launcher=ctx.launcher.kind,
     )
-    attrs.update(
+    rec.update(
         predicted_mem_bytes=int(plan.predicted_bytes),
         predicted_mem_raw_bytes=int(plan.predicted_raw_bytes),
         predicted_peak_mem_raw_bytes=int(plan.predicted_measured_raw_bytes),
@@ -390,26 +363,26 @@ def run_trial(
         calibration_factor=calibration,
     )
     if plan.fitted:
-        attrs["fitted"] = dict(plan.fitted)
+        rec.fitted = dict(plan.fitted)
     cfg = plan.cfg
     assert cfg.max_tokens is not None  # resolved (lm.budget)
-    attrs["planned_steps"] = verdicts.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
+    rec.planned_steps = verdicts.planned_steps(cfg.max_tokens, cfg.tokens_per_step)
     note = verdicts.under_trained_note(cfg, spec.limits.collapse)
     if note is not None:
-        attrs["under_trained"] = note
+        rec.under_trained = note
     if cfg.tokenizer == "word":  # what a capped vocabulary drops, from its token cache
         with contextlib.suppress(SweepsError):  # a note: a corpus gone is the child's to report
             rate = measured(cfg)
             unk = verdicts.unk_note(rate.unk_tokens, rate.unk_bytes)
             if unk is not None:
-                attrs[UNK_NOTE_ATTR] = unk
-    attrs["predicted_flops"] = predicted_flops = flops.count(cfg).flops
+                rec.unk_note = unk
+    rec.predicted_flops = predicted_flops = flops.count(cfg).flops
     over = over_compute_limit(predicted_flops, spec.limits)
     if over is not None:
-        return _not_launched(ctx, trial, device, params, cfg, outcomes.PRUNED, over, attrs)
+        return _not_launched(ctx, trial, device, params, cfg, outcomes.PRUNED, over, rec)
     if not plan.fits:
         return _not_launched(
-            ctx, trial, device, params, cfg, outcomes.PREDICTED_OOM, plan.reason, attrs
+            ctx, trial, device, params, cfg, outcomes.PREDICTED_OOM, plan.reason, rec
         )
     with _admitted(ctx, trial, device, plan.predicted_bytes) as placed:
         if placed is None:
@@ -418,22 +391,22 @@ def run_trial(
                 trial,
                 outcomes.INTERRUPTED,
                 "stopped by the user (Ctrl-C or SIGTERM) while it waited for room on a device",
-                attrs,
+                rec,
             )
         device, budget = placed
-        device = with_threads(device, cfg, attrs)
-        return _launch(ctx, trial, device, params, cfg, plan.predicted_bytes, budget, attrs)
+        device = with_threads(device, cfg, rec)
+        return _launch(ctx, trial, device, params, cfg, plan.predicted_bytes, budget, rec)
 
 
-def with_threads(device: WorkerDevice, cfg: TrainConfig, attrs: dict[str, Any]) -> WorkerDevice:
+def with_threads(device: WorkerDevice, cfg: TrainConfig, rec: TrialRecord) -> WorkerDevice:
     """``device`` with the threads its CPU child runs (``lm.host.trial_threads``: by the
     micro-step's FLOPs and the cores of its own that other work leaves free, measured now),
-    recorded in ``attrs`` (``threads``, ``threads_reason``). A GPU trial, or one without cores
+    recorded in ``rec`` (``threads``, ``threads_reason``). A GPU trial, or one without cores
     of its own, is left as it is (its child chooses by the same rule on the cores it has)."""
     if device.kind != "cpu" or not device.cpus:
         return device
     choice = host.trial_threads(device.cpus, flops.step_flops(cfg))
-    attrs["threads"], attrs["threads_reason"] = choice.threads, choice.reason
+    rec.threads, rec.threads_reason = choice.threads, choice.reason
     return dataclasses.replace(
         device, env={**device.env, host.NUM_THREADS_ENV: str(choice.threads)}
     )
@@ -459,12 +432,13 @@ def _admitted(
         optuna_compat.write_user_attrs(
             ctx.storage,
             optuna_compat.trial_id(trial),
-            {
-                "placed_on": lease.device.label,
-                "reserved_mem_bytes": int(lease.bytes),
-                "admitted_at": time.time(),
-                **slurm_attrs(),
-            },
+            TrialRecord(
+                placed_on=lease.device.label,
+                reserved_mem_bytes=int(lease.bytes),
+                admitted_at=time.time(),
+            )
+            .merge(TrialRecord.from_attrs(slurm_attrs()))  # which Slurm job, under Slurm
+            .to_attrs(),
         )
         yield lease.device, (None if ctx.budget_bytes is None else int(lease.bytes))
     finally:
@@ -479,48 +453,48 @@ def _launch(
     cfg: TrainConfig,
     predicted: int,
     budget: int | None,
-    attrs: dict[str, Any],
+    rec: TrialRecord,
 ) -> TrialReport:
     """Launch an admitted trial's child (and its fitted retry), classify the ending, tell."""
     spec = ctx.spec
     run = _TrialRun(ctx, device, trial)
     # Absolute: the child, the fork server and a report elsewhere all read it.
     run_dir = Path(os.path.abspath(ctx.study_dir / "trials" / str(trial.number)))
-    attrs["run_dir"] = str(run_dir)
+    rec.run_dir = str(run_dir)
     ctx.event(
         "start", number=trial.number, params=params, max_tokens=cfg.max_tokens, worker=device.label
     )
     try:
-        attempt, cfg, attempt_no = _attempts(run, cfg, run_dir, predicted, attrs, budget)
+        attempt, cfg, attempt_no = _attempts(run, cfg, run_dir, predicted, rec, budget)
     except OSError as exc:  # the run dir cannot be made or written, or the child not started
         return _environment_failure(
             ctx,
             trial,
-            attrs,
+            rec,
             "environment: cannot prepare or launch "
             f"the trial in {run_dir}: {type(exc).__name__}: {exc}",
         )
-    attrs["config"] = cfg.to_dict()
+    rec.config = cfg.to_dict()
     if attempt_no > 1:
-        attrs["attempts"] = attempt_no
-    attrs.update(_attempt_attrs(attempt, device.kind))
+        rec.attempts = attempt_no
+    rec.merge(attempt_fields(attempt, device.kind))
     if run.storage_problems:
-        attrs[STORAGE_PROBLEMS] = capped(run.storage_problems)
-    attrs.update(_compute_attrs(cfg, attempt, device))
+        rec.storage_problems = capped(run.storage_problems)
+    rec.merge(compute_fields(cfg, attempt, device.kind, device.env))
     if environment_failed(attempt):
-        return _environment_failure(ctx, trial, attrs, attempt.reason)
+        return _environment_failure(ctx, trial, rec, attempt.reason)
     values = None
     outcome, reason = attempt.outcome, attempt.reason
-    if outcome == outcomes.COMPLETE and attrs.get(UNK_NOTE_ATTR):
-        reason = f"{reason}; {attrs[UNK_NOTE_ATTR]}"  # not a plain complete
+    if outcome == outcomes.COMPLETE and rec.unk_note:
+        reason = f"{reason}; {rec.unk_note}"  # not a plain complete
     if outcome == outcomes.COMPLETE:
-        values, missing = objective_values(spec, attempt, attrs)
+        values, missing = objective_values(spec, attempt, rec)
         if missing:
             outcome, reason = outcomes.DIVERGED, f"{missing} is not finite at the end of training"
             values = None
             with contextlib.suppress(OSError):  # the run dir says what the database says
                 record_verdict(run_dir, outcome, reason)
-    return finish(ctx, trial, outcome, reason, attrs, values)
+    return finish(ctx, trial, outcome, reason, rec, values)
 
 
 def _not_launched(
@@ -531,42 +505,19 @@ def _not_launched(
     cfg: TrainConfig,
     outcome: str,
     reason: str,
-    attrs: dict[str, Any],
+    rec: TrialRecord,
 ) -> TrialReport:
     """End a trial the plan refused (memory or compute) without launching it."""
-    attrs["config"] = cfg.to_dict()
+    rec.config = cfg.to_dict()
     ctx.event(
         "start", number=trial.number, params=params, max_tokens=cfg.max_tokens, worker=device.label
     )
-    return finish(ctx, trial, outcome, reason, attrs)
+    return finish(ctx, trial, outcome, reason, rec)
 
 
 #: Endings a copy may not stand in for: the machine's, not the configuration's (a trial that ran
 #: out of wall-clock time may finish on a quieter one), and failures (re-queued anyway).
 NOT_COPIED = (outcomes.TIMEOUT, outcomes.CRASHED, outcomes.INTERRUPTED)
-#: Attributes of the earlier trial that describe its own run, not its result: not copied.
-_OWN_RUN_ATTRS = (
-    "host",
-    "pid",
-    "started_at",
-    "admitted_at",
-    "placed_on",
-    "reserved_mem_bytes",
-    "child_pid",
-    "returncode",
-    "wall_s",
-    "train_s",
-    "cold_start_s",
-    "setup_s",
-    "sampled",
-    "retry_history",
-    "storage_problems",
-    "child_file_problems",
-    "threads",
-    "threads_reason",
-)
-#: The user attribute of a trial whose result is another's, copied (``duplicate_of``).
-COPY_OF_ATTR = "copy_of"
 
 
 def duplicate_of(
@@ -581,11 +532,8 @@ def duplicate_of(
     if not params:
         return None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        if (
-            t.number == number
-            or t.user_attrs.get("outcome") in NOT_COPIED
-            or "outcome" not in t.user_attrs
-        ):
+        outcome = outcome_of(t)
+        if t.number == number or outcome is None or outcome in NOT_COPIED:
             continue
         if set(t.params) == set(params) and all(
             type(t.params[k]) is type(v) and t.params[k] == v for k, v in params.items()
@@ -601,23 +549,18 @@ def _copied(
     params: dict[str, Any],
     cfg: TrainConfig,
     earlier: optuna.trial.FrozenTrial,
-    attrs: dict[str, Any],
+    rec: TrialRecord,
 ) -> TrialReport:
     """End ``trial`` with ``earlier``'s result, copied and said so: no training, and the sampler
     sees the value (its intermediate values too, for a pruner)."""
-    source = earlier.user_attrs.get(COPY_OF_ATTR, earlier.number)
-    copied = {
-        k: v
-        for k, v in earlier.user_attrs.items()
-        if k not in _OWN_RUN_ATTRS and k not in ("outcome", "reason", "constraint")
-    }
-    attrs.update(copied)
-    attrs.update({COPY_OF_ATTR: source, "wall_s": 0.0, "train_s": 0.0})
-    outcome = str(earlier.user_attrs["outcome"])
+    old = TrialRecord.from_trial(earlier)
+    source = earlier.number if old.copy_of is None else old.copy_of
+    rec.merge(old.without(OWN_RUN)).update(copy_of=source, wall_s=0.0, train_s=0.0)
+    outcome = str(old.outcome)
     reason = (
         f"copy of trial {source}: the same parameters and seed, so the same "
         f"configuration; its result is recorded, not trained again "
-        f"({earlier.user_attrs.get('reason', outcome)})"
+        f"({old.reason if old.reason is not None else outcome})"
     )
     ctx.event(
         "start", number=trial.number, params=params, max_tokens=cfg.max_tokens, worker=device.label
@@ -628,7 +571,7 @@ def _copied(
     values = (
         list(earlier.values) if earlier.state == TrialState.COMPLETE and earlier.values else None
     )
-    return finish(ctx, trial, outcome, reason, attrs, values)
+    return finish(ctx, trial, outcome, reason, rec, values)
 
 
 def _attempts(
@@ -636,7 +579,7 @@ def _attempts(
     cfg: TrainConfig,
     run_dir: Path,
     predicted: int,
-    attrs: dict[str, Any],
+    rec: TrialRecord,
     budget: int | None,
 ) -> tuple[Attempt, TrainConfig, int]:
     """Run the trial's child; with ``oom_policy = "fit"``, once more with the micro-batch halved
@@ -653,18 +596,19 @@ def _attempts(
         ):
             halved = ctx.preflight.halve_batch(cfg)
             if halved is not None:
-                attrs["fitted"] = {"batch_size": halved.batch_size, "grad_accum": halved.grad_accum}
-                attrs["fit_retry_reason"] = attempt.reason
+                rec.fitted = {"batch_size": halved.batch_size, "grad_accum": halved.grad_accum}
+                rec.fit_retry_reason = attempt.reason
                 cfg, attempt_no = halved, attempt_no + 1
                 continue
         return attempt, cfg, attempt_no
 
 
 def _environment_failure(
-    ctx: RunnerContext, trial: optuna.Trial, attrs: dict[str, Any], reason: str
+    ctx: RunnerContext, trial: optuna.Trial, rec: TrialRecord, reason: str
 ) -> TrialReport:
     """Fail a trial the environment ended (the worker re-queues it: it is not counted)."""
-    report = finish(ctx, trial, outcomes.CRASHED, reason, {**attrs, "environment_failure": True})
+    failed = dataclasses.replace(rec, environment_failure=True)
+    report = finish(ctx, trial, outcomes.CRASHED, reason, failed)
     report.environment = True
     return report
 
@@ -694,181 +638,25 @@ def _with_memory_limit(
     return replace(cfg, cpu_memory_limit_bytes=limit)
 
 
-def peak_measured(
-    result: dict[str, Any], last: dict[str, Any], peak_rss: int | None, device: str = "cpu"
-) -> tuple[int | None, str | None]:
-    """The trial's measured peak and what it measures (``lm.memory.peak_kind``): the child's
-    own (``result.json``, else its last metrics row, measured the same way on its device), else
-    the parent's poll of its resident set, which on a GPU is not device memory at all."""
-    ran_on = str(result.get("device") or device).split(":")[0]
-    own_kind = result.get("peak_mem_kind") or memory.peak_kind(ran_on)
-    if result.get("peak_mem_bytes"):
-        return int(result["peak_mem_bytes"]), own_kind
-    if last.get("peak_mem_bytes"):
-        return int(last["peak_mem_bytes"]), own_kind
-    if peak_rss:
-        return int(peak_rss), memory.PEAK_HOST_RSS
-    return None, None
-
-
-def _attempt_attrs(a: Attempt, device: str = "cpu") -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "wall_s": round(a.wall_s, 3),
-        "child_pid": a.child_pid,
-        "returncode": a.returncode,
-    }
-    if a.times.cold_start_s is not None:
-        out["cold_start_s"] = round(a.times.cold_start_s, 3)
-    if a.times.setup_s is not None:
-        out["setup_s"] = round(a.times.setup_s, 3)
-    if a.problems:  # the trial is judged on what was valid; what was not is kept, in short
-        out["child_file_problems"] = capped(a.problems)
-    r = a.result or {}
-    last = a.history[-1] if a.history else {}
-    final = r.get("final_metrics") or last
-    peak, kind = peak_measured(r, last, a.peak_rss, device)
-    if peak:
-        out["peak_mem_bytes"], out["peak_mem_kind"] = int(peak), kind
-    tokens = r.get("tokens_seen", last.get("tokens"))
-    if tokens is not None:
-        out["tokens_seen"] = int(tokens)
-    tps = r.get("tokens_per_s", last.get("tokens_per_s"))
-    if tps is not None:
-        out["tokens_per_s"] = float(tps)
-        # The child reports tokens / (time in its training loop): invert it.
-        out["train_s"] = float(tokens) / float(tps) if tps and tokens else 0.0
-    params = r.get("params") or {}
-    if params:
-        out["params"] = params
-        out["params_total"] = int(params.get("total", 0))
-    for key in (
-        "bytes_per_token",
-        "train_bytes",
-        "unk_rate",
-        "best_val_bpb",
-        "steps",
-        "device",
-        "resumed_from_tokens",
-    ):
-        if r.get(key) is not None:
-            out[key] = r[key]
-    for key in FINAL_METRICS:
-        if final.get(key) is not None:
-            out[key] = final[key]
-    if isinstance(last.get("step"), int):  # the evaluation a verdict was reached at
-        out["last_eval_step"] = last["step"]
-    if "best_val_bpb" not in out:
-        finite = [h["val_bpb"] for h in a.history if isinstance(h.get("val_bpb"), (int, float))]
-        if finite:
-            out["best_val_bpb"] = min(finite)
-    return out
-
-
-def capped(problems: list[str], keep: int = 10) -> list[str]:
-    """A list of noted problems as kept on a trial: the first ``keep``, then how many more."""
-    return problems[:keep] + (
-        [f"... and {len(problems) - keep} more"] if len(problems) > keep else []
-    )
-
-
-def over_compute_limit(predicted_flops: int, limits: Limits) -> str | None:
-    """The reason a trial is not launched for its compute (``limits.max_flops``), else None.
-
-    Told as ``pruned``: no outcome says "over the compute limit", and this one says nothing
-    about memory (``predicted_oom`` would teach the sampler a false memory constraint). A spec
-    whose every trial is over the limit is refused when it is read (``sweeps.spec``)."""
-    if limits.max_flops is None or predicted_flops <= limits.max_flops:
-        return None
-    return (
-        f"over the compute limit, not launched: {predicted_flops:.3g} training FLOPs "
-        f"predicted > limits.max_flops = {limits.max_flops:.3g}"
-    )
-
-
-def _compute_attrs(cfg: TrainConfig, a: Attempt, device: WorkerDevice) -> dict[str, Any]:
-    """FLOPs of the tokens actually trained (``lm.flops``) and, on a known GPU, the MFU."""
-    r = a.result or {}
-    tokens = r.get("tokens_seen", a.history[-1].get("tokens") if a.history else None)
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
-        return {}
-    vocab = r.get("vocab_size") if isinstance(r.get("vocab_size"), int) else None
-    n_evals = v if isinstance(v := r.get("n_evals"), int) else len(a.history)
-    # A cooldown read's branch is compute the trial spent: its tokens and evaluation count.
-    # (``check_result`` already dropped a value of the wrong type; an older child has none.)
-    n_reads = max(0, r.get("n_reads") or 0)
-    read_tokens = max(0, r.get("cooldown_tokens_total") or 0)
-    f = flops.count(
-        cfg, tokens, n_evals=n_evals + n_reads, vocab_size=vocab, cooldown_tokens=read_tokens
-    )
-    out: dict[str, Any] = {
-        "flops": f.flops,
-        "flops_per_token": f.flops_per_token,
-        "params_non_embedding": f.params_non_embedding,
-        "params_embedding": f.params_embedding,
-        "eval_flops": f.eval_flops,
-    }
-    tps = r.get("tokens_per_s")
-    name = _gpu_name(device, str(r.get("device") or ""))
-    peak = flops.device_peak(name, cfg.precision) if name else None
-    if peak and isinstance(tps, (int, float)) and tps > 0 and tokens:
-        out["gpu_name"] = name
-        out["mfu"] = flops.mfu(f.flops, tokens / tps, peak)
-    return out
-
-
-def _gpu_name(device: WorkerDevice, ran_on: str) -> str | None:
-    """The product name of the GPU a CUDA child ran on (None on the CPU)."""
-    if device.kind != "cuda" or not ran_on.startswith("cuda"):
-        return None
-    visible = device.env.get(host.VISIBLE_DEVICES_ENV, os.environ.get(host.VISIBLE_DEVICES_ENV))
-    ids = [g.strip() for g in (visible or "").split(",") if g.strip()]
-    index = host.cuda_index(ran_on)
-    return host.gpu_name(ids[index] if index < len(ids) else str(index))
-
-
-def objective_values(
-    spec: StudySpec, attempt: Attempt, recorded: dict[str, Any]
-) -> tuple[list[float], str | None]:
-    """The study's objective values of a finished run, and the first one that is missing;
-    ``recorded`` is the trial's attributes (``flops`` is computed once, there)."""
-    r = attempt.result or {}
-    final = r.get("final_metrics") or (attempt.history[-1] if attempt.history else {})
-    source = {
-        "val_bpb": final.get("val_bpb"),
-        "val_loss": final.get("val_loss"),
-        "peak_mem": r.get("peak_mem_bytes") or attempt.peak_rss,
-        "wall_s": attempt.wall_s,
-        "tokens_per_s": r.get("tokens_per_s"),
-        "params": (r.get("params") or {}).get("total"),
-        "flops": recorded.get("flops"),
-    }
-    values = []
-    for metric in spec.study.metrics:
-        v = source.get(metric)
-        if not isinstance(v, (int, float)) or not math.isfinite(v):
-            return [], metric
-        values.append(float(v))
-    return values, None
-
-
 def finish(
     ctx: RunnerContext,
     trial: optuna.Trial,
     outcome: str,
     reason: str,
-    attrs: dict[str, Any],
+    rec: TrialRecord | None = None,
     values: list[float] | None = None,
 ) -> TrialReport:
-    """Record the trial's user attributes and tell Optuna its state."""
+    """Record the trial's record (``rec`` with its ending) and tell Optuna its state."""
     state = TrialState[outcomes.state_name(outcome)]
-    attrs = {**attrs, "outcome": outcome, "reason": reason}
+    rec = dataclasses.replace(rec or TrialRecord(), outcome=outcome, reason=reason)
+    constraint = outcomes.constraint_value(outcome)
     if state != TrialState.FAIL:
-        attrs["constraint"] = outcomes.constraint_value(outcome)
+        rec.constraint = constraint
     told = True
     try:
-        write_trial_attrs(ctx.storage, optuna_compat.trial_id(trial), attrs)
+        write_trial_attrs(ctx.storage, optuna_compat.trial_id(trial), rec)
         if state != TrialState.FAIL and hasattr(trial, "set_constraint"):
-            trial.set_constraint(CONSTRAINT_KEY, attrs["constraint"])
+            trial.set_constraint(CONSTRAINT_KEY, constraint)
         if state == TrialState.COMPLETE:
             ctx.study.tell(trial, values)
         else:
@@ -882,31 +670,31 @@ def finish(
     return TrialReport(trial.number, outcome, reason, values, told)
 
 
-def write_trial_attrs(rdb: RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
-    """The trial's attributes in one transaction. When the database refuses them (a value it
-    cannot hold; not when it is unreachable or locked, which is the worker's error), the
-    essential ones alone and a ``storage_problems`` line: a note never costs a trial its
-    result."""
-    values = {k: jsonable(v) for k, v in attrs.items()}
+def write_trial_attrs(rdb: RDBStorage, trial_id: int, rec: TrialRecord) -> None:
+    """The trial's record in one transaction. When the database refuses it (a value it cannot
+    hold; not when it is unreachable or locked, which is the worker's error), the essential
+    fields alone (``record.ESSENTIAL``) and a ``storage_problems`` line: a note never costs a
+    trial its result."""
+    values = {k: jsonable(v) for k, v in rec.to_attrs().items()}
     try:
         optuna_compat.write_user_attrs(rdb, trial_id, values)
     except sa.exc.SQLAlchemyError as exc:
         if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
             raise
-        kept = {k: values[k] for k in ESSENTIAL_ATTRS if k in values}
-        kept[STORAGE_PROBLEMS] = [
-            *values.get(STORAGE_PROBLEMS, []),
+        kept = TrialRecord.from_attrs({k: values[k] for k in ESSENTIAL if k in values})
+        kept.storage_problems = [
+            *(rec.storage_problems or []),
             "the trial's other attributes not stored: " + storage.describe_error(exc),
         ]
-        optuna_compat.write_user_attrs(rdb, trial_id, kept)
+        optuna_compat.write_user_attrs(rdb, trial_id, kept.to_attrs())
 
 
 def _update_study_attrs(ctx: RunnerContext) -> None:
     with contextlib.suppress(Exception):  # informational only
         factor = float(ctx.preflight.calibration_factor(ctx.study))
-        ctx.study.set_user_attr("calibration_factor", factor)
+        ctx.study.set_user_attr(STUDY_CALIBRATION, factor)
 
 
 def constraints_from_attrs(trial: optuna.trial.FrozenTrial) -> list[float]:
     """``constraints_func`` for Optuna versions without ``Trial.set_constraint``."""
-    return [float(trial.user_attrs.get("constraint", 0.0))]
+    return [float(TrialRecord.from_trial(trial).constraint or 0.0)]

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from lm import outcomes
 from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError, closest
+from sweeps import record as rc
 from sweeps.launchers import LAUNCHER_KINDS
+from sweeps.record import TrialRecord, objective_names
 
 if TYPE_CHECKING:
     import optuna
@@ -300,21 +302,8 @@ def budget_warnings(
 # --- rows for status and trials ------------------------------------------------------------------
 
 
-#: Each objective's unigram baseline, in its own unit: what a model that learned only the corpus
-#: frequencies scores (a trial attribute; it depends on the trial's tokenizer and vocabulary).
-UNIGRAM_BASELINE = {"val_bpb": "unigram_bpb", "val_loss": "unigram_entropy"}
-
-
-def objective_names(spec: Any, n: int) -> list[str]:
-    """Metric names of the objectives, from the spec the runner stored (else placeholders)."""
-    from sweeps.spec import DEFAULT_OBJECTIVES
-
-    try:
-        objectives = spec["study"].get("objectives", DEFAULT_OBJECTIVES)
-        names = [o if isinstance(o, str) else o["metric"] for o in objectives]
-    except (TypeError, KeyError, AttributeError):
-        names = []
-    return names if len(names) == n else [f"objective {i}" for i in range(n)]
+#: Each objective's unigram baseline (``record.UNIGRAM_BASELINE``).
+UNIGRAM_BASELINE = rc.UNIGRAM_BASELINE
 
 
 def best_trial(study: optuna.Study, trials: list[Any] | None = None) -> Any:
@@ -337,12 +326,12 @@ def _best_of(directions: list[Any], trials: list[Any]) -> Any:
 def best_baseline(study: optuna.Study, best: Any) -> float | None:
     """The best trial's unigram baseline in the objective's unit (None for other objectives):
     "best 3.62" means little until it stands beside the 3.68 of predicting the frequencies."""
-    return _baseline(study.user_attrs.get("spec"), best)
+    return _baseline(study.user_attrs.get(rc.STUDY_SPEC), best)
 
 
 def _baseline(spec: Any, best: Any) -> float | None:
     name = objective_names(spec, 1)[0]
-    value = best.user_attrs.get(UNIGRAM_BASELINE.get(name, ""))
+    value = TrialRecord.from_trial(best).get(UNIGRAM_BASELINE.get(name, ""))
     return float(value) if isinstance(value, (int, float)) else None
 
 
@@ -350,7 +339,7 @@ def best_text(study: optuna.Study, trials: list[Any] | None = None) -> str:
     """The best value with its unigram baseline (one objective) or the Pareto front's size."""
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     return _best_text(
-        study.directions, study.user_attrs.get("spec"), trials, best_trial(study, trials)
+        study.directions, study.user_attrs.get(rc.STUDY_SPEC), trials, best_trial(study, trials)
     )
 
 
@@ -431,18 +420,17 @@ def _study_row(st: Any, conn: Any, study_id: int, name: str) -> dict[str, Any]:
     """One study's ``sweeps status`` summary; ValueError when a stored value is damaged."""
     from sweeps import optuna_compat
     from sweeps import workers as wk
-    from sweeps.warm_start import CARRIED_FROM
 
     attrs = optuna_compat.study_user_attrs(conn, study_id)
     directions = optuna_compat.study_directions(conn, study_id)
     # What a summary counts of each trial besides its state and values: its outcome, its
     # retries (a superseded trial is not counted) and whether it was carried (``run --from``).
     trials = optuna_compat.summary_trials(
-        conn, study_id, user_keys=("outcome", CARRIED_FROM), system_keys=("retry_history",)
+        conn, study_id, user_keys=(rc.OUTCOME, rc.CARRIED_FROM), system_keys=("retry_history",)
     )
-    spec = attrs.get("spec")
+    spec = attrs.get(rc.STUDY_SPEC)
     spec_n = (spec or {}).get("study", {}).get("n_trials")
-    n_trials = attrs.get(wk.N_TRIALS_ATTR) or spec_n or len(trials)
+    n_trials = attrs.get(rc.STUDY_N_TRIALS) or spec_n or len(trials)
     state = wk.budget_state(trials, int(n_trials))
     best = _best_of(directions, trials)
     if best is not None:
@@ -456,8 +444,8 @@ def _study_row(st: Any, conn: Any, study_id: int, name: str) -> dict[str, Any]:
         "best": _best_text(directions, spec, trials, best),
         "best_value": None if best is None else best.values[0],
         "best_unigram_baseline": None if best is None else _baseline(spec, best),
-        "calibration_factor": float(attrs.get("calibration_factor", 1.0)),
-        "memory_budget_bytes": attrs.get("memory_budget_bytes"),
+        "calibration_factor": float(attrs.get(rc.STUDY_CALIBRATION, 1.0)),
+        "memory_budget_bytes": attrs.get(rc.STUDY_MEMORY_BUDGET),
     }
 
 
@@ -469,7 +457,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     gone = wk.superseded_numbers(trials)
     rows = []
     for t in trials:
-        a = t.user_attrs
+        a = TrialRecord.from_trial(t)
         rows.append(
             {
                 "number": t.number,
@@ -478,16 +466,16 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "params": dict(t.params) or dict(t.system_attrs.get("fixed_params") or {}),
                 "outcome": wk.trial_outcome(t),
                 "retried": t.number in gone,
-                "reason": a.get("reason")
+                "reason": a.reason
                 or (
                     "failed by a heartbeat: its worker stopped" if t.state.name == "FAIL" else None
                 ),
-                "val_bpb": a.get("val_bpb"),
-                "unigram_bpb": a.get("unigram_bpb"),
-                "peak_mem_bytes": a.get("peak_mem_bytes"),
-                "wall_s": a.get("wall_s"),
-                "flops": a.get("flops"),
-                "slurm_job": a.get("slurm_job"),
+                "val_bpb": a.val_bpb,
+                "unigram_bpb": a.unigram_bpb,
+                "peak_mem_bytes": a.peak_mem_bytes,
+                "wall_s": a.wall_s,
+                "flops": a.flops,
+                "slurm_job": a.slurm_job,
                 "values": t.values,
             }
         )

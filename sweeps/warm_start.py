@@ -41,22 +41,22 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from lm.errors import SweepsError
 from sweeps import optuna_compat
+from sweeps import record as rc
+from sweeps.record import TrialRecord
 from sweeps.spec import ParamSpec, StudySpec, read_spec, walk_one
 
 #: The user attribute that marks a carried trial: "STUDY#N" (its study and number there).
-CARRIED_FROM = "carried_from"
+CARRIED_FROM = rc.CARRIED_FROM
 #: The study user attribute written with the carried trials: {"study": ..., "trials": ...}.
-CARRIED_ATTR = "sweeps_carried_from"
+CARRIED_ATTR = rc.STUDY_CARRIED
 #: Config fields that say where a trial ran, not what it trained.
 NOT_COMPARED = ("device", "cpu_memory_limit_bytes", "cuda_memory_limit_bytes")
 #: Fields the runner changes when it fits a trial to memory (``oom_policy = "fit"``).
 FITTED_FIELDS = ("batch_size", "grad_accum")
-#: User attributes of the old run that do not describe the carried trial.
-DROPPED_ATTRS = ("retries", "retry_of")
 
 
 def is_carried(trial: FrozenTrial) -> bool:
-    return CARRIED_FROM in trial.user_attrs
+    return rc.value_of(trial, CARRIED_FROM) is not None
 
 
 @dataclass
@@ -105,9 +105,9 @@ def plan(
         raise SweepsError(
             f"--from {source}: that is the spec's own study; give the study to start from"
         )
-    _check_objectives(spec, source, directions, attrs.get("spec"))
+    _check_objectives(spec, source, directions, attrs.get(rc.STUDY_SPEC))
     dists = space_distributions(spec)
-    old_base = _old_base(attrs.get("spec"))
+    old_base = _old_base(attrs.get(rc.STUDY_SPEC))
     out = CarryPlan(source, len(trials))
     for t in sorted(trials, key=lambda t: t.number):
         params, why = carried_params(spec, dists, old_base, t)
@@ -158,8 +158,9 @@ def carried_params(
     """(the trial's parameters in the new space, "") or (None, why it does not carry)."""
     if t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
         return None, f"not finished ({t.state.name})"
-    config = t.user_attrs.get("config")
-    if not isinstance(config, dict):
+    rec = TrialRecord.from_trial(t)
+    config = rec.config
+    if config is None:
         return None, "no trained config recorded"
 
     def value(p: ParamSpec) -> Any:
@@ -182,7 +183,7 @@ def carried_params(
         params = walk_one(spec.space, spec.base_values(), value)
     except _NotCarried as exc:
         return None, str(exc)
-    why = _config_difference(spec, params, config, fitted=bool(t.user_attrs.get("fitted")))
+    why = _config_difference(spec, params, config, fitted=bool(rec.fitted))
     return (None, why) if why else (params, "")
 
 
@@ -233,14 +234,14 @@ def template(
     t: FrozenTrial, params: dict[str, Any], dists: dict[str, BaseDistribution], source: str
 ) -> FrozenTrial:
     """The finished trial to add: the old one's results under the new space's distributions."""
-    attrs = {k: v for k, v in t.user_attrs.items() if k not in DROPPED_ATTRS}
-    attrs[CARRIED_FROM] = f"{source}#{t.number}"
+    rec = TrialRecord.from_trial(t).without(rc.NOT_CARRIED)
+    rec.carried_from = f"{source}#{t.number}"
     new = create_trial(
         state=t.state,
         values=t.values if t.state == TrialState.COMPLETE else None,
         params=params,
         distributions={k: dists[k] for k in params},
-        user_attrs=attrs,
+        user_attrs=rec.to_attrs(),
         system_attrs=optuna_compat.constraint_attrs(t.system_attrs),
         intermediate_values=dict(t.intermediate_values),
     )
@@ -299,7 +300,7 @@ def add_once(storage: Any, study: Any, carry: CarryPlan, *, created: bool) -> bo
     ):
         return False
     mine = {
-        t.user_attrs[CARRIED_FROM]: t for t in study.get_trials(deepcopy=False) if is_carried(t)
+        rc.value_of(t, CARRIED_FROM): t for t in study.get_trials(deepcopy=False) if is_carried(t)
     }
     ids = {
         n: (mine[f"{carry.source}#{n}"].number, optuna_compat.trial_id(mine[f"{carry.source}#{n}"]))

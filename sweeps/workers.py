@@ -49,11 +49,13 @@ from optuna.trial import FrozenTrial, TrialState
 from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import admission, liveness, optuna_compat, records
+from sweeps import record as rc
 from sweeps import storage as st
 from sweeps.claims import claim_lock
 from sweeps.launchers import Launcher, make_launcher
 from sweeps.monitor import POLL_S, TERM_GRACE_S
 from sweeps.monitor import StopFlags as StopFlags  # the CLI stops workers with it
+from sweeps.record import TrialRecord
 from sweeps.runner import (
     RunnerContext,
     TrialReport,
@@ -137,17 +139,17 @@ def budget_state(trials: Sequence[FrozenTrial], n_trials: int) -> BudgetState:
 def trial_outcome(t: FrozenTrial, superseded: set[int] | None = None) -> str:
     """The outcome shown for a trial: its recorded one, else its state (a FAIL without one was
     failed by a heartbeat: its worker died)."""
-    return outcomes.shown(t.user_attrs.get("outcome"), t.state.name)
+    return outcomes.shown(rc.outcome_of(t), t.state.name)
 
 
 # --- the study -----------------------------------------------------------------------------------
 
 
-SPEC_ATTR = "spec"
-N_TRIALS_ATTR = "n_trials"
-ENQUEUED_ATTR = "sweeps_enqueued"
+SPEC_ATTR = rc.STUDY_SPEC
+N_TRIALS_ATTR = rc.STUDY_N_TRIALS
+ENQUEUED_ATTR = rc.STUDY_ENQUEUED
 #: The per-trial budget in bytes a run planned with (``run_threads`` records it; the report).
-MEMORY_BUDGET_ATTR = "memory_budget_bytes"
+MEMORY_BUDGET_ATTR = rc.STUDY_MEMORY_BUDGET
 #: Parts of a spec that must not change under a running study (its trials would not compare).
 _IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
 
@@ -390,7 +392,7 @@ def worker_loop(
                     trial,
                     outcomes.CRASHED,
                     f"orchestrator error: {line}",
-                    {"traceback": traceback.format_exc()[-4000:]},
+                    TrialRecord(traceback=traceback.format_exc()[-4000:]),
                 )
             raise
         out.reports.append(report)

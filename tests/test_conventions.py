@@ -344,3 +344,98 @@ def test_the_duration_check_finds_a_cap(tmp_path: Path) -> None:
         f"assert took < 30  {DEADLINE_MARK} the kit's\nassert 30 > took\n"
     )
     assert [h.split(":")[1] for h in _timed_asserts(probe)] == ["4", "6", "8", "10"]
+
+
+#: The module that names a trial's (and a study's) attributes; nothing else spells a key.
+RECORD_MODULE = "sweeps/record.py"
+#: Calls that write attributes: the position of the key among their arguments.
+_KEY_ARGUMENT = {"set_user_attr": 0, "set_trial_user_attr": 1, "set_study_user_attr": 1}
+#: Calls whose dict-literal arguments are a whole set of attributes.
+_ATTR_DICT_CALLS = {"write_user_attrs", "fail_trial"}
+
+
+def _named(node: ast.AST, name: str) -> bool:
+    """``node`` is ``name`` or ``<anything>.name``."""
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name
+    )
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+
+
+def _attr_keys(path: Path) -> list[str]:
+    """Attribute keys spelt as strings: a constant subscript of, ``.get(`` on or ``in`` something
+    named ``user_attrs``; the key of ``set_user_attr``-like calls; the keys of a dict literal
+    passed to ``write_user_attrs``/``fail_trial`` or as ``user_attrs=``."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+
+    def hit(node: ast.AST) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(f"{_shown(path)}:{node.lineno}: {node.value!r}")
+
+    def dict_keys(node: ast.AST) -> None:
+        if isinstance(node, ast.Dict):
+            for key in node.keys:
+                if key is not None:
+                    hit(key)
+
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Subscript) and _named(node.value, "user_attrs"):
+            hit(node.slice)
+        elif isinstance(node, ast.Compare) and any(
+            _named(c, "user_attrs") for c in node.comparators
+        ):
+            hit(node.left)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "pop", "setdefault")
+                and _named(func.value, "user_attrs")
+                and node.args
+            ):
+                hit(node.args[0])
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in _KEY_ARGUMENT and len(node.args) > _KEY_ARGUMENT[name]:
+                hit(node.args[_KEY_ARGUMENT[name]])
+            if name in _ATTR_DICT_CALLS:
+                for arg in node.args:
+                    dict_keys(arg)
+            for kw in node.keywords:
+                if kw.arg == "user_attrs":
+                    dict_keys(kw.value)
+    return found
+
+
+def test_no_attribute_key_outside_the_record() -> None:
+    """A trial's attributes are the fields of ``sweeps.record.TrialRecord`` (and the study's its
+    ``STUDY_*`` names): code reads and writes them through it, never by a string of its own."""
+    found = [
+        hit
+        for path in sources(*PACKAGES)
+        if path.relative_to(REPO).as_posix() != RECORD_MODULE
+        for hit in _attr_keys(path)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_attribute_key_check_finds_a_key(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        't.user_attrs["outcome"]\n'
+        't.user_attrs.get("reason", None)\n'
+        '"copy_of" not in trial.user_attrs\n'
+        'study.set_user_attr("spec", {"a": 1})\n'
+        'storage.set_trial_user_attr(tid, "confirms", "x")\n'
+        'optuna_compat.write_user_attrs(rdb, tid, {"placed_on": "gpu 0"})\n'
+        'create_trial(user_attrs={"retries": 1}, system_attrs={"fixed_params": {}})\n'
+        "t.user_attrs[rc.OUTCOME]\nstudy.set_user_attr(rc.STUDY_SPEC, 'the value')\n"
+        "frame.attrs['order']\n"
+    )
+    keys = [h.rsplit(": ", 1)[1] for h in _attr_keys(probe)]
+    assert sorted(keys) == sorted(
+        ["'outcome'", "'reason'", "'copy_of'", "'spec'", "'confirms'", "'placed_on'", "'retries'"]
+    )

@@ -24,6 +24,7 @@ import plotly.colors
 
 from lm import outcomes
 from lm.errors import SweepsError
+from sweeps import record as rc
 from sweeps.charts import TOKENIZER_COLORS
 from sweeps.results import CONFIG_COLUMNS, StudyResults, plain_value
 
@@ -93,7 +94,7 @@ def ablation_factor(results: StudyResults) -> str | None:
     from sweeps.effects import spec_baseline
 
     try:
-        baseline = spec_baseline(results.user_attrs.get("spec"))
+        baseline = spec_baseline(results.user_attrs.get(rc.STUDY_SPEC))
     except SweepsError:
         return None
     return next(iter(baseline), None) if baseline else None

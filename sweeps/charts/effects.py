@@ -13,7 +13,9 @@ import plotly.graph_objects as go
 
 from lm.errors import SweepsError
 from sweeps import effects as fx
+from sweeps import record as rc
 from sweeps.charts import Chart, esc, style
+from sweeps.replicates import metric_of
 from sweeps.results import StudyResults
 
 VERDICT_COLORS = {"better": "#2ca02c", "worse": "#d62728"}
@@ -33,14 +35,14 @@ ABOUT_FOREST = (
 
 def data(results: StudyResults) -> tuple[fx.Effects | None, str]:
     """(the effects of an ``[ablation]`` study, else None; why not, when None)."""
-    baseline = fx.spec_baseline(results.user_attrs.get("spec"))
+    baseline = fx.spec_baseline(results.user_attrs.get(rc.STUDY_SPEC))
     if baseline is None:
         return (
             None,
             "Not an [ablation] study (`sweeps effects STUDY --baseline FIELD=VALUE` "
             "compares any study's configurations).",
         )
-    metric, direction = fx.metric_of(results, None)
+    metric, direction = metric_of(results, None)
     try:
         return fx.effects(
             results.trials,
@@ -80,7 +82,7 @@ def forest_data(result: fx.Effects) -> pd.DataFrame:
 def applies(results: StudyResults) -> bool:
     """An ``[ablation]`` study (its spec names a baseline): the table and the forest plot are its
     answer, and say so while no result is in yet."""
-    return fx.spec_baseline(results.user_attrs.get("spec")) is not None
+    return fx.spec_baseline(results.user_attrs.get(rc.STUDY_SPEC)) is not None
 
 
 def table_chart(results: StudyResults) -> Chart:

@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 from optuna.distributions import BaseDistribution
 
 from lm import outcomes
-from sweeps import effects as fx
+from sweeps import replicates as rp
 from sweeps import seeds
 from sweeps.charts import Chart, esc, style
 from sweeps.results import StudyResults
@@ -42,10 +42,10 @@ def evaluator() -> tuple[optuna.importance.BaseImportanceEvaluator, str]:
 
 
 def configurations(trials: pd.DataFrame) -> pd.DataFrame:
-    """The complete trials with a val_bpb as configurations (``sweeps.effects.replicates``: the
+    """The complete trials with a val_bpb as configurations (``sweeps.replicates.replicates``: the
     trials that differ only in replicate fields are one): params, n, mean, sd."""
     done = trials[(trials["outcome"] == outcomes.COMPLETE) & trials["val_bpb"].notna()]
-    return fx.replicates(done, "val_bpb")
+    return rp.replicates(done, "val_bpb")
 
 
 def varied(trials: pd.DataFrame) -> list[str]:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from sweeps import effects as fx
+from sweeps import replicates as rp
 from sweeps.charts import esc
 
 COLUMNS = ["config", "n", "x", "mean", "low", "high"]
@@ -18,10 +18,10 @@ COLUMNS = ["config", "n", "x", "mean", "low", "high"]
 
 def data(trials: pd.DataFrame, x: str, metric: str = "val_bpb") -> pd.DataFrame:
     """Configurations with two or more complete replicates: config, n, x (the replicates' mean
-    ``x``), mean, low, high (the t interval of the mean, ``sweeps.effects.rank``)."""
+    ``x``), mean, low, high (the t interval of the mean, ``sweeps.replicates.rank``)."""
     if x not in trials or metric not in trials:
         return pd.DataFrame(columns=COLUMNS)
-    ranked = fx.rank(trials, metric=metric).rows
+    ranked = rp.rank(trials, metric=metric).rows
     ranked = ranked[ranked["n"] >= 2]
     xs = pd.to_numeric(trials.set_index("number")[x], errors="coerce").astype(float)
     rows = []

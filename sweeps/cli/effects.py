@@ -40,7 +40,7 @@ from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 if TYPE_CHECKING:
     from sweeps.confirm import Plan
-    from sweeps.effects import Ranking
+    from sweeps.replicates import Ranking
 
 app = typer.Typer()
 

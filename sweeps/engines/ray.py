@@ -315,7 +315,6 @@ def _trial_runner(
                 trial,
                 outcomes.INTERRUPTED,
                 "stopped by the user (Ctrl-C or SIGTERM): its Ray task was cancelled",
-                {},
             )
         reason = f"its Ray node or worker was lost mid-trial ({lost})"
         frozen = ctx.storage.get_trial(trial_id)

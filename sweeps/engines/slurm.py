@@ -60,6 +60,7 @@ from lm import host
 from lm.errors import SweepsError
 from sweeps import admission, devices, plan
 from sweeps.engines.base import EngineOptions, Hooks, Job
+from sweeps.record import SLURM_JOB, TrialRecord, value_of
 
 #: The ``sweeps worker`` process of a task (Python, Optuna, SQLAlchemy; measured ~250 MiB
 #: resident), on top of its trials' reservations.
@@ -516,20 +517,22 @@ def _trial_events(
     from lm import outcomes
 
     for t in study.get_trials(deepcopy=False):
-        if t.state.name == "RUNNING" and t.number not in seen and t.user_attrs.get("slurm_job"):
-            seen[t.number] = str(t.user_attrs["slurm_job"])
+        job = value_of(t, SLURM_JOB)
+        if t.state.name == "RUNNING" and t.number not in seen and job:
+            seen[t.number] = job
             on_event(
                 "start",
                 {"number": t.number, "params": dict(t.params), "worker": f"slurm {seen[t.number]}"},
             )
         elif t.state.is_finished() and seen.pop(t.number, None) is not None:
+            rec = TrialRecord.from_trial(t)
             on_event(
                 "end",
                 {
                     "number": t.number,
                     "values": t.values,
-                    "outcome": outcomes.shown(t.user_attrs.get("outcome"), t.state.name),
-                    "reason": t.user_attrs.get("reason"),
+                    "outcome": outcomes.shown(rec.outcome, t.state.name),
+                    "reason": rec.reason,
                 },
             )
 

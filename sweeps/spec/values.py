@@ -6,6 +6,7 @@ the value helpers the types (``sweeps.spec.types``) share with the rules between
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -84,10 +85,14 @@ def train_defaults() -> dict[str, Any]:
     return out
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equality that keeps ``True`` apart from ``1`` (TOML booleans are not numbers)."""
+def same(a: Any, b: Any, *, rel_tol: float = 0.0) -> bool:
+    """Equality that keeps ``True`` apart from ``1`` (TOML booleans are not numbers); numbers
+    within ``rel_tol`` of each other when it is given (a value typed by a person against one a
+    stepped distribution computed: 0.3 and 0.1 * 3), else exactly (``same_key``'s equality)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if rel_tol and isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
     return bool(a == b)
 
 

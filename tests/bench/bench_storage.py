@@ -52,6 +52,7 @@ from lm import outcomes
 from sweeps import liveness, records, runner
 from sweeps import storage as st
 from sweeps import workers as wk
+from sweeps.record import TrialRecord
 from sweeps.spec import StudySpec, read_spec
 from tests.sweeps.pg import bench_storages
 
@@ -155,7 +156,8 @@ def fake_trial(
         run_dir="/tmp/x",
         config={"lr": lr, "d_model": 16},
     )
-    db(runner.finish, ctx, trial, outcomes.COMPLETE, "done", attrs, [4.0 / evals])
+    rec = TrialRecord.from_attrs(attrs)
+    db(runner.finish, ctx, trial, outcomes.COMPLETE, "done", rec, [4.0 / evals])
 
 
 def worker(

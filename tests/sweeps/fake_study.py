@@ -1,4 +1,4 @@
-"""Fabricate a study exactly as the runner records it (contract: "Trial record"), for report tests.
+"""Fabricate a study exactly as the runner records it (``sweeps.record``), for report tests.
 
 Trials get plausible values (val_bpb falls with vocabulary and width; a word vocabulary pays for
 its ``<unk>``s; logits and attention grow with B x T x V and T^2) and every outcome appears.
@@ -33,9 +33,11 @@ from optuna.trial import TrialState
 
 from lm import flops
 from lm.config import TrainConfig, default_vocab_size
+from sweeps import record as rc
 from sweeps import records
 from sweeps import storage as st
 from sweeps.conditions import Condition, parse_condition
+from sweeps.record import TrialRecord
 
 OUTCOMES = (
     "complete",
@@ -226,10 +228,10 @@ def fabricate(
     study = optuna.create_study(
         study_name=name, storage=storage, directions=["minimize", "minimize"]
     )
-    study.set_user_attr("memory_budget_bytes", BUDGET)
-    study.set_user_attr("calibration_factor", 1.1)
+    study.set_user_attr(rc.STUDY_MEMORY_BUDGET, BUDGET)
+    study.set_user_attr(rc.STUDY_CALIBRATION, 1.1)
     study.set_user_attr(
-        "spec",
+        rc.STUDY_SPEC,
         {
             "study": {
                 "name": name,
@@ -257,11 +259,10 @@ def fabricate(
         outcome = outcomes[number] if number < len(outcomes) else None
         trial, trial_evals, trial_samples = _trial(number, p, outcome, rng, now, unset, dists)
         if number in (attrs or {}):
-            given = (attrs or {})[number]
-            trial.user_attrs = {
-                **{k: v for k, v in trial.user_attrs.items() if k not in given},
-                **{k: v for k, v in given.items() if v is not None},
-            }
+            given = (attrs or {})[number]  # None: the attribute left out
+            rec = TrialRecord.from_trial(trial).without(tuple(given))
+            rec.merge(TrialRecord.from_attrs({k: v for k, v in given.items() if v is not None}))
+            trial.user_attrs = rec.to_attrs()
         if number in (times or {}):
             trial.datetime_start, trial.datetime_complete = (times or {})[number]
         trials.append(trial)
@@ -505,41 +506,39 @@ def _trial(
         "crashed": "RuntimeError: something broke",
         "interrupted": "stopped by the user",
     }[outcome]
-    attrs: dict[str, Any] = {
-        "outcome": outcome,
-        "reason": reason,
-        "run_dir": f"runs/trials/{number}",
-        "host": "worker-a" if number % 2 else "worker-b",
-        "pid": 1000 + number,
-        "started_at": now - 3600 + number,
-        "wall_s": wall_s,
-        "config": config_for(p),
-        "sampled": suggested,
-        "predicted_mem_bytes": predicted,
-        "predicted_mem_raw_bytes": predicted_raw,
-        "memory_budget_bytes": BUDGET,
-        "calibration_factor": 1.1,
-        "constraint": 1.0 if outcome in ("oom", "predicted_oom") else 0.0,
-    }
+    rec = TrialRecord(
+        outcome=outcome,
+        reason=reason,
+        run_dir=f"runs/trials/{number}",
+        host="worker-a" if number % 2 else "worker-b",
+        pid=1000 + number,
+        started_at=now - 3600 + number,
+        wall_s=wall_s,
+        config=config_for(p),
+        sampled=suggested,
+        predicted_mem_bytes=predicted,
+        predicted_mem_raw_bytes=predicted_raw,
+        memory_budget_bytes=BUDGET,
+        calibration_factor=1.1,
+        constraint=1.0 if outcome in ("oom", "predicted_oom") else 0.0,
+    )
     if number % 7 == 3:
-        attrs["fitted"] = {"batch_size": p["batch_size"], "grad_accum": 2}
+        rec.fitted = {"batch_size": p["batch_size"], "grad_accum": 2}
     if outcome != "predicted_oom":
         params_total = p["vocab_size"] * 64 + 128 * 64 + 2 * (4 * 64 * 64 + 2 * 64 * p["d_ff"])
-        attrs.update(
-            {
-                "cold_start_s": 2.0,
-                "peak_mem_bytes": measured,
-                "tokens_seen": last.get("tokens", 0),
-                "tokens_per_s": tokens_per_s,
-                "params_total": params_total,
-                "params": {"total": params_total},
-                "bytes_per_token": bpt,
-                "unk_rate": unk,
-                "train_s": max(wall_s - 3.0, 0.0),
-            }
+        rec.update(
+            cold_start_s=2.0,
+            peak_mem_bytes=measured,
+            tokens_seen=last.get("tokens", 0),
+            tokens_per_s=tokens_per_s,
+            params_total=params_total,
+            params={"total": params_total},
+            bytes_per_token=bpt,
+            unk_rate=unk,
+            train_s=max(wall_s - 3.0, 0.0),
         )
-        attrs.update(_compute(p, attrs["tokens_seen"], n_evals))
-        for key in (
+        rec.merge(_compute(p, last.get("tokens", 0), n_evals))
+        final = (
             "val_bpb",
             "val_loss",
             "accuracy",
@@ -550,11 +549,10 @@ def _trial(
             "mean_kl_to_mean",
             "top20_overlap",
             "unk_rate_targets",
-        ):
-            if key in last:
-                attrs[key] = last[key]
+        )
+        rec.update(**{k: last[k] for k in final if k in last})
         if evals:
-            attrs["best_val_bpb"] = min(e["val_bpb"] for e in evals)
+            rec.best_val_bpb = min(e["val_bpb"] for e in evals)
     state = STATES.get(outcome, TrialState.PRUNED)
     values = None
     if state == TrialState.COMPLETE:
@@ -564,7 +562,7 @@ def _trial(
         values=values,
         params=suggested,
         distributions={k: dists[k] for k in suggested},
-        user_attrs=attrs,
+        user_attrs=rec.to_attrs(),
         intermediate_values={e["tokens"]: e["val_bpb"] for e in evals}
         if state == TrialState.PRUNED
         else None,
@@ -573,16 +571,16 @@ def _trial(
     return trial, evals, texts
 
 
-def _compute(p: dict[str, Any], tokens: int, n_evals: int) -> dict[str, Any]:
+def _compute(p: dict[str, Any], tokens: int, n_evals: int) -> TrialRecord:
     """What the runner records of a trial's compute (``lm.flops``)."""
     f = flops.count(TrainConfig.from_dict(config_for(p)), tokens, n_evals=n_evals)
-    return {
-        "flops": f.flops,
-        "flops_per_token": f.flops_per_token,
-        "params_non_embedding": f.params_non_embedding,
-        "params_embedding": f.params_embedding,
-        "eval_flops": f.eval_flops,
-    }
+    return TrialRecord(
+        flops=f.flops,
+        flops_per_token=f.flops_per_token,
+        params_non_embedding=f.params_non_embedding,
+        params_embedding=f.params_embedding,
+        eval_flops=f.eval_flops,
+    )
 
 
 def shared_big_study(base: Path, n: int = 2000, seed: int = 2) -> str:

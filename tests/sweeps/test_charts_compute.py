@@ -13,11 +13,11 @@ import pytest
 from lm import flops, host
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps import results, runner
+from sweeps import attempt_record, results
 from sweeps.charts import compute
 from sweeps.charts import scaling as scaling_chart
 from sweeps.monitor import Attempt, StartTimes
-from sweeps.runner import WorkerDevice
+from sweeps.record import TrialRecord
 from sweeps.spec import read_spec
 from tests.sweeps import fake_study
 from tests.sweeps.helpers import spec_dict
@@ -92,7 +92,7 @@ def test_flops_are_of_the_tokens_actually_trained() -> None:
             "vocab_size": 280,
         }
     )
-    got = runner._compute_attrs(CFG, a, WorkerDevice())
+    got = attempt_record.compute_fields(CFG, a).to_attrs()
     want = flops.count(CFG, 8128, n_evals=2, vocab_size=280)
     assert got == {
         "flops": want.flops,
@@ -101,20 +101,20 @@ def test_flops_are_of_the_tokens_actually_trained() -> None:
         "params_embedding": 280 * 200 + 254 * 200,
         "eval_flops": want.eval_flops,
     }  # no mfu on the CPU
-    assert runner._compute_attrs(CFG, attempt(None), WorkerDevice()) == {}
+    assert attempt_record.compute_fields(CFG, attempt(None)).to_attrs() == {}
 
 
 def test_mfu_on_a_known_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
     monkeypatch.setattr(host, "gpu_name", lambda gpu: asked.append(gpu) or "NVIDIA H100 80GB HBM3")
     cfg = TrainConfig.from_dict({**CFG.to_dict(), "precision": "bf16"})
-    gpu = WorkerDevice("cuda", {host.VISIBLE_DEVICES_ENV: "3"}, None, "cuda:3")
+    env = {host.VISIBLE_DEVICES_ENV: "3"}
     a = attempt(
         {"tokens_seen": 1_000_000, "n_evals": 1, "tokens_per_s": 50_000.0, "device": "cuda:0"}
     )
-    got = runner._compute_attrs(cfg, a, gpu)
-    assert asked == ["3"] and got["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    assert got["mfu"] == pytest.approx(got["flops"] / 20.0 / 989e12)
+    got = attempt_record.compute_fields(cfg, a, "cuda", env)
+    assert asked == ["3"] and got.gpu_name == "NVIDIA H100 80GB HBM3"
+    assert got.mfu == pytest.approx(got.flops / 20.0 / 989e12)
 
 
 def test_flops_is_an_objective() -> None:
@@ -122,14 +122,14 @@ def test_flops_is_an_objective() -> None:
         spec_dict("o", Path("/c"), study={"objectives": ["val_bpb", "flops"]}), check_paths=False
     )
     a = attempt({"final_metrics": {"val_bpb": 1.5}})
-    assert runner.objective_values(spec, a, {"flops": 3e12}) == ([1.5, 3e12], None)
-    assert runner.objective_values(spec, a, {}) == ([], "flops")
+    assert attempt_record.objective_values(spec, a, TrialRecord(flops=3e12)) == ([1.5, 3e12], None)
+    assert attempt_record.objective_values(spec, a, TrialRecord()) == ([], "flops")
 
 
 def test_a_trial_over_the_compute_limit_is_not_launched() -> None:
     spec = read_spec(spec_dict("o", Path("/c"), limits={"max_flops": 1e13}), check_paths=False)
-    assert runner.over_compute_limit(9e12, spec.limits) is None
-    reason = runner.over_compute_limit(2e13, spec.limits)
+    assert attempt_record.over_compute_limit(9e12, spec.limits) is None
+    reason = attempt_record.over_compute_limit(2e13, spec.limits)
     assert reason == (
         "over the compute limit, not launched: 2e+13 training FLOPs predicted > "
         "limits.max_flops = 1e+13"

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweeps import effects as fx
+from sweeps import replicates as rp
 from sweeps import storage as st
 from tests.sweeps.ablation import FFN_WIDTH, store_ablation
 from tests.sweeps.cli import assert_user_error, sweeps
@@ -22,7 +22,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_results_layer_groups_the_replicates(url: str) -> None:
-    reps = fx.replicates_frame(url, "ffn_width").set_index("config")
+    reps = rp.replicates_frame(url, "ffn_width").set_index("config")
     assert reps.loc["d_ff=256", "n"] == 3 and reps.loc["d_ff=256", "seeds"] == [0, 1, 2]
     assert reps.loc["d_ff=1", "mean"] == pytest.approx(2.2143, abs=1e-4)
 

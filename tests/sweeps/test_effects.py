@@ -12,6 +12,7 @@ from scipy import stats
 
 from lm.errors import SweepsError
 from sweeps import effects as fx
+from sweeps import replicates as rp
 from tests.sweeps.ablation import noisy, table
 
 # --- replicates ------------------------------------------------------------------------------
@@ -27,7 +28,7 @@ def test_replicates_group_trials_that_differ_only_in_seed() -> None:
         "seed": 0,
         "val_bpb": float("nan"),
     }
-    reps = fx.replicates(trials)
+    reps = rp.replicates(trials)
     assert list(reps["config"]) == ["d_ff=1", "d_ff=256"]  # best (lowest mean) first
     base = reps.set_index("config").loc["d_ff=256"]
     assert base["n"] == 3
@@ -50,14 +51,14 @@ def test_replicates_of_a_sampled_study_without_seed_parameter() -> None:
             "val_bpb": [2.0, 2.2, 2.1],
         }
     )
-    reps = fx.replicates(trials).set_index("config")
+    reps = rp.replicates(trials).set_index("config")
     assert reps.loc["lr=0.003", "n"] == 1 and math.isnan(reps.loc["lr=0.003", "sd"])
     assert reps.loc["lr=0.01", "n"] == 2 and reps.loc["lr=0.01", "mean"] == pytest.approx(2.05)
 
 
 def test_replicates_maximize_puts_the_highest_first() -> None:
     trials = table({1: [0.5, 0.6], 2: [0.7, 0.8]}).rename(columns={"val_bpb": "accuracy"})
-    assert fx.replicates(trials, "accuracy", "maximize")["config"].iloc[0] == "d_ff=2"
+    assert rp.replicates(trials, "accuracy", "maximize")["config"].iloc[0] == "d_ff=2"
 
 
 # --- Holm ------------------------------------------------------------------------------------
@@ -230,12 +231,12 @@ def test_rank_says_whether_the_best_beats_the_runner_up() -> None:
     clear = table(
         {1: list(2.10 + seed_effect), 2: list(2.20 + seed_effect + 0.002 * rng.standard_normal(6))}
     )
-    ranking = fx.rank(clear, level=0.01)
+    ranking = rp.rank(clear, level=0.01)
     assert ranking.rows["config"].iloc[0] == "d_ff=1" and ranking.distinguishable is True
     assert "is distinguishable" in ranking.sentence()
     assert (ranking.rows["low"] < ranking.rows["mean"]).all()
     tied = table({1: noisy(2.2, 3, 0.02, rng), 2: noisy(2.2, 3, 0.02, rng)})
-    assert fx.rank(tied).distinguishable is False
+    assert rp.rank(tied).distinguishable is False
 
 
 def test_a_configuration_with_no_complete_trial_is_named_not_dropped() -> None:

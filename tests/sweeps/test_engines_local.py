@@ -170,7 +170,7 @@ def fake_trial(log: list[tuple[str, int, int]], lock: threading.Lock, sizes: dic
         x = trial.suggest_int("seed", 0, 9)
         size = sizes[x]
         if not ctx.admission.pool.fits_empty(local.reservation(size)):
-            return finish(ctx, trial, outcomes.PREDICTED_OOM, "too big", {})
+            return finish(ctx, trial, outcomes.PREDICTED_OOM, "too big")
         lease = ctx.admission.acquire(size, ctx.stop.stop)
         with lock:
             log.append(("in", trial.number, lease.bytes))
@@ -178,7 +178,7 @@ def fake_trial(log: list[tuple[str, int, int]], lock: threading.Lock, sizes: dic
         with lock:
             log.append(("out", trial.number, lease.bytes))
         ctx.admission.release(lease)
-        return finish(ctx, trial, outcomes.COMPLETE, "ok", {}, [float(x)])
+        return finish(ctx, trial, outcomes.COMPLETE, "ok", values=[float(x)])
 
     return run
 

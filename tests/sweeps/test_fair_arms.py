@@ -17,6 +17,7 @@ from lm import budget
 from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps import effects as fx
+from sweeps import replicates as rp
 from sweeps import space
 from sweeps.spec import halving, read_spec
 from tests.sweeps.ablation import table
@@ -337,7 +338,7 @@ def test_a_repeated_proposal_is_copied_not_trained(tmp_path: Path, corpus: Path)
     assert "<unk> stands for" in first.user_attrs["reason"]
     assert not (tmp_path / "runs" / "dup" / "trials" / str(second.number)).exists()
     # The copy is no second replicate of the configuration.
-    reps = fx.replicates_frame(url, "dup")
+    reps = rp.replicates_frame(url, "dup")
     assert list(reps["n"]) == [1]
 
 

@@ -270,7 +270,7 @@ def cuda_cfg(d_model: int, batch_size: int) -> TrainConfig:
 
 def cuda_record(plan: preflight.TrialPlan, allocated: int) -> dict:
     """The trial record the runner writes for a finished CUDA trial (its own functions)."""
-    from sweeps.runner import peak_measured
+    from sweeps.attempt_record import peak_measured
 
     result = {
         "peak_mem_bytes": allocated,

@@ -30,12 +30,15 @@ from sweeps import storage as st
 from sweeps import workers as wk
 from sweeps.charts import samples as samples_chart
 from sweeps.launchers import PopenChild
-from sweeps.runner import STORAGE_PROBLEMS, RunnerContext, run_trial
+from sweeps.record import TrialRecord
+from sweeps.runner import RunnerContext, run_trial
 from sweeps.spec import StudySpec, read_spec
 from sweeps.text import REPLACEMENT, escape_controls, storable
 from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import CPU, spec_dict
 from tests.sweeps.pg import fresh_database
+
+STORAGE_PROBLEMS = "storage_problems"  # the record's field
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
@@ -116,7 +119,9 @@ def test_any_attribute_round_trips_to_its_stored_form(
     trial_storage: tuple[st.RDBStorage, int], key: str, value: str
 ) -> None:
     storage, trial_id = trial_storage
-    runner.write_trial_attrs(storage, trial_id, {"reason": value, "k-" + key: [value, {key: 1}]})
+    runner.write_trial_attrs(
+        storage, trial_id, TrialRecord.from_attrs({"reason": value, "k-" + key: [value, {key: 1}]})
+    )
     attrs = storage.get_trial(trial_id).user_attrs
     assert attrs["reason"] == storable(value)
     assert attrs["k-" + storable(key)] == [storable(value), {storable(key): 1}]
@@ -311,7 +316,7 @@ def test_a_database_that_is_gone_is_still_the_workers_error(
 
     monkeypatch.setattr(optuna_compat, "write_user_attrs", gone)
     with pytest.raises(sa.exc.OperationalError):
-        runner.write_trial_attrs(storage, 1, {"outcome": "complete"})
+        runner.write_trial_attrs(storage, 1, TrialRecord(outcome="complete"))
 
 
 # --- what the user sees --------------------------------------------------------------------------
