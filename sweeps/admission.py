@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from lm import host
 from lm.errors import SweepsError
 from sweeps import devices, preflight
-from sweeps.runner import WorkerDevice
+from sweeps.devices import WorkerDevice
 from sweeps.spec import Limits, StudySpec
 from sweeps.spec.limits import MemoryBudget
 

@@ -26,7 +26,7 @@ from lm.errors import SweepsError
 from sweeps import optuna_compat
 from sweeps import record as rc
 from sweeps import replicates as rp
-from sweeps.results import plain_value
+from sweeps.plain import plain_value
 from sweeps.seeds import seeds_of
 
 SUFFIX = "-confirm"

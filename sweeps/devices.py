@@ -24,6 +24,17 @@ from lm.errors import SweepsError
 
 
 @dataclass(frozen=True)
+class WorkerDevice:
+    """Where one worker's children run: ``cpu`` or ``cuda``, their extra environment
+    (``CUDA_VISIBLE_DEVICES``, ``SWEEPS_NUM_THREADS``) and CPU affinity."""
+
+    kind: str = "cpu"  # "cpu" or "cuda"; which GPU is in ``env``
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: list[int] | None = None
+    label: str = "cpu"
+
+
+@dataclass(frozen=True)
 class Place:
     """Where the GPUs were counted, as an error names it: ``one`` has N GPUs, none is visible on
     ``any``, as ``source`` reports them."""

@@ -30,8 +30,8 @@ from lm.errors import SweepsError
 from sweeps import record as rc
 from sweeps import results
 from sweeps.console import human_count
+from sweeps.plain import plain_value
 from sweeps.replicates import label, metric_of, params_of, scored
-from sweeps.results import plain_value
 from sweeps.seeds import config_params, seeds_of
 from sweeps.spec.values import same
 from sweeps.stats import CONFIDENCE, MAX_SEEDS, Comparison, compare, holm, seeds_needed

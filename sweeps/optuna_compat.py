@@ -29,7 +29,7 @@ import datetime
 import inspect
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from optuna.storages._rdb import models
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from sweeps import sql
 from sweeps.text import storable, storable_value
 
 
@@ -230,10 +231,6 @@ def quiet_optuna() -> None:
 
 # --- a study's rows, copied and deleted with plain SQL ------------------------------------------
 
-#: Rows per ``executemany`` (and trials per read) of a copy: a 3,000-trial study is some hundreds
-#: of statements, not one (or several) per trial and attribute as through Optuna's API.
-COPY_BATCH = 500
-
 
 @dataclass(frozen=True)
 class _Owned:
@@ -299,7 +296,7 @@ def copy_study_rows(
 ) -> CopiedStudy:
     """Copy study ``study_id`` (read on ``source``) as ``new_name`` (written on ``target``: the
     same connection, or one on another database), every row of every table of
-    ``study_tables`` with its ids remapped, in batches of ``COPY_BATCH`` rows, inside the
+    ``study_tables`` with its ids remapped, in batches of ``sql.COPY_BATCH`` rows, inside the
     callers' transactions (nothing is committed here). A name taken by then is the unique
     constraint's ``IntegrityError``."""
     s = STUDIES_TABLE
@@ -313,7 +310,7 @@ def copy_study_rows(
         parents = ids[owned.parent]
         mapping: dict[int, int] = {}
         key = owned.parent_column.name
-        for chunk in _batches(sorted(parents)):
+        for chunk in sql.batches(sorted(parents)):
             rows = (
                 source.execute(
                     sa.select(owned.table)
@@ -323,8 +320,8 @@ def copy_study_rows(
                 .mappings()
                 .all()
             )
-            for batch in _batches(rows):
-                insert_rows(
+            for batch in sql.batches(rows):
+                sql.insert_rows(
                     target,
                     owned.table,
                     [{**_without_id(owned.table, r), key: parents[r[key]]} for r in batch],
@@ -378,22 +375,10 @@ def delete_study_rows(conn: sa.Connection, study_id: int) -> None:
         raise RuntimeError(f"deleting study id {study_id} removed {done.rowcount} rows")
 
 
-def insert_rows(conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert ``rows`` (a batch: at most ``COPY_BATCH``, every row with the same keys) in one
-    ``executemany``."""
-    if rows:
-        conn.execute(table.insert(), list(rows))
-
-
 def _without_id(table: sa.Table, row: Any) -> dict[str, Any]:
     """A row's values without its own generated id (the target database numbers it)."""
     ids = {c.name for c in table.primary_key.columns}
     return {k: v for k, v in row.items() if k not in ids}
-
-
-def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), COPY_BATCH):
-        yield items[start : start + COPY_BATCH]
 
 
 def fail_and_requeue_in(

@@ -22,8 +22,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sweeps.spec import DEFAULT_OBJECTIVES
-
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
@@ -484,14 +482,3 @@ STUDY_CALIBRATION = "calibration_factor"
 STUDY_CONFIRMS = "confirms"
 #: The trials carried into the study (``sweeps run --from``): {"study": ..., "trials": ...}.
 STUDY_CARRIED = "sweeps_carried_from"
-
-
-def objective_names(spec: Any, n: int) -> list[str]:
-    """Metric names of the ``n`` objectives, from the spec the study stores (``STUDY_SPEC``),
-    else placeholders."""
-    try:
-        objectives = spec["study"].get("objectives", DEFAULT_OBJECTIVES)
-        names = [o if isinstance(o, str) else o["metric"] for o in objectives]
-    except (TypeError, KeyError, AttributeError):
-        names = []
-    return names if len(names) == n else [f"objective {i}" for i in range(n)]

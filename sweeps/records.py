@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 
-from sweeps import optuna_compat
+from sweeps import sql
 from sweeps.text import storable, storable_value
 
 EngineLike = sa.Engine | RDBStorage
@@ -291,7 +291,7 @@ def copy_study_rows(
     """Copy the evaluations and samples of ``study``'s trials into ``new_study`` inside the
     callers' transactions (``target``: the same connection, or one on another database):
     ``trial_ids`` maps each copied trial's number to its (number, storage id) in the new study;
-    other trials' rows stay behind. Read and written ``COPY_BATCH`` rows at a time. Host rows
+    other trials' rows stay behind. Read and written ``sql.COPY_BATCH`` rows at a time. Host rows
     are not copied: they name live worker processes of the source. Rows copied."""
     copied = 0
     for table in (evals_table, samples_table):
@@ -303,11 +303,7 @@ def copy_study_rows(
             query = sa.select(table).where(table.c.study_name == study)
             if last is not None:
                 query = query.where(table.c.id > last)
-            rows = (
-                source.execute(query.order_by(table.c.id).limit(optuna_compat.COPY_BATCH))
-                .mappings()
-                .all()
-            )
+            rows = source.execute(query.order_by(table.c.id).limit(sql.COPY_BATCH)).mappings().all()
             if not rows:
                 break
             last = rows[-1]["id"]
@@ -327,7 +323,7 @@ def copy_study_rows(
                 for r in rows
                 if r["trial_number"] in trial_ids
             ]
-            optuna_compat.insert_rows(target, table, values)
+            sql.insert_rows(target, table, values)
             copied += len(values)
     return copied
 

@@ -23,7 +23,7 @@ import pandas as pd
 from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import record as rc
-from sweeps.results import plain_value
+from sweeps.plain import plain_value
 from sweeps.seeds import config_params, seeds_of
 from sweeps.stats import CONFIDENCE, Comparison, compare
 

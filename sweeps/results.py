@@ -22,11 +22,10 @@ import contextlib
 import json
 import math
 import typing
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, json_to_distribution
@@ -40,6 +39,7 @@ from sweeps import optuna_compat as oc
 from sweeps import record as rc
 from sweeps import records
 from sweeps import storage as st
+from sweeps.spec import objective_names
 
 #: Numeric fields of the trial record given their own column (contract: "Trial record").
 METRIC_COLUMNS = rc.METRIC_COLUMNS
@@ -206,7 +206,7 @@ def load(storage: StorageLike, study_name: str) -> StudyResults:
         name=study_name,
         storage=shown,
         directions=directions,
-        objectives=rc.objective_names(attrs.get(rc.STUDY_SPEC), len(directions)),
+        objectives=objective_names(attrs.get(rc.STUDY_SPEC), len(directions)),
         user_attrs=attrs,
         trials=trials,
         evals=evals,
@@ -401,28 +401,6 @@ def _trial_row(
     row["duration_s"] = row["wall_s"] if row["wall_s"] is not None else duration
     row["config_json"] = json.dumps(config, sort_keys=True) if config else None
     return row
-
-
-def plain_value(value: Any) -> Any:
-    """A value out of a frame as JSON would hold it: numpy scalars unwrapped (so
-    ``isinstance(v, int)`` holds for an integer column's values), NaN and NA as None, and an
-    integral float as the integer it stands for (256.0 from a float column is the enqueued 256).
-    The one conversion at the boundary where values leave pandas."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if value.is_integer():
-            return int(value)
-    return value
-
-
-def plain_values(values: Iterable[Any]) -> list[Any]:
-    """``plain_value`` of each (a list: a Series would turn them back into numpy scalars)."""
-    return [plain_value(v) for v in values]
 
 
 def vocab_actual(params: Any, config: Mapping[str, Any]) -> int | None:

@@ -68,6 +68,7 @@ from sweeps.attempt_record import (
     objective_values,
     over_compute_limit,
 )
+from sweeps.devices import WorkerDevice as WorkerDevice  # engines and tests name it here
 from sweeps.judge import Judge, StudyBoard
 from sweeps.launchers import Launcher
 from sweeps.monitor import (
@@ -98,17 +99,6 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 
 # --- the context ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerDevice:
-    """Where one worker's children run: ``cpu`` or ``cuda``, their extra environment
-    (``CUDA_VISIBLE_DEVICES``, ``SWEEPS_NUM_THREADS``) and CPU affinity."""
-
-    kind: str = "cpu"  # "cpu" or "cuda"; which GPU is in ``env``
-    env: dict[str, str] = field(default_factory=dict)
-    cpus: list[int] | None = None
-    label: str = "cpu"
 
 
 def child_env(device: WorkerDevice) -> dict[str, str]:

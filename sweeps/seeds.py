@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweeps.results import plain_value, plain_values
+from sweeps.plain import plain_value, plain_values
 
 SEED = "seed"
 
@@ -47,7 +47,7 @@ def replicate_params(trials: pd.DataFrame) -> list[str]:
 
 
 def seeds_of(trials: pd.DataFrame) -> list[Any]:
-    """Each trial's seed, as a plain Python value (``results.plain_values``: an ``int``, never
+    """Each trial's seed, as a plain Python value (``plain.plain_values``: an ``int``, never
     a numpy integer that ``isinstance(s, int)`` would refuse): the trained config's, else the
     sampled parameter."""
     seeds = trials[SEED] if SEED in trials else pd.Series([None] * len(trials), trials.index)

@@ -20,7 +20,8 @@ from lm.corpus import MANIFEST_NAME
 from lm.errors import SweepsError, closest
 from sweeps import record as rc
 from sweeps.launchers import LAUNCHER_KINDS
-from sweeps.record import TrialRecord, objective_names
+from sweeps.record import TrialRecord
+from sweeps.spec import objective_names
 
 if TYPE_CHECKING:
     import optuna

@@ -41,6 +41,7 @@ ANALYSIS_WING = frozenset(
         "sweeps.serve",
         "sweeps.scaling",
         "sweeps.stats",
+        "sweeps.confirm",
     }
 )
 #: What both wings stand on: the database, the trial record, the spec, text and the console.
@@ -56,6 +57,8 @@ FOUNDATION = frozenset(
         "sweeps.conditions",
         "sweeps.text",
         "sweeps.console",
+        "sweeps.plain",
+        "sweeps.sql",
     }
 )
 #: The entry points, above both wings.
@@ -123,14 +126,23 @@ def wing(name: str) -> str:
     return "run"
 
 
+#: What each wing may stand on: the wings stand side by side on the foundation, which stands on
+#: itself alone; the entry points stand on anything.
+MAY_STAND_ON = {
+    "analysis": ("analysis", "foundation"),
+    "run": ("run", "foundation"),
+    "foundation": ("foundation",),
+}
+
+
 def wing_trespasses(graph: Mapping[str, set[str]]) -> list[str]:
-    """Arrows from the analysis wing to anything outside it and the foundation."""
+    """Arrows from a wing to a room it may not stand on (``MAY_STAND_ON``)."""
     return sorted(
         f"{a} -> {b}"
         for a in graph
-        if wing(a) == "analysis"
+        if wing(a) in MAY_STAND_ON
         for b in graph[a]
-        if wing(b) not in ("analysis", "foundation")
+        if wing(b) not in MAY_STAND_ON[wing(a)]
     )
 
 
@@ -142,7 +154,11 @@ def svg(graph: Mapping[str, set[str]]) -> str:
     wing, a line per arrow."""
     level = floors(graph)
     height = max(level.values())
-    rows = {f: sorted(n for n in graph if level[n] == f) for f in range(1, height + 1)}
+    order = {"analysis": 0, "entry": 1, "foundation": 1, "run": 2}  # the wings side by side
+    rows = {
+        f: sorted((n for n in graph if level[n] == f), key=lambda n: (order[wing(n)], n))
+        for f in range(1, height + 1)
+    }
     box_w, box_h, gap_x, gap_y, margin = 118, 26, 10, 44, 70
     width = margin + max(len(r) for r in rows.values()) * (box_w + gap_x) + gap_x
     total_h = height * (box_h + gap_y) + gap_y
@@ -174,6 +190,12 @@ def svg(graph: Mapping[str, set[str]]) -> str:
             f'fill="{_COLOURS[wing(name)]}" stroke="#666"/>'
             f'<text x="{x + box_w / 2}" y="{y + 17}" text-anchor="middle">{label}</text>'
         )
+    for i, (name, colour) in enumerate(_COLOURS.items()):
+        x = margin + gap_x + i * (box_w + gap_x)
+        out.append(
+            f'<rect x="{x}" y="4" width="{box_w}" height="16" fill="{colour}" stroke="#666"/>'
+            f'<text x="{x + box_w / 2}" y="16" text-anchor="middle">{name}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -190,7 +212,7 @@ def main() -> None:
     level = floors(graph)
     for name in sorted(graph, key=lambda n: (-level[n], n)):
         print(f"{level[name]:3d} {wing(name):10s} {name} -> {', '.join(sorted(graph[name]))}")
-    print(f"floors: {max(level.values())}; analysis wing trespasses: {wing_trespasses(graph)}")
+    print(f"floors: {max(level.values())}; wing trespasses: {wing_trespasses(graph)}")
     if args.svg:
         args.svg.write_text(svg(graph), encoding="utf-8")
 

@@ -20,7 +20,7 @@ def test_the_building_has_at_most_twelve_floors() -> None:
     assert max(level.values()) <= structure.MAX_FLOORS, sorted(level.items(), key=lambda x: -x[1])
 
 
-def test_the_analysis_wing_stands_on_the_foundation_alone() -> None:
+def test_the_wings_stand_side_by_side_on_the_foundation() -> None:
     assert structure.wing_trespasses(structure.rooms()) == []
 
 
@@ -34,6 +34,12 @@ def test_the_checks_find_what_they_look_for() -> None:
     tower = {"sweeps.results": {"sweeps.study"}, "sweeps.study": set()}
     assert structure.floors(tower) == {"sweeps.results": 2, "sweeps.study": 1}
     assert structure.wing_trespasses(tower) == ["sweeps.results -> sweeps.study"]
+    below = {"sweeps.storage": {"sweeps.runner"}, "sweeps.runner": {"sweeps.effects"}}
+    below |= {"sweeps.effects": set()}
+    assert structure.wing_trespasses(below) == [
+        "sweeps.runner -> sweeps.effects",
+        "sweeps.storage -> sweeps.runner",
+    ]
 
 
 def test_the_picture_is_drawn_from_the_code() -> None:

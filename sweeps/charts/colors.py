@@ -26,7 +26,8 @@ from lm import outcomes
 from lm.errors import SweepsError
 from sweeps import record as rc
 from sweeps.charts import TOKENIZER_COLORS
-from sweeps.results import CONFIG_COLUMNS, StudyResults, plain_value
+from sweeps.plain import plain_value
+from sweeps.results import CONFIG_COLUMNS, StudyResults
 
 SEED = "seed"
 MAX_LEVELS = 10

@@ -26,7 +26,8 @@ import plotly.graph_objects as go
 from lm import outcomes
 from sweeps import seeds
 from sweeps.charts import Chart, esc, settled, style
-from sweeps.results import StudyResults, plain_value
+from sweeps.plain import plain_value
+from sweeps.results import StudyResults
 
 LOG_SPAN = 100.0
 #: The axis of the spread of a configuration's replicates (0 for a single run).

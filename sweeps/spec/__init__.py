@@ -101,6 +101,7 @@ from sweeps.spec.values import (
     PRUNERS,
     SAMPLERS,
     SIZE_FIELDS,
+    objective_names,
     parse_bytes,
     shown_values,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "budget_tokens",
     "iter_grid",
     "load_spec",
+    "objective_names",
     "parse_bytes",
     "parse_condition",
     "read_spec",

@@ -173,3 +173,14 @@ def check_scalars(values: tuple[Any, ...], name: str) -> None:
     for i, v in enumerate(values):
         if not (v is None or isinstance(v, (str, int, float, bool))):
             raise FieldError(f"{name}[{i}]", f"must be a string, number or boolean, got {v!r}")
+
+
+def objective_names(spec: Any, n: int) -> list[str]:
+    """Metric names of the ``n`` objectives, from the spec dict a study stores
+    (``sweeps.record.STUDY_SPEC``), else placeholders."""
+    try:
+        objectives = spec["study"].get("objectives", DEFAULT_OBJECTIVES)
+        names = [o if isinstance(o, str) else o["metric"] for o in objectives]
+    except (TypeError, KeyError, AttributeError):
+        names = []
+    return names if len(names) == n else [f"objective {i}" for i in range(n)]

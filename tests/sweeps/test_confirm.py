@@ -167,7 +167,7 @@ def test_confirm_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_confirm_takes_seeds_the_source_never_used(tmp_path: Path) -> None:
     """An ablation over seeds 0, 1, 2: its confirmation's seeds are 3 and 4. The seeds leave the
-    trial table as Python ints (``results.plain_values``); as numpy integers ``isinstance(s,
+    trial table as Python ints (``plain.plain_values``); as numpy integers ``isinstance(s,
     int)`` refused them all and the confirmation reused seeds 1 and 2 (issue 34, item 1)."""
     from tests.sweeps.ablation import FFN_WIDTH, store_ablation
 

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 import pytest
 
-from sweeps import lifecycle, optuna_compat, records
+from sweeps import lifecycle, records, sql
 from sweeps import storage as st
 from sweeps import study as service
 from tests.sweeps import fake_study
@@ -199,7 +199,7 @@ def test_a_copy_sends_the_same_statements_for_more_trials(
     url = f"sqlite:///{tmp_path / 'count.db'}"
     fake_study.fabricate(url, "small", 5, seed=1)
     fake_study.fabricate(url, "large", 30, seed=2)
-    monkeypatch.setattr(optuna_compat, "COPY_BATCH", 100_000)  # every table in one batch
+    monkeypatch.setattr(sql, "COPY_BATCH", 100_000)  # every table in one batch
     counts = []
     for name in ("small", "large"):
         with Statements() as sent:
@@ -208,7 +208,7 @@ def test_a_copy_sends_the_same_statements_for_more_trials(
     assert counts[0] == counts[1]  # 6 times the trials, not one statement more
     assert whole(url, "large-copy") == whole(url, "large")
 
-    monkeypatch.setattr(optuna_compat, "COPY_BATCH", 50)
+    monkeypatch.setattr(sql, "COPY_BATCH", 50)
     with Statements() as sent:
         lifecycle.copy_study(url, "large", "large-batched")
     inserts = [s for s in sent.touching("trial_user_attributes") if s.write]

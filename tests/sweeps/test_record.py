@@ -13,6 +13,7 @@ import pytest
 
 from sweeps import record as rc
 from sweeps.record import TrialRecord
+from sweeps.spec import objective_names
 from sweeps.spec.values import same
 
 
@@ -126,9 +127,9 @@ def test_the_key_lists_name_fields() -> None:
 
 def test_objective_names_come_from_the_stored_spec() -> None:
     spec = {"study": {"objectives": ["val_bpb", {"metric": "peak_mem", "direction": "minimize"}]}}
-    assert rc.objective_names(spec, 2) == ["val_bpb", "peak_mem"]
-    assert rc.objective_names(spec, 1) == ["objective 0"]
-    assert rc.objective_names(None, 2) == ["objective 0", "objective 1"]
+    assert objective_names(spec, 2) == ["val_bpb", "peak_mem"]
+    assert objective_names(spec, 1) == ["objective 0"]
+    assert objective_names(None, 2) == ["objective 0", "objective 1"]
 
 
 def test_same_keeps_true_apart_from_one_and_rounds_only_when_asked() -> None:
