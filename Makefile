@@ -40,9 +40,10 @@ system-packages:
 		echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
 	fi
 
-# `make test`: ruff, then the whole suite in parallel (pytest-xdist, one worker per core; a test
-# module stays on one worker, so its module-scoped fixtures are built once), the 25 slowest
-# tests, and how long it all took. `make check`: ruff and the fast tier (no study, server,
+# `make test`: the docs build, ruff (lint and format), mypy, then the whole suite in parallel
+# (pytest-xdist, one worker per core; a test module stays on one worker, so its module-scoped
+# fixtures are built once), the 25 slowest tests, and how long it all took. `make check`: ruff,
+# mypy and the fast tier (no study, server,
 # browser or cluster, nothing marked slow; see tests/conftest.py), for the inner loop.
 # WORKERS=N sets the number of pytest workers (default: one per core).
 WORKERS ?= auto
@@ -50,13 +51,13 @@ PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
 
 test: $(BIN)/sweeps system-packages docs
 	@start=$$(date +%s); \
-	$(BIN)/ruff check . && $(BIN)/mypy lm sweeps && \
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy lm sweeps && \
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=25; \
 	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
 
 check: $(BIN)/sweeps
 	@start=$$(date +%s); \
-	$(BIN)/ruff check . && $(BIN)/mypy lm sweeps && \
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy lm sweeps && \
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not integration" \
 		--durations=10; \
 	rc=$$?; echo "make check: $$(( $$(date +%s) - start )) s (exit $$rc)"; exit $$rc
