@@ -62,8 +62,10 @@ def sqlite_lock_path(engine: sa.Engine) -> Path | None:
 
 
 @contextlib.contextmanager
-def claim_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
-    """Hold the study's claim lock (see the module's docstring) for the body."""
+def claim_lock(storage: RDBStorage, study_name: str) -> Iterator[bool]:
+    """Hold the study's claim lock (see the module's docstring) for the body; yields whether it
+    holds across processes (PostgreSQL's advisory lock, SQLite's held file lock), so that no
+    other claimer anywhere is between its ask and its owner row."""
     engine = storage.engine
     with _thread_lock(str(engine.url), study_name):
         if engine.dialect.name == "postgresql":
@@ -71,12 +73,12 @@ def claim_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
                 conn.execute(
                     sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": advisory_key(study_name)}
                 )
-                yield
+                yield True
         elif (path := sqlite_lock_path(engine)) is not None:
-            with file_lock(path, best_effort=True):  # none: the hand-back is the fallback
-                yield
+            with file_lock(path, best_effort=True) as held:  # not held: the hand-back
+                yield held
         else:
-            yield
+            yield False
 
 
 def _thread_lock(url: str, study_name: str) -> threading.Lock:

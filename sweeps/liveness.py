@@ -150,6 +150,24 @@ def stale_local_trials(
     return [by_id[o["trial_id"]] for o in owners if not pid_alive(o["pid"], o["started_at"])]
 
 
+def unowned_running_trials(storage: RDBStorage, study: StudyRef) -> list[FrozenTrial]:
+    """RUNNING trials of ``study`` that no process recorded as its own (``sweeps_trial_hosts``).
+
+    A claimer killed between Optuna's ask and its ``record_host`` (``workers.claim_trial``)
+    leaves one: it has no owner for a restart to find and no heartbeat to go stale, so without
+    this it stays RUNNING for ever and a resumed study waits on it. Only a claimer holding the
+    study's claim lock across processes (``sweeps.claims``) may fail them: then no live claimer
+    is inside that window."""
+    study_name = study if isinstance(study, str) else study.study_name
+    study_id = storage.get_study_id_from_name(study_name)
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    if not running:
+        return []
+    by_id = {optuna_compat.trial_id(t): t for t in running}
+    owned = {o["trial_id"] for o in records.read_hosts(storage, study_name, trial_ids=by_id)}
+    return [t for i, t in by_id.items() if i not in owned]
+
+
 def fail_and_requeue(
     storage: RDBStorage,
     study: StudyRef,

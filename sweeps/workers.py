@@ -295,7 +295,7 @@ def requeue_interrupted(study: optuna.Study, number: int, max_retries: int | Non
 
 
 def claim_trial(
-    study: optuna.Study, storage: RDBStorage, n_trials: int
+    study: optuna.Study, storage: RDBStorage, n_trials: int, max_retries: int | None = 2
 ) -> tuple[bool, optuna.Trial | None]:
     """(done, trial): the next trial of the budget for this worker, if there is room.
 
@@ -306,7 +306,17 @@ def claim_trial(
     study's claim lock (``sweeps.claims``), so on PostgreSQL and SQLite the hand-back is only a
     fallback.
     """
-    with claim_lock(storage, study.study_name):  # so concurrent workers never ask past n_trials
+    with claim_lock(storage, study.study_name) as exclusive:  # never ask past n_trials
+        if exclusive:  # no live claimer is between its ask and its owner row
+            for t in liveness.unowned_running_trials(storage, study):
+                liveness.fail_and_requeue(
+                    storage,
+                    study,
+                    t,
+                    max_retries=max_retries,
+                    reason="its worker ended between asking for it and recording itself as "
+                    "its owner",
+                )
         return _claim(study, storage, n_trials)
 
 
@@ -375,7 +385,7 @@ def worker_loop(
             break
         liveness.fail_stale_trials(study)
         with lock:
-            done, trial = claim_trial(study, ctx.storage, options.n_trials)
+            done, trial = claim_trial(study, ctx.storage, options.n_trials, spec.limits.max_retries)
         if done:
             break
         if trial is None:
