@@ -30,7 +30,6 @@ from sweeps.spec import Limits, read_spec
 from tests.sweeps.helpers import spec_dict, study_trials
 from tests.sweeps.pg import fresh_database
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 GiB = 2**30
 REPO = Path(__file__).resolve().parents[2]
 #: Set in the namespace: the inner test runs only there.

@@ -32,7 +32,6 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 MiB = 2**20
 GiB = 2**30
 NODES = [slurm.Node("a", 2, 4 * GiB, 0), slurm.Node("b", 8, 64 * GiB, 2)]

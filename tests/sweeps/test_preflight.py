@@ -15,8 +15,6 @@ from lm.tokens import CorpusCounts
 from sweeps import preflight
 from sweeps.spec import Limits
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 def cfg_of(**kw: object) -> TrainConfig:
     values: dict[str, object] = {

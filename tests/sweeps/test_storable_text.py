@@ -37,7 +37,6 @@ from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import CPU, spec_dict
 from tests.sweeps.pg import fresh_database
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
 #: Every code point, surrogates and NUL included (Hypothesis leaves surrogates out by default).

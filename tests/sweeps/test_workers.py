@@ -35,8 +35,6 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 X = {"x": CategoricalDistribution([0, 1, 2, 3])}
 
 
