@@ -46,6 +46,7 @@ KIND_OF_FIXTURE = {
     "pg_url": "server",
     "chromium": "browser",
     "dashboard": "server",
+    "server": "server",  # test_serve: `sweeps report --serve` in a process of its own
     "cluster": "cluster",  # test_engines_slurm: a one-node Slurm
 }
 
