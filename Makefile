@@ -41,14 +41,12 @@ system-packages:
 	fi
 
 # `make test`: ruff, then the whole suite in parallel (pytest-xdist, one worker per core; a test
-# module stays on one worker, so its module-scoped fixtures are built once; modules are handed
-# out in collection order, which tests/conftest.py puts heaviest first, not xdist's default of
-# most tests first, which left the long one-test modules to the end), the 25 slowest
+# module stays on one worker, so its module-scoped fixtures are built once), the 25 slowest
 # tests, and how long it all took. `make check`: ruff and the fast tier (no study, server,
 # browser or cluster, nothing marked slow; see tests/conftest.py), for the inner loop.
 # WORKERS=N sets the number of pytest workers (default: one per core).
 WORKERS ?= auto
-PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST_PARALLEL = -n $(WORKERS) --dist loadfile
 
 test: $(BIN)/sweeps system-packages
 	@start=$$(date +%s); \

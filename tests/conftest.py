@@ -68,11 +68,10 @@ def heaviest_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """The modules with a ``slow`` test first, then those with an ``integration`` one, then the
     rest; each module's tests together and in their own order (a stable sort).
 
-    Why: ``make test`` hands whole modules to its workers in this order (``--dist loadfile
-    --no-loadscope-reorder``). xdist's default order, most tests first, started the long
-    modules of one or a few tests (the chaos test, the README's, the Ray cluster's) last, and
-    the last ran on alone while the other worker sat idle; started first, the short modules
-    fill in around them at the end.
+    Why: ``make test`` hands whole modules to its workers (``--dist loadfile``) in this order.
+    Collected alphabetically, a long module near the end (the README's, in ``tests/``) started
+    last and ran on alone while the other worker sat idle; started first, the short modules
+    fill in around it at the end.
     """
 
     def module(item: pytest.Item) -> str:
