@@ -61,31 +61,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(kind)
         if kinds:
             item.add_marker("integration")
-    items[:] = heaviest_modules_first(items)
-
-
-def heaviest_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The modules with a ``slow`` test first, then those with an ``integration`` one, then the
-    rest; each module's tests together and in their own order (a stable sort).
-
-    Why: ``make test`` hands whole modules to its workers (``--dist loadfile``) in this order.
-    Collected alphabetically, a long module near the end (the README's, in ``tests/``) started
-    last and ran on alone while the other worker sat idle; started first, the short modules
-    fill in around it at the end.
-    """
-
-    def module(item: pytest.Item) -> str:
-        return item.nodeid.split("::")[0]
-
-    def weight(item: pytest.Item) -> int:
-        return next(
-            (i for i, m in enumerate(("slow", "integration")) if item.get_closest_marker(m)), 2
-        )
-
-    rank: dict[str, int] = {}
-    for item in items:
-        rank[module(item)] = min(weight(item), rank.get(module(item), 2))
-    return sorted(items, key=lambda item: rank[module(item)])
 
 
 @pytest.fixture(scope="session")
