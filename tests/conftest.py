@@ -16,6 +16,10 @@ name it in a spec they check. ``make check`` (the inner loop) runs what is neith
 - ``server``: a PostgreSQL database, a fork server, an HTTP server;
 - ``browser``: headless Chromium;
 - ``cluster``: a Ray cluster.
+
+Optuna's logging is set here, once, for every test (and every child a test forks): warnings and
+errors only, not a line per trial created or finished. A program a test starts afresh (a
+subprocess, a spawned pool) logs as Optuna does by default unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import optuna
 import pytest
 
 from tests.shared import run_dir, shared_corpus
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 KINDS = ("study", "server", "browser", "cluster")
 
@@ -39,6 +46,7 @@ KIND_OF_FIXTURE = {
     "pg_url": "server",
     "chromium": "browser",
     "dashboard": "server",
+    "server": "server",  # test_serve: `sweeps report --serve` in a process of its own
     "cluster": "cluster",  # test_engines_slurm: a one-node Slurm
 }
 

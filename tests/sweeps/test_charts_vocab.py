@@ -16,7 +16,6 @@ from sweeps import results
 from sweeps import storage as st
 from sweeps.charts import vocab
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 NAN = math.nan
 
 

@@ -38,7 +38,6 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.mark.parametrize("rep", range(2))
 def test_concurrent_claimers_leave_no_waiting_trial(url: str, rep: int) -> None:
     name = f"race{rep}"
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
     optuna.create_study(study_name=name, storage=open_storage(url))
     procs = [claimer(url, name, str(N_TRIALS), "2") for _ in range(3)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]

@@ -140,6 +140,11 @@ def test_train_missing_corpus_and_bad_toml(tmp_path: Path) -> None:
 
 @pytest.mark.study
 def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
+    """The train-then-generate path as a user types it, one process per command (the cost is
+    their start-up, so each command runs once for all it checks): flags over the file, the
+    ``--json`` summary, ``generate`` from the run's directory into a pipe (the prompt continued,
+    the text exactly as the library generates it, no line broken), a missing run named, a
+    run's own config.json rerunning it to the same result, a bad JSON config named."""
     config = tmp_path / "run.toml"
     config.write_text(
         f'corpus = "{cli_corpus}"\ntokenizer = "bpe"\nvocab_size = 300\nd_model = 32\n'
@@ -154,16 +159,14 @@ def test_train_json_then_generate(cli_corpus: Path, tmp_path: Path) -> None:
     assert summary["outcome"] == "complete"
     assert json.loads((out / "config.json").read_text())["d_ff"] == 32
     assert summary["final_metrics"]["val_bpb"] > 0
-    gen = sweeps("generate", str(out), "--prompt", "<Q>How do I", "--max-new-tokens", "8")
-    assert gen.returncode == 0, gen.stderr
-    assert gen.stdout.startswith("<Q>How do I")
     assert_user_error(sweeps("generate", str(tmp_path / "missing")), "missing")
-    # Into a pipe, the text as generated: no line broken at 80 columns.
+    # Into a pipe, the text as generated: the prompt continued, no line broken at 80 columns.
     from lm.generate import generate
     from sweeps.console import escape_controls
 
     long = sweeps("generate", str(out), "--prompt", "<Q>How do I", "--max-new-tokens", "300")
     assert long.returncode == 0, long.stderr
+    assert long.stdout.startswith("<Q>How do I")
     text = generate(out, "<Q>How do I", max_new_tokens=300, temperature=0.8, top_k=None, seed=0)
     assert long.stdout == escape_controls(text, keep_newlines=True) + "\n" and len(text) > 80
     # A run's own config.json reruns it exactly.

@@ -27,7 +27,6 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 TOP, SEEDS = 2, 3
 
 

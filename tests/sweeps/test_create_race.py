@@ -34,7 +34,6 @@ def _start(
 ) -> None:
     try:
         storage = st.open_storage(url)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         spec = _spec(name, corpus)
         barrier.wait(timeout=60)  # every process is connected: go at the same instant
         _, created = wk.create_or_resume(spec, storage)
@@ -88,7 +87,6 @@ def test_simultaneous_starts_enqueue_once_on_postgres(tmp_path: Path, pg_url: st
 def test_a_resume_after_the_creator_queued_adds_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'resume.db'}"
     storage = st.open_storage(url)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = _spec("again", tmp_path)
     assert wk.create_or_resume(spec, storage)[1] is True
     assert wk.create_or_resume(spec, storage)[1] is False
@@ -102,7 +100,6 @@ def test_marker_and_trials_commit_together(tmp_path: Path) -> None:
     from sweeps import optuna_compat
 
     storage = st.open_storage(f"sqlite:///{tmp_path / 'atomic.db'}")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="atomic", storage=storage)
     study_id = storage.get_study_id_from_name("atomic")
     # The one-transaction path exists in this Optuna (the public fallback is not atomic).

@@ -17,7 +17,6 @@ from tests.sweeps.helpers import spec_dict, toml_text
 def test_status_shows_every_study_and_names_the_damaged_one(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     url = f"sqlite:///{db}"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     for name in ("good", "bad"):
         optuna.create_study(storage=url, study_name=name).set_user_attr("spec", {"x": 1})
     with sqlite3.connect(db) as conn:
@@ -34,7 +33,6 @@ def test_status_shows_every_study_and_names_the_damaged_one(tmp_path: Path) -> N
 def test_report_copy_and_rename_of_a_damaged_study_are_one_line(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     url = f"sqlite:///{db}"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(storage=url, study_name="bad").set_user_attr("spec", {"x": 1})
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE study_user_attributes SET value_json = '{broken'")
@@ -59,7 +57,6 @@ def test_a_sqlite_url_naming_a_directory_says_so(tmp_path: Path) -> None:
 def test_every_reader_refuses_a_database_of_a_newer_schema(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     url = f"sqlite:///{db}"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(storage=url, study_name="s").optimize(lambda t: 1.0, n_trials=1)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0'")

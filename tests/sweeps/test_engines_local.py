@@ -23,7 +23,6 @@ from sweeps.space import suggest, trial_config
 from sweeps.spec import Limits, read_spec
 from tests.sweeps.helpers import spec_dict, sweeps_run, toml_text
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 MiB = 2**20
 
 

@@ -33,7 +33,6 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 MiB = 2**20
 GiB = 2**30
 NODES = [slurm.Node("a", 2, 4 * GiB, 0), slurm.Node("b", 8, 64 * GiB, 2)]
@@ -307,8 +306,12 @@ def _check_exact(url: str, name: str, n_trials: int) -> list:
 def test_a_study_through_a_two_task_array(
     cluster, pg_url: str, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The happy path on a real Slurm, which the script tests above only print: one array of
+    two tasks, its --mem as Slurm holds it covering the largest predicted point, a declared GPU
+    per task, exactly n_trials each tagged with its task, shown by ``sweeps trials``. Four short
+    trials: two per task, so both tasks claim more than once."""
     monkeypatch.setenv("SWEEPS_NUM_THREADS", "1")  # predicted here as by the CLI (CHILD_ENV)
-    spec = _write_spec(tmp_path, corpus, "slarray", 6)
+    spec = _write_spec(tmp_path, corpus, "slarray", 4)
     done = subprocess.run(
         [
             *SWEEPS,
@@ -336,7 +339,7 @@ def test_a_study_through_a_two_task_array(
     assert done.returncode == 0, done.stderr[-3000:] + cluster.logs()
     job = re.search(r"submitted Slurm job (\d+): 2 task\(s\), each --mem (\d+)M", done.stderr)
     assert job, done.stderr[-2000:]
-    trials = _check_exact(pg_url, "slarray", 6)
+    trials = _check_exact(pg_url, "slarray", 4)
     assert {t.user_attrs["slurm_job"].split("_")[0] for t in trials} == {job.group(1)}
     # --mem as Slurm holds it: at least the largest point's predicted peak.
     shown = cluster.run("scontrol", "-o", "show", "job", job.group(1))
@@ -364,8 +367,14 @@ def test_a_study_through_a_two_task_array(
 def test_scancel_of_a_task_and_ctrl_c_then_resume(
     cluster, pg_url: str, tmp_path: Path, corpus: Path
 ) -> None:
-    name, n = "slcancel", 5
-    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=300_000)  # ~10 s a trial
+    """The two stops a Slurm user makes, on a real array: ``scancel`` of one task (Slurm's
+    SIGTERM: its worker interrupts and re-queues its trial, the other task trains it), then
+    Ctrl-C of ``sweeps run`` (the whole array cancelled, exit 130, nothing left RUNNING), and a
+    second run resuming to exactly n_trials. Four trials: the victim, the other task's first,
+    the victim's retry and the one the Ctrl-C interrupts; each ~5 s, long enough to be caught
+    training (the test acts as soon as a trial is RUNNING)."""
+    name, n = "slcancel", 4
+    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=150_000)
     argv = [
         *SWEEPS,
         "run",
@@ -499,9 +508,12 @@ def test_a_task_killed_outright_has_its_trial_requeued_after_the_grace(
     """Preemption or a lost node, as the study sees it: every process of one task SIGKILLed at
     once (no SIGTERM, so no worker marks its trial). The trial stays RUNNING until its
     heartbeat is older than the grace; then it is failed, re-queued and completed by the other
-    task, and the run ends with exactly n_trials."""
-    name, n = "slkill", 4
-    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=300_000)  # ~10 s a trial
+    task, and the run ends with exactly n_trials. The SIGTERM path is the test above's; this is
+    the heartbeat path across Slurm tasks. Two trials (the victim and the other task's; the
+    other task, its budget full, waits out the grace and trains the retry), a fast heartbeat
+    and a short grace: what it waits for is the grace, not training."""
+    name, n = "slkill", 2
+    spec = _write_spec(tmp_path, corpus, name, n, max_tokens=100_000)
     argv = [
         *SWEEPS,
         "run",
@@ -511,9 +523,9 @@ def test_a_task_killed_outright_has_its_trial_requeued_after_the_grace(
         "--jobs",
         "2",
         "--heartbeat",
-        "2",
+        "1",
         "--grace",
-        "20",
+        "8",
         "--runs-dir",
         str(tmp_path / "runs"),
     ]

@@ -8,7 +8,6 @@ import json
 import math
 from pathlib import Path
 
-import optuna
 import pandas as pd
 import pytest
 from scipy import stats
@@ -22,8 +21,6 @@ from sweeps import space
 from sweeps.spec import halving, read_spec
 from tests.sweeps.ablation import table
 from tests.sweeps.helpers import TINY, spec_dict, study_trials, sweeps_run, toml_text
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def ablation_spec(corpus: Path, name: str = "abl", **extra: object) -> dict:

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -25,8 +24,6 @@ from sweeps.space import trial_config
 from sweeps.spec import StudySpec, halving, read_spec
 from sweeps.workers import create_or_resume, load_for_workers
 from tests.sweeps.helpers import CPU, spec_dict
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HALVING = {"name": "successive_halving", "min_tokens": 2000, "reduction_factor": 2, "min_trials": 3}
 

@@ -16,8 +16,6 @@ from sweeps import storage as st
 from sweeps import study as service
 from tests.sweeps.cli import assert_user_error, sweeps
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 def test_schema_out_refuses_an_existing_file_unless_forced(tmp_path: Path) -> None:
     out = tmp_path / "spec.schema.json"

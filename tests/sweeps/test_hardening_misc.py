@@ -50,7 +50,6 @@ def test_the_dry_run_refuses_a_gpu_this_host_lacks(
 
 def test_copy_and_rename_refuse_a_name_that_differs_only_in_case(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(storage=url, study_name="tiny")
     optuna.create_study(storage=url, study_name="other")
     assert_user_error(sweeps("copy", "tiny", "TINY", "--storage", url), "only in case")

@@ -52,7 +52,7 @@ def in_a_fresh_process(code: str) -> str:
 def test_optunas_api_and_cli_name_the_objectives(tmp_path: Path) -> None:
     url = created_by_the_tool(tmp_path)
     shown = in_a_fresh_process(
-        "import json, optuna; optuna.logging.set_verbosity(optuna.logging.WARNING); "
+        "import json, optuna; "
         f"print(json.dumps(optuna.load_study(study_name='named', storage={url!r}).metric_names))"
     )
     assert json.loads(shown) == NAMES
@@ -81,7 +81,7 @@ def test_a_study_without_names_gets_them_when_the_tool_opens_it(tmp_path: Path) 
     assert wk.load_for_workers(spec, storage).metric_names == NAMES
     storage.engine.dispose()
     shown = in_a_fresh_process(
-        "import json, optuna; optuna.logging.set_verbosity(optuna.logging.WARNING); "
+        "import json, optuna; "
         f"print(json.dumps(optuna.load_study(study_name='old', storage={url!r}).metric_names))"
     )
     assert json.loads(shown) == NAMES

@@ -13,7 +13,6 @@ from sweeps import optuna_compat
 
 
 def _study(tmp_path: Path) -> tuple[RDBStorage, optuna.Study]:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = RDBStorage(f"sqlite:///{tmp_path / 'compat.db'}")
     return storage, optuna.create_study(study_name="compat", storage=storage)
 
@@ -134,7 +133,6 @@ def test_a_study_is_copied_and_deleted_row_for_row_with_plain_sql(tmp_path: Path
         "trial_user_attributes",
         "trial_values",
     ]
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         storage = RDBStorage(f"sqlite:///{tmp_path / 'rows.db'}", heartbeat_interval=60)

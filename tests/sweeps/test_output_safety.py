@@ -183,7 +183,6 @@ def evil_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     name, a trial's reason and outcome, and a parameter's value."""
     url = f"sqlite:///{tmp_path_factory.mktemp('evil') / 'shared.db'}"
     name = f"s{EVIL}{MARKUP}"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(storage=url, study_name=name)
     trial = study.ask({"note": CategoricalDistribution([f"v{EVIL}{MARKUP}"])})
     trial.set_user_attr("reason", f"r{EVIL}{MARKUP}\nfake row")
@@ -234,7 +233,6 @@ def test_report_summary_escapes_control_characters(
 def test_run_progress_escapes_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
     """What `sweeps run` shows: the live table of running trials, and the lines written when
     stderr is not a terminal (one per finished trial, with its reason)."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     board = Board(optuna.create_study(), 1)
     with live_display(board, every_s=0) as tick:
         board.on_event(

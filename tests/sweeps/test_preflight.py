@@ -16,8 +16,6 @@ from sweeps import preflight
 from sweeps.spec import Limits
 from sweeps.spec.limits import MemoryBudget
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 def cfg_of(**kw: object) -> TrainConfig:
     values: dict[str, object] = {

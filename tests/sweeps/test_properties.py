@@ -165,7 +165,6 @@ def first_trial(spec: StudySpec) -> None:
     from sweeps.space import make_sampler, suggest, trial_config
     from sweeps.workers import offset_seed
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if spec.study.seed is not None:  # a resume adds the trials already run to the seed
         spec = dataclasses.replace(
             spec, study=dataclasses.replace(spec.study, seed=offset_seed(spec.study.seed, 10_000))

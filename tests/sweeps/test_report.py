@@ -27,7 +27,6 @@ from sweeps.charts import (
 )
 from tests.sweeps import fake_study
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 NAN = float("nan")
 
 

@@ -36,7 +36,6 @@ from sweeps.charts import (
 from tests.sweeps import report_kinds
 from tests.sweeps.ablation import FFN_WIDTH, STUDIES, store_ablation, table
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 NAN = float("nan")
 
 

@@ -21,7 +21,6 @@ from sweeps.charts import parallel, settled
 from tests.sweeps import fake_study
 from tests.sweeps.cli import sweeps, sweeps_here
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 ISSUE_SPACE = {"d_ff": "attention == 'sdpa'", "lr": "attention == 'naive'"}
 #: The sections of a random-search study's report (no compute budgets: no IsoFLOP fit; not an
 #: [ablation]: no effects).

@@ -16,8 +16,6 @@ from sweeps import records, results
 from sweeps import storage as st
 from tests.sweeps import fake_study
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, optuna.Study]:

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -39,7 +38,6 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[2]
 #: Measurements of the process, not of the computation.
 TIMING_KEYS = {"tokens_per_s", "elapsed_s", "peak_mem_bytes"}

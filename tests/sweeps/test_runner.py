@@ -37,8 +37,6 @@ from tests.sweeps.helpers import (
     worker_study,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 # --- helpers ------------------------------------------------------------------------------------
 
 

@@ -242,6 +242,7 @@ def test_bad_serve_options_are_one_line(
     )
 
 
+@pytest.mark.browser
 def test_an_open_page_in_chromium_shows_a_trial_that_finished_after_it_was_opened(
     study_db: tuple[str, Path], server: Server, tmp_path: Path
 ) -> None:

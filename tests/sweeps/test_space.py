@@ -17,8 +17,6 @@ from lm.errors import SweepsError
 from sweeps import space
 from sweeps.spec import StudySpec, read_spec
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 @pytest.fixture
 def corpus_dir(tmp_path: Path) -> Path:

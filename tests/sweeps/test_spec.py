@@ -174,7 +174,7 @@ def test_shipped_studies_parse() -> None:
             TrainConfig.from_dict(spec.trial_values(params))
 
 
-def test_vocab_study_covers_the_issue_fields() -> None:
+def test_vocab_study_searches_tokenizer_vocab_and_batch_shape() -> None:
     spec = load_spec(STUDIES / "vocab.toml", check_paths=False)
     names = {p.name for p in spec.space}
     assert {"tokenizer", "vocab_size", "d_ff", "seq_len", "batch_size", "grad_accum"} <= names

@@ -40,7 +40,6 @@ from tests.sweeps.pg import fresh_database
 
 STORAGE_PROBLEMS = "storage_problems"  # the record's field
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")
 
 #: Every code point, surrogates and NUL included (Hypothesis leaves surrogates out by default).

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -22,8 +24,6 @@ from optuna.trial import TrialState
 from lm.errors import SweepsError
 from sweeps import liveness, optuna_compat, records
 from sweeps import storage as st
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def sqlite_url(path: Path) -> str:
@@ -235,7 +235,6 @@ def test_open_engine_reads_without_optuna(tmp_path: Path) -> None:
 def _worker(url: str, n_trials: int) -> str | None:
     """One worker process: trials with reports, heartbeats and project-table writes."""
     warnings.simplefilter("ignore")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         storage = st.open_storage(url, heartbeat_interval=1, grace_period=30)
         study = optuna.load_study(study_name="c", storage=storage)
@@ -355,9 +354,23 @@ def test_heartbeat_fails_and_requeues_a_silent_trial(tmp_path: Path) -> None:
 
 
 def test_heartbeat_without_heartbeats_is_a_no_op(tmp_path: Path) -> None:
-    storage = st.open_storage(sqlite_url(tmp_path / "n.db"))
-    with liveness.heartbeat(storage, 1):
-        pass
+    """A storage opened without a heartbeat interval: inside the block no thread beats and, after
+    it, the database is what it was (no ``trial_heartbeats`` row, the running trial untouched)."""
+    path = tmp_path / "n.db"
+    storage = st.open_storage(sqlite_url(path))
+    trial = optuna.create_study(study_name="n", storage=storage).ask()
+    before = _dump(path)
+    with liveness.heartbeat(storage, trial._trial_id):
+        beating = [t for t in threading.enumerate() if t.name.startswith("sweeps-heartbeat-")]
+        assert beating == []
+    assert _dump(path) == before
+    storage.engine.dispose()
+
+
+def _dump(path: Path) -> list[str]:
+    """Every table's rows, as SQL statements (what changed shows as a line that differs)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return list(db.iterdump())
 
 
 def test_requeue_callback_is_optunas_kind() -> None:
@@ -370,7 +383,6 @@ def test_requeue_callback_is_optunas_kind() -> None:
 
 def _pg_worker(url: str) -> str | None:
     warnings.simplefilter("ignore")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         storage = st.open_storage(url, heartbeat_interval=5)
         study = optuna.create_study(study_name="race", storage=storage, load_if_exists=True)

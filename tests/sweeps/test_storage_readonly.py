@@ -106,7 +106,6 @@ def test_a_database_optuna_wrote_alone_is_read_without_adding_tables(tmp_path: P
     path = tmp_path / "db" / "plain.db"
     path.parent.mkdir()
     storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(study_name="plain", storage=storage).enqueue_trial({"x": 1})
     storage.engine.dispose()
     before, tables = snapshot(path.parent), sqlite_tables(path)
@@ -201,7 +200,6 @@ def test_write_commands_on_a_read_only_mount_say_read_only(tmp_path: Path) -> No
     if not _read_only_mount_works(directory):
         pytest.skip("no private read-only bind mount here (needs unshare -m and mount rights)")
     url = f"sqlite:///{directory / 's.db'}"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(storage=url, study_name="s").optimize(lambda t: 1.0, n_trials=1)
     before = snapshot(directory)
     for args in (["delete", "s", "--yes"], ["rename", "s", "t"]):

@@ -31,7 +31,7 @@ SPECS = sorted(STUDIES.glob("*.toml"))
 SIZE = r"[\d.]+ (?:B|KiB|MiB|GiB|TiB)"
 
 
-def test_the_studies_of_issue_7_are_shipped() -> None:
+def test_the_example_studies_ship_with_the_project() -> None:
     names = {p.stem for p in SPECS}
     assert {
         "quickstart",
@@ -136,7 +136,6 @@ def _quickstart_draw(spec: StudySpec) -> list[tuple[dict[str, Any], Any, Any]]:
 
     from sweeps import admission, preflight, space
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     budget = admission.device_budget(spec.limits.budget, "cpu")
     study = optuna.create_study(sampler=space.make_sampler(spec))
     out = []

@@ -24,7 +24,6 @@ RLO = "\u202e"
 def db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     url = f"sqlite:///{tmp_path_factory.mktemp('rlo') / 'shared.db'}"
     name = f"a{RLO}gpj.exe"
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(storage=url, study_name=name)
     trial = study.ask()
     trial.set_user_attr("reason", f"r{ESC}{RLO}x")

@@ -35,8 +35,6 @@ from tests.sweeps.helpers import (
     wait_for,
 )
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 X = {"x": CategoricalDistribution([0, 1, 2, 3])}
 
 
@@ -286,16 +284,26 @@ def test_kill_9_of_a_worker_fails_its_trial_after_the_grace_period(
 
 @pytest.mark.study
 def test_kill_9_of_sweeps_run_then_resume(tmp_path: Path, corpus: Path) -> None:
-    # Long enough that the running trial is still running when the kill lands, even unloaded.
-    spec = write_spec(tmp_path, corpus, "resume", 3, 200_000)
+    """``sweeps run`` with two workers killed with SIGKILL (nothing marks its trials), then run
+    again: the completed trials kept with their values, each trial left RUNNING failed at once
+    ("found on restart": same host, dead pid, no grace to wait out) and re-queued, the numbering
+    continued, exactly n_trials. tests/sweeps/test_resume.py kills a one-worker run to prove the
+    checkpoint is continued; this one proves what a resume keeps and fails, with trials in every
+    state at the kill."""
+    # Long enough that a trial is still running when the first completes (the third starts
+    # then) and the kill lands while it trains, even unloaded.
+    spec = write_spec(tmp_path, corpus, "resume", 3, 100_000)
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     args = ("run", str(spec), "--storage", url, "--workers", "2")
     first = sweeps_popen(*args, cwd=tmp_path)
     try:
+        # The running trial is looked at last, just before the kill: its two trials start
+        # together and end close together, and a check of "running" before "complete" could
+        # see both finish in between.
         wait_for(
             lambda: (
-                running_with_evals(url, "resume", first.pid) is not None
-                and any(t.state == TrialState.COMPLETE for t in study_trials(url, "resume"))
+                any(t.state == TrialState.COMPLETE for t in study_trials(url, "resume"))
+                and running_with_evals(url, "resume", first.pid) is not None
             ),
             90,
             "a complete trial and a running one",
