@@ -344,9 +344,9 @@ def test_measured_cooldown_reads_cost_the_predicted_copy(
         "device": "cpu",
         "tokenizer": "byte",
         "vocab_size": 260,
-        "d_model": 512,
-        "n_heads": 4,
-        "d_ff": 2048,
+        "d_model": 768,
+        "n_heads": 6,
+        "d_ff": 3072,
         "n_layers": 2,
         "seq_len": t,
         "batch_size": b,
@@ -362,6 +362,7 @@ def test_measured_cooldown_reads_cost_the_predicted_copy(
         cfg = TrainConfig.from_dict({**base, **extra})
         predicted = max(predicted, estimate(cfg, "cpu").term("read_branch").bytes)
         peaks[name] = train_child(cfg, tmp_path / name, threads=1)["peak_mem_bytes"]
-    # 6.5M parameters: a 78 MB copy, far above the few MiB runs of one config differ by.
-    assert predicted > 70e6
+    # 14.5M parameters: a copy of some 170 MB, far above the 10 MB or so by which runs of one
+    # config differ (seen beside other work: 374 to 384 MB for the run without reads).
+    assert predicted > 150e6
     assert 0.8 <= (peaks["reads"] - peaks["plain"]) / predicted <= 1.2, (peaks, predicted)
