@@ -46,6 +46,8 @@ PENDING_OUTCOMES = (outcomes.RUNNING, outcomes.WAITING)
 #: Trials that do not count at all: stopped from outside and queued again.
 IGNORED_OUTCOMES = (outcomes.INTERRUPTED,)
 TRANSFERS, DOES_NOT, CANNOT_TELL = "transfers", "does not", "cannot tell"
+#: What a curve counts of its trials (``Curve``'s fields of the same names).
+COUNTS = ("trials", outcomes.COMPLETE, outcomes.DIVERGED, "failed", "pending")
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,7 @@ class Curve:
             "interval": list(self.interval) if self.interval is not None else None,
             "loss_opt": self.loss_opt,
             "unbracketed": self.unbracketed,
-            "trials": self.trials,
-            "complete": self.complete,
-            "diverged": self.diverged,
-            "failed": self.failed,
-            "pending": self.pending,
+            **{k: getattr(self, k) for k in COUNTS},
             "note": self.note,
         }
 
@@ -218,17 +216,7 @@ def fit_curve(
     lrs = tuple(sorted(lr for lr, v in by_lr.items() if v))
     losses = tuple(tuple(by_lr[lr]) for lr in lrs)
     n = counts or {}
-    base = Curve(
-        parametrization,
-        width,
-        lrs,
-        losses,
-        trials=n.get("trials", 0),
-        complete=n.get("complete", 0),
-        diverged=n.get("diverged", 0),
-        failed=n.get("failed", 0),
-        pending=n.get("pending", 0),
-    )
+    base = _with(Curve(parametrization, width, lrs, losses), **{k: n.get(k, 0) for k in COUNTS})
     if len(lrs) < 3:
         return _with(base, note=f"{len(lrs)} learning rate(s) with a result: a fit needs three")
     x = np.log2(np.array(lrs))
@@ -334,7 +322,7 @@ def curves(
     out = []
     for (p, width), group in frame.groupby(["parametrization", "d_model"], sort=False):
         by_lr: dict[float, list[float]] = {float(lr): [] for lr in group["lr"]}
-        counts = {"trials": len(group), "complete": 0, "diverged": 0, "failed": 0, "pending": 0}
+        counts = {**dict.fromkeys(COUNTS, 0), "trials": len(group)}
         for lr, ending, loss in zip(group["lr"], group["outcome"], group[metric], strict=True):
             value = float(loss) if pd.notna(loss) else math.nan
             if ending in PENDING_OUTCOMES:
@@ -342,10 +330,10 @@ def curves(
             elif ending in DIVERGED_OUTCOMES or (
                 ending == outcomes.COMPLETE and not math.isfinite(value)
             ):
-                counts["diverged"] += 1
+                counts[outcomes.DIVERGED] += 1
                 by_lr[float(lr)].append(math.inf)
             elif ending == outcomes.COMPLETE:
-                counts["complete"] += 1
+                counts[outcomes.COMPLETE] += 1
                 by_lr[float(lr)].append(value)
             else:
                 counts["failed"] += 1

@@ -128,6 +128,10 @@ def drift(
     _print_drift(study, fit)
 
 
+#: A verdict as a line says it.
+VERDICT_WORDS = {"does not": "does not transfer"}
+
+
 def optimum_rows(fit: TransferFit) -> list[dict[str, str]]:
     """The table of ``sweeps transfer drift``: one row per parametrization and width."""
     drifts = {d.parametrization: d for d in fit.drifts}
@@ -178,7 +182,9 @@ def _print_drift(study: str, fit: TransferFit) -> None:
         table.add_row(*(plain(v) for v in r.values()))
     wide_console().print(table)
     for d in fit.drifts:
-        typer.echo(plain(f"{d.parametrization}: {d.verdict} ({d.why})"))
+        typer.echo(
+            plain(f"{d.parametrization}: {VERDICT_WORDS.get(d.verdict, d.verdict)} ({d.why})")
+        )
     for note in [
         *fit.notes,
         *(f"{c.parametrization} {c.width}: {c.note}" for c in fit.curves if c.note),
