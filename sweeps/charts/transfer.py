@@ -39,6 +39,20 @@ def drift_line(d: tr.Drift) -> str:
     return f"{d.parametrization}: {said}: {shown} from d_model {d.narrow} to {d.wide} ({d.why})"
 
 
+def panel_title(parametrization: str, d: tr.Drift | None) -> str:
+    """``sp: does not transfer, -1.69 octaves`` (the panel's parametrization and its drift)."""
+    if d is None or d.octaves is None:
+        return parametrization
+    said = {tr.TRANSFERS: "transfers", tr.DOES_NOT: "does not transfer"}.get(d.verdict, d.verdict)
+    return f"{parametrization}: {said}, {d.octaves:+.2f} octaves from {d.narrow} to {d.wide}"
+
+
+def lr_label(lr: float) -> str:
+    """A learning rate as a tick: ``2^-7`` for a power of two, else three digits."""
+    k = math.log2(lr)
+    return f"2<sup>{round(k)}</sup>" if abs(k - round(k)) < 1e-9 else f"{lr:.3g}"
+
+
 def chart(results: StudyResults) -> Chart:
     title = "Learning-rate transfer across widths"
     fit = data(results)
@@ -54,8 +68,10 @@ def chart(results: StudyResults) -> Chart:
     if not fit.curves:
         return Chart("transfer", title, about, note="No finished trial to fit yet.")
     params = list(dict.fromkeys(c.parametrization for c in fit.curves))
+    drifts = {d.parametrization: d for d in fit.drifts}
+    titles = [panel_title(p, drifts.get(p)) for p in params]
     fig = make_subplots(
-        rows=1, cols=len(params), shared_yaxes=True, horizontal_spacing=0.06, subplot_titles=params
+        rows=1, cols=len(params), shared_yaxes=True, horizontal_spacing=0.06, subplot_titles=titles
     )
     widths = sorted({c.width for c in fit.curves})
     colors = dict(
@@ -70,7 +86,10 @@ def chart(results: StudyResults) -> Chart:
     for col, p in enumerate(params, start=1):
         for c in (c for c in fit.curves if c.parametrization == p):
             _curve(fig, c, colors[c.width], top, col)
-    fig.update_xaxes(type="log", title_text="learning rate", exponentformat="power")
+    grid = sorted({lr for c in fit.curves for lr in c.lrs})
+    fig.update_xaxes(
+        type="log", title_text="learning rate", tickvals=grid, ticktext=[lr_label(v) for v in grid]
+    )
     fig.update_yaxes(title_text=fit.metric, col=1)
     if fit.notes:
         about += " Notes: " + "; ".join(fit.notes) + "."

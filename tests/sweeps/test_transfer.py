@@ -310,7 +310,9 @@ def test_the_chart_draws_sp_beside_mup_and_states_the_drift() -> None:
     drawn = chart.chart(data)
     assert drawn.figure is not None and drawn.key == "transfer"
     titles = [a.text for a in drawn.figure.layout.annotations]
-    assert titles == ["sp", "mup"]  # two panels
+    assert [t.split(":")[0] for t in titles] == ["sp", "mup"]  # two panels
+    assert titles[0].startswith("sp: does not transfer, -") and "from 32 to 128" in titles[0]
+    assert chart.lr_label(2.0**-7) == "2<sup>-7</sup>" and chart.lr_label(0.003) == "0.003"
     assert drawn.figure.layout.xaxis.type == "log"
     stars = [t for t in drawn.figure.data if t.marker.symbol == "star"]
     assert len(stars) == 4 and all(t.error_x.array is not None for t in stars)
