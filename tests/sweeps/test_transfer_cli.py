@@ -124,6 +124,10 @@ def test_drift_one_line_errors(transfer_url: str, tmp_path: Path) -> None:
         sweeps_here("transfer", "drift", "tr", "--storage", transfer_url, "--metric", "x"),
         "--metric 'x' is not a column",
     )
+    assert_user_error(
+        sweeps_here("confirm", "tr", "--storage", transfer_url),
+        "study 'tr' is a transfer study; `sweeps transfer drift tr` reads its answer",
+    )
     other = f"sqlite:///{tmp_path / 'o.db'}"
     storage = st.open_storage(other)
     optuna.create_study(study_name="plain", storage=storage)
