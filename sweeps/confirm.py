@@ -108,6 +108,12 @@ def plan(storage: Any, source: str, *, top: int, seeds: int, metric: str | None 
             f"study {source!r} is an IsoFLOP grid; `sweeps confirm` re-runs the "
             "best configurations of a search or an ablation"
         )
+    if "transfer" in stored:
+        raise SweepsError(
+            f"study {source!r} is a transfer study; `sweeps transfer drift {source}` reads "
+            "its answer, `sweeps confirm` re-runs the best configurations of a search or "
+            "an ablation"
+        )
     column, direction = rp.metric_of(data, metric)
     reps = rp.replicates(data.trials, column, direction)
     if reps.empty:

@@ -519,7 +519,7 @@ def space_rows(spec: StudySpec) -> list[tuple[str, str, str, str]]:
 
     out = []
     if spec.design is not None:
-        kind = "ablation" if spec.ablation is not None else "scaling"
+        kind = next(k for k in ("ablation", "scaling", "transfer") if getattr(spec, k) is not None)
         for name in spec.design.param_names:
             out.append((name, kind, shown_values(spec.design.choices(name)), ""))
     for p in spec.space:

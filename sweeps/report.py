@@ -56,6 +56,7 @@ from sweeps.charts import (
     samples,
     scaling,
     timeline,
+    transfer,
     vocab,
 )
 from sweeps.results import StudyResults
@@ -68,6 +69,7 @@ CHARTS: tuple[Callable[[StudyResults], Chart], ...] = (
     pareto.chart,
     compute.chart,
     scaling.chart,
+    transfer.chart,
     vocab.chart,
     memory_map.chart,
     memory_pred.chart,
@@ -86,6 +88,7 @@ CHART_NAMES: dict[Callable[..., Chart], tuple[str, str]] = {
     pareto.chart: ("pareto", "Pareto fronts"),
     compute.chart: ("compute", "Quality against compute"),
     scaling.chart: ("scaling", "Scaling laws"),
+    transfer.chart: ("transfer", "Learning-rate transfer"),
     vocab.chart: ("vocab", "Vocabulary"),
     memory_map.chart: ("memory_map", "Where memory runs out"),
     memory_pred.chart: ("memory_pred", "Predicted against measured peak memory"),
@@ -107,6 +110,7 @@ APPLIES: dict[Callable[..., Chart], Callable[[StudyResults], bool]] = {
     pareto.chart: pareto.applies,
     compute.chart: compute.applies,
     scaling.chart: scaling.applies,
+    transfer.chart: transfer.applies,
     vocab.chart: vocab.applies,
     memory_map.chart: memory_map.applies,
     memory_pred.chart: memory_pred.applies,

@@ -51,6 +51,8 @@ CONFIG_COLUMNS = (
     "n_layers",
     "n_heads",
     "d_ff",
+    "parametrization",
+    "base_width",
     "seq_len",
     "batch_size",
     "grad_accum",

@@ -151,7 +151,7 @@ ENQUEUED_ATTR = rc.STUDY_ENQUEUED
 #: The per-trial budget in bytes a run planned with (``run_threads`` records it; the report).
 MEMORY_BUDGET_ATTR = rc.STUDY_MEMORY_BUDGET
 #: Parts of a spec that must not change under a running study (its trials would not compare).
-_IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "corpus")
+_IDENTITY_KEYS = ("fixed", "space", "ablation", "scaling", "transfer", "corpus")
 
 
 def create_or_resume(

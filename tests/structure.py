@@ -42,6 +42,7 @@ ANALYSIS_WING = frozenset(
         "sweeps.scaling",
         "sweeps.stats",
         "sweeps.confirm",
+        "sweeps.transfer",
     }
 )
 #: What both wings stand on: the database, the trial record, the spec, text and the console.

@@ -1,6 +1,11 @@
-"""``sweeps transfer coord``: the coordinate check (``lm.coord``): a few training steps at each
-width under SP and µP, the RMS of each layer's activations and of the updates, as a table (and,
-with ``--out``, a chart and the rows as JSON). µP's rows should stay flat across widths.
+"""``sweeps transfer``: whether hyperparameters transfer across widths.
+
+- ``coord``: the coordinate check (``lm.coord``): a few training steps at each width under SP
+  and µP, the RMS of each layer's activations and of the updates, as a table (and, with
+  ``--out``, a chart and the rows as JSON). µP's rows should stay flat across widths.
+- ``drift``: a finished ``[transfer]`` study (``sweeps.transfer``): each parametrization and
+  width's optimal learning rate with its bootstrap interval over seeds, and the drift in octaves
+  from the narrowest width to the widest with its verdict (transfers / does not / cannot tell).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from lm.config import TrainConfig
 from lm.errors import SweepsError
 from sweeps.cli.options import (
     ConfigFileOption,
+    StorageOption,
     flag_checks,
     read_config_file,
     with_config_options,
@@ -28,10 +34,12 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from lm.coord import CoordRow
+    from sweeps.transfer import TransferFit
 
 app = typer.Typer()
 transfer_app = typer.Typer(
-    help="Whether hyperparameters transfer across widths (µP): the coordinate check.",
+    help="Whether hyperparameters transfer across widths (µP): the coordinate check, and the "
+    "drift of the optimal learning rate in a [transfer] study.",
     no_args_is_help=True,
 )
 app.add_typer(transfer_app, name="transfer")
@@ -92,6 +100,103 @@ def coord(
         )
         coord_figure(rows).write_html(out / COORD_HTML, include_plotlyjs=True)
         err_console.print(f"wrote {out / COORD_HTML} and {out / COORD_JSON}", highlight=False)
+
+
+@transfer_app.command("drift")
+def drift(
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="A [transfer] study.")],
+    metric: Annotated[
+        str | None,
+        typer.Option("--metric", help="The loss to read optima from [default: the objective]."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    storage: StorageOption = None,
+) -> None:
+    """Per parametrization and width: the optimal learning rate (a parabola in log2 lr through
+    the best rate and its neighbours) with its bootstrap interval over seeds; per
+    parametrization: the drift in octaves from the narrowest width to the widest, and whether
+    the rate transfers (interval within ±1 octave), does not (wholly beyond) or cannot tell."""
+    from sweeps import transfer as tr
+    from sweeps.storage import resolve_storage_url
+
+    fit = tr.study_transfer(resolve_storage_url(storage, None), study, metric=metric)
+    if as_json:
+        typer.echo(json.dumps(fit.to_dict(), indent=2))
+        return
+    if not fit.curves:
+        raise SweepsError(f"study {study!r} has no finished trial to fit yet; run it first")
+    _print_drift(study, fit)
+
+
+#: A verdict as a line says it.
+VERDICT_WORDS = {"does not": "does not transfer"}
+
+
+def optimum_rows(fit: TransferFit) -> list[dict[str, str]]:
+    """The table of ``sweeps transfer drift``: one row per parametrization and width."""
+    drifts = {d.parametrization: d for d in fit.drifts}
+    rows = []
+    for c in fit.curves:
+        d = drifts.get(c.parametrization)
+        last = d is not None and c.width == d.wide
+        shown = "-" if c.lr_opt is None else f"{c.lr_opt:.3g}"
+        if c.interval is not None:
+            shown += f" [{c.interval[0]:.3g}, {c.interval[1]:.3g}]"
+        drift_text = verdict = ""
+        if last and d is not None:
+            drift_text = "-" if d.octaves is None else f"{d.octaves:+.2f}"
+            if d.interval is not None:
+                drift_text += f" [{d.interval[0]:+.2f}, {d.interval[1]:+.2f}]"
+            verdict = d.verdict
+        rows.append(
+            {
+                "parametrization": c.parametrization,
+                "width": str(c.width),
+                "optimum lr": shown,
+                fit.metric: "-" if c.loss_opt is None else f"{c.loss_opt:.4f}",
+                "trials": f"{c.complete} ok, {c.diverged} diverged, {c.failed} failed"
+                + (f", {c.pending} pending" if c.pending else ""),
+                "drift (octaves)": drift_text,
+                "verdict": verdict,
+            }
+        )
+    return rows
+
+
+def _print_drift(study: str, fit: TransferFit) -> None:
+    from rich.table import Table
+
+    from sweeps.transfer import TOLERANCE_OCTAVES
+
+    typer.echo(
+        plain(
+            f"learning-rate transfer in study {study}: optima on {fit.metric}, "
+            f"{fit.confidence:.0%} bootstrap intervals over seeds"
+        )
+    )
+    rows = optimum_rows(fit)
+    table = Table(box=None, padding=(0, 2))
+    for col in rows[0]:
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(*(plain(v) for v in r.values()))
+    wide_console().print(table)
+    for d in fit.drifts:
+        typer.echo(
+            plain(f"{d.parametrization}: {VERDICT_WORDS.get(d.verdict, d.verdict)} ({d.why})")
+        )
+    for note in [
+        *fit.notes,
+        *(f"{c.parametrization} {c.width}: {c.note}" for c in fit.curves if c.note),
+    ]:
+        typer.echo(plain(note))
+    typer.echo(
+        plain(
+            f"drift: log2(optimum at the widest width / at the narrowest); transfers: its "
+            f"interval within ±{TOLERANCE_OCTAVES:g} octave; does not: wholly beyond; a "
+            "diverged rate counts as worse than any loss"
+        )
+    )
 
 
 def _base_values(

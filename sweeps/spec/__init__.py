@@ -1,6 +1,7 @@
 """Study specs: one TOML file -> a validated, frozen ``StudySpec``.
 
-A spec says what to search (``[space]``, ``[ablation]``, ``[scaling]``, ``[[enqueue]]``), what is
+A spec says what to search (``[space]``, ``[ablation]``, ``[scaling]``, ``[transfer]``,
+``[[enqueue]]``), what is
 held constant (``[fixed]``), on which data (``[corpus]``), how to judge and stop trials
 (``[study]``, ``[limits]``). Everything a user can get wrong is caught here, before a database row
 or a run directory exists, with a one-line ``SweepsError`` that names the file, the key and the
@@ -42,6 +43,20 @@ fields, ``seed`` with ``seeds``). Example::
              {d_model = 64, n_layers = 2, n_heads = 4, d_ff = 256}]
     seeds = [0, 1]
 
+``[transfer]`` is a learning-rate transfer study (``Transfer``): ``widths`` (``d_model``,
+increasing) x ``parametrizations`` (``sp``, ``mup``) x ``lrs`` (three or more, increasing) x
+optional ``seeds``, each one enqueued trial with parameters ``parametrization``, ``d_model``,
+``n_heads = width / d_head``, ``d_ff`` (the reference ``d_ff / d_model`` kept), ``base_width``
+(given, else the narrowest width) and ``lr``. ``d_head`` is the table's, else ``[fixed]``'s
+``d_model / n_heads``. It excludes what a grid excludes, and ``[fixed]`` values of ``lr``,
+``parametrization``, ``base_width`` (and ``seed`` with ``seeds``); ``sweeps.transfer`` fits the
+optimum per width and its drift. Example::
+
+    [transfer]
+    widths = [32, 64, 128]
+    lrs = [0.001, 0.002, 0.004, 0.008]
+    seeds = [0, 1]
+
 Conditions (``when = "tokenizer == 'word'"``) are ``sweeps.conditions``: parsed with ``ast`` into
 a tiny expression language and evaluated by walking the tree, never ``eval``.
 
@@ -77,7 +92,7 @@ Example::
 """
 
 from sweeps.conditions import Condition, parse_condition
-from sweeps.spec.designs import Ablation, Scaling, budget_tokens
+from sweeps.spec.designs import Ablation, Scaling, Transfer, budget_tokens
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.reader import load_spec, read_spec
 from sweeps.spec.types import (
@@ -132,6 +147,7 @@ __all__ = [
     "Scaling",
     "StudySection",
     "StudySpec",
+    "Transfer",
     "budget_tokens",
     "iter_grid",
     "load_spec",

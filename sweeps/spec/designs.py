@@ -1,7 +1,8 @@
-"""The spec's two designs, the tables that enqueue a trial list instead of sampling one:
-``[ablation]`` (one factor at a time around a baseline) and ``[scaling]`` (an IsoFLOP grid of
-compute budgets x model sizes). Frozen dataclasses that check their own rules, like every spec
-type (``sweeps.spec.types``, whose ``StudySpec`` holds them).
+"""The spec's designs, the tables that enqueue a trial list instead of sampling one:
+``[ablation]`` (one factor at a time around a baseline), ``[scaling]`` (an IsoFLOP grid of
+compute budgets x model sizes) and ``[transfer]`` (parametrizations x widths x learning rates:
+does the best learning rate stay put as the model widens?). Frozen dataclasses that check
+their own rules, like every spec type (``sweeps.spec.types``, whose ``StudySpec`` holds them).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from lm import flops
 from lm.checks import check_choice, require_int
-from lm.config import BUDGET_UNITS, TrainConfig
+from lm.config import BUDGET_UNITS, PARAMETRIZATIONS, TrainConfig
 from lm.errors import FieldError, SweepsError
 from sweeps.spec.values import (
     FLOPS_BUDGET,
@@ -29,8 +30,8 @@ from sweeps.spec.values import (
 VOCABULARY_FIELDS = ("tokenizer", "vocab_size", "lowercase")
 
 
-def _check_seed_list(obj: Ablation | Scaling) -> None:
-    """``obj.seeds``: a non-empty list of distinct integers >= 0 (``[ablation]``, ``[scaling]``)."""
+def _check_seed_list(obj: Ablation | Scaling | Transfer) -> None:
+    """``obj.seeds``: a non-empty list of distinct integers >= 0 (every design)."""
     as_tuple(obj, "seeds")
     seeds = obj.seeds
     if not isinstance(seeds, tuple) or not seeds:
@@ -274,6 +275,185 @@ class Scaling:
         points = [
             {FLOPS_BUDGET: budget, **{k: size[k] for k in self.size_fields}, "max_tokens": tokens}
             for budget, size, tokens in self.cells
+        ]
+        if self.seeds is None:
+            return points
+        return [{**point, "seed": seed} for seed in self.seeds for point in points]
+
+
+# --- [transfer] ---------------------------------------------------------------------------------
+
+#: The ``TrainConfig`` fields a ``[transfer]`` trial's parameters set, in order (then ``seed``).
+TRANSFER_FIELDS = ("parametrization", "d_model", "n_heads", "d_ff", "base_width", "lr")
+#: What ``[transfer]`` sets that ``[fixed]`` must leave to it (d_model, n_heads and d_ff stay:
+#: ``[fixed]``'s are the reference shape whose d_head and d_ff / d_model every width keeps).
+_TRANSFER_OWNS = {
+    "lr": "transfer.lrs",
+    "parametrization": "transfer.parametrizations",
+    "base_width": "transfer.base_width",
+}
+
+
+def check_transfer_fixed(transfer: Any, fixed: Mapping[str, Any]) -> None:
+    """What a ``[transfer]`` grid sets (learning rate, parametrization, base width, seeds) is
+    not also ``[fixed]``; ``transfer`` is the table (a ``Transfer`` or its TOML data)."""
+    for k, where in _TRANSFER_OWNS.items():
+        if k in fixed:
+            raise FieldError(f"fixed.{k}", f"{k} is set by {where}; remove it from [fixed]")
+    seeds = transfer.get("seeds") if isinstance(transfer, Mapping) else transfer.seeds
+    if seeds is not None and "seed" in fixed:
+        raise FieldError("fixed.seed", "conflicts with transfer.seeds; remove one")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``[transfer]``: does the best learning rate stay put as the model widens? Every
+    parametrization x width x learning rate (x seed) is one enqueued trial.
+
+    A width is ``d_model``; heads are scaled to keep ``d_head`` (``n_heads = width / d_head``,
+    ``d_head`` given here or the reference shape's ``d_model / n_heads``) and ``d_ff`` to keep
+    the reference's ``d_ff / d_model``. The reference shape is ``defaults`` (``[fixed]`` over
+    ``TrainConfig``'s defaults). ``base_width`` (µP's width at which it equals SP) defaults to
+    the narrowest width, so the narrowest model is the same under both parametrizations.
+    """
+
+    widths: tuple[int, ...]
+    lrs: tuple[float, ...]
+    parametrizations: tuple[str, ...] = ("sp", "mup")
+    seeds: tuple[int, ...] | None = None
+    d_head: int | None = None
+    base_width: int | None = None
+    defaults: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_widths()
+        self._check_lrs()
+        as_tuple(self, "parametrizations")
+        if not isinstance(self.parametrizations, tuple) or not self.parametrizations:
+            raise FieldError(
+                "parametrizations",
+                f'must be a non-empty list such as ["sp", "mup"], got {self.parametrizations!r}',
+            )
+        for i, p in enumerate(self.parametrizations):
+            if p not in PARAMETRIZATIONS:
+                raise FieldError(
+                    f"parametrizations[{i}]",
+                    f"must be one of {', '.join(PARAMETRIZATIONS)}, got {p!r}",
+                )
+        if len(set(self.parametrizations)) != len(self.parametrizations):
+            raise FieldError("parametrizations", f"lists one twice: {list(self.parametrizations)}")
+        if self.seeds is not None:
+            _check_seed_list(self)
+        if self.base_width is not None:
+            require_int(self.base_width, "base_width", 1)
+        if self.d_head is not None:
+            require_int(self.d_head, "d_head", 1)
+        for i, width in enumerate(self.widths):
+            self._check_width(i, width)
+
+    def _check_widths(self) -> None:
+        as_tuple(self, "widths")
+        if not isinstance(self.widths, tuple) or len(self.widths) < 2:
+            raise FieldError(
+                "widths",
+                f"must list two or more widths (d_model) such as [32, 64, 128], got "
+                f"{self.widths!r}",
+            )
+        for i, w in enumerate(self.widths):
+            require_int(w, f"widths[{i}]", 1)
+        if list(self.widths) != sorted(set(self.widths)):
+            raise FieldError("widths", f"must increase, each width once, got {list(self.widths)}")
+
+    def _check_lrs(self) -> None:
+        as_tuple(self, "lrs")
+        if not isinstance(self.lrs, tuple) or len(self.lrs) < 3:
+            raise FieldError(
+                "lrs",
+                "must list three or more learning rates (a fit near the minimum needs the "
+                f"minimum and a neighbour on each side), got {self.lrs!r}",
+            )
+        for i, lr in enumerate(self.lrs):
+            if (
+                not isinstance(lr, (int, float))
+                or isinstance(lr, bool)
+                or not math.isfinite(lr)
+                or lr <= 0
+            ):
+                raise FieldError(f"lrs[{i}]", f"must be a finite learning rate > 0, got {lr!r}")
+        object.__setattr__(self, "lrs", tuple(float(lr) for lr in self.lrs))
+        if list(self.lrs) != sorted(set(self.lrs)):
+            raise FieldError("lrs", f"must increase, each rate once, got {list(self.lrs)}")
+
+    @property
+    def reference(self) -> dict[str, Any]:
+        """The fields before a width: ``[fixed]`` over ``TrainConfig``'s defaults."""
+        return {**(self.defaults or train_defaults())}
+
+    @property
+    def head_width(self) -> int:
+        """``d_head``: the one given, else the reference shape's ``d_model / n_heads``."""
+        if self.d_head is not None:
+            return self.d_head
+        ref = self.reference
+        return int(ref["d_model"]) // int(ref["n_heads"])
+
+    @property
+    def base(self) -> int:
+        """µP's ``base_width``: the one given, else the narrowest width."""
+        return self.base_width if self.base_width is not None else self.widths[0]
+
+    def shape(self, width: int) -> dict[str, int]:
+        """``d_model``, ``n_heads`` and ``d_ff`` at ``width`` (checked by ``_check_width``)."""
+        ref = self.reference
+        return {
+            "d_model": width,
+            "n_heads": width // self.head_width,
+            "d_ff": int(ref["d_ff"]) * width // int(ref["d_model"]),
+        }
+
+    def _check_width(self, i: int, width: int) -> None:
+        d_head, ref = self.head_width, self.reference
+        where = "transfer.d_head" if self.d_head is not None else "d_model / n_heads in [fixed]"
+        if width % d_head:
+            raise FieldError(
+                f"widths[{i}]",
+                f"{width} is not a multiple of d_head={d_head} ({where}), which every width "
+                f"keeps; use multiples of {d_head} or set transfer.d_head to a divisor of "
+                "every width",
+            )
+        d_ff, d_model = int(ref["d_ff"]), int(ref["d_model"])
+        if (d_ff * width) % d_model:
+            raise FieldError(
+                f"widths[{i}]",
+                f"{width} x d_ff / d_model ({d_ff} / {d_model} in [fixed]) is not a whole "
+                "d_ff; choose a reference d_ff and d_model whose ratio every width keeps whole",
+            )
+        values = {**ref, **self.shape(width), "base_width": self.base, "lr": self.lrs[0]}
+        values.pop("corpus", None)
+        for p in self.parametrizations:
+            try:
+                TrainConfig.from_dict({"corpus": "<corpus>", **values, "parametrization": p})
+            except SweepsError as exc:
+                raise FieldError(f"widths[{i}]", f"not a valid {p} config: {exc}") from None
+
+    @property
+    def param_names(self) -> list[str]:
+        return [*TRANSFER_FIELDS, "seed"] if self.seeds is not None else list(TRANSFER_FIELDS)
+
+    def choices(self, name: str) -> tuple[Any, ...]:
+        """Every value ``name`` takes in the expansion, in order of first appearance."""
+        if name not in self.param_names:
+            raise KeyError(name)
+        return unique(point[name] for point in self.expand())
+
+    def expand(self) -> list[dict[str, Any]]:
+        """The trial list: each parametrization's widths, each width's learning rates;
+        seed-major, so the first pass over the seeds is a whole study."""
+        points = [
+            {"parametrization": p, **self.shape(w), "base_width": self.base, "lr": lr}
+            for p in self.parametrizations
+            for w in self.widths
+            for lr in self.lrs
         ]
         if self.seeds is None:
             return points

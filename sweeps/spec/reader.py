@@ -29,7 +29,7 @@ from sweeps.spec.checks import (
     check_literals,
     normalise,
 )
-from sweeps.spec.designs import Ablation, Scaling
+from sweeps.spec.designs import Ablation, Scaling, Transfer, check_transfer_fixed
 from sweeps.spec.engine import ENGINE_KEYS
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
 from sweeps.spec.rules import (
@@ -67,6 +67,7 @@ _TOP_KEYS = (
     "enqueue",
     "ablation",
     "scaling",
+    "transfer",
     "engine",
 )
 _CORPUS_KEYS = ("dir", "source", "format", "synthetic", "out", "val_fraction")
@@ -183,19 +184,23 @@ class _Parser:
             ablation="ablation" in top,
             enqueue=bool(top.get("enqueue")),
             scaling="scaling" in top,
+            transfer="transfer" in top,
         )
-        ablation = scaling = None
+        ablation = scaling = transfer = None
         if "ablation" in top:
             ablation = self.parse_ablation(top["ablation"], defaults)
             check_ablation(ablation, fixed)
         elif "scaling" in top:
             scaling = self.parse_scaling(top["scaling"], fixed, defaults)
+        elif "transfer" in top:
+            transfer = self.parse_transfer(top["transfer"], fixed, defaults)
         else:
             check_fixed(fixed, space)
             check_bounds(space, fixed)
         enqueue = check_enqueue(self.enqueue_entries(top.get("enqueue", [])), space, fixed)
         limits = self.parse_limits(top.get("limits", {}))
-        study = self.parse_study(top["study"], space, ablation or scaling, enqueue, defaults)
+        design = ablation or scaling or transfer
+        study = self.parse_study(top["study"], space, design, enqueue, defaults)
         corpus = self.parse_corpus(top["corpus"])
         # StudySpec checks the rules between sections (fixed vs limits, grid vs space, ...).
         return StudySpec(
@@ -207,6 +212,7 @@ class _Parser:
             enqueue=enqueue,
             ablation=ablation,
             scaling=scaling,
+            transfer=transfer,
             source=Path(self.label) if self.label != "study spec" else None,
             raw=_plain(self.data),
         )
@@ -217,7 +223,7 @@ class _Parser:
         self,
         value: Any,
         space: tuple[ParamSpec, ...],
-        design: Ablation | Scaling | None,
+        design: Ablation | Scaling | Transfer | None,
         enqueue: tuple[dict[str, Any], ...],
         defaults: dict[str, Any],
     ) -> StudySection:
@@ -290,7 +296,7 @@ class _Parser:
         return tuple(out)
 
     def parse_sampler(
-        self, value: Any, multi: bool, design: Ablation | Scaling | None
+        self, value: Any, multi: bool, design: Ablation | Scaling | Transfer | None
     ) -> SamplerSpec:
         if value is None:
             # Ablation and IsoFLOP trials are all enqueued: the sampler never chooses anything.
@@ -298,7 +304,7 @@ class _Parser:
         return self.named("study.sampler", value, SamplerSpec, SAMPLERS)
 
     def parse_pruner(
-        self, value: Any, multi: bool, design: Ablation | Scaling | None
+        self, value: Any, multi: bool, design: Ablation | Scaling | Transfer | None
     ) -> PrunerSpec:
         if value is None:
             # Optuna's pruners compare one intermediate value; with several objectives only the
@@ -483,6 +489,20 @@ class _Parser:
                 )
         check_scaling_fixed(t, fixed)
         return _make(Scaling, "scaling", {**t, "defaults": {**defaults}})
+
+    def parse_transfer(
+        self, value: Any, fixed: dict[str, Any], defaults: dict[str, Any]
+    ) -> Transfer:
+        t = _table(value, "transfer", _keys(Transfer))
+        for key in ("widths", "lrs"):
+            if key not in t:
+                raise FieldError(
+                    f"transfer.{key}",
+                    "missing; e.g. widths = [32, 64, 128, 256] "
+                    "and lrs = [0.001, 0.002, 0.004, 0.008]",
+                )
+        check_transfer_fixed(t, fixed)
+        return _make(Transfer, "transfer", {**t, "defaults": {**defaults}})
 
     # --- [limits] ---
 

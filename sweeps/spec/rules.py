@@ -18,6 +18,7 @@ from lm import flops
 from lm.config import MAX_COOLDOWN_FRACTION, TrainConfig
 from lm.errors import FieldError, SweepsError
 from sweeps.spec import halving
+from sweeps.spec.designs import check_transfer_fixed
 from sweeps.spec.values import GRID_SAMPLERS, SIZE_FIELDS, unique
 
 if TYPE_CHECKING:
@@ -32,9 +33,12 @@ def check_spec(spec: StudySpec) -> None:
         ablation=spec.ablation is not None,
         enqueue=bool(spec.enqueue),
         scaling=spec.scaling is not None,
+        transfer=spec.transfer is not None,
     )
     if spec.scaling is not None:
         check_scaling_fixed(spec.scaling, spec.fixed)
+    if spec.transfer is not None:
+        check_transfer_fixed(spec.transfer, spec.fixed)
     check_design(spec)
     check_grid(spec.space, spec.study.sampler.name)
     if spec.limits.max_wall_s is not None and "max_wall_s" in spec.fixed:
@@ -185,7 +189,13 @@ def check_design(spec: StudySpec) -> None:
     design = spec.design
     if design is None:
         return
-    what = "an ablation" if spec.ablation is not None else "an IsoFLOP grid"
+    what = (
+        "an ablation"
+        if spec.ablation is not None
+        else "an IsoFLOP grid"
+        if spec.scaling is not None
+        else "a transfer study"
+    )
     if spec.study.sampler.name != "random":
         raise FieldError(
             "study.sampler",
@@ -193,6 +203,8 @@ def check_design(spec: StudySpec) -> None:
             f"{spec.study.sampler.name!r} would never be used; remove "
             "study.sampler",
         )
+    if spec.transfer is not None:
+        check_transfer_design(spec)
     if spec.scaling is None:
         return
     if spec.study.pruner.name != "none":
@@ -206,6 +218,26 @@ def check_design(spec: StudySpec) -> None:
     if problem is not None:
         raise FieldError(
             "study.n_trials", f"is {spec.study.n_trials}, but {problem}; remove n_trials"
+        )
+
+
+def check_transfer_design(spec: StudySpec) -> None:
+    """A transfer study's trials are compared at their whole budget (a pruner would cut a
+    learning rate by another's early losses), and all of them run: no more, no fewer."""
+    assert spec.transfer is not None
+    if spec.study.pruner.name != "none":
+        raise FieldError(
+            "study.pruner",
+            f"pruner {spec.study.pruner.name!r} would stop "
+            "transfer trials before their budget (a stopped learning rate has no final loss); "
+            'use pruner = "none" or leave it out',
+        )
+    trials = len(spec.transfer.expand())
+    if spec.study.n_trials > trials:
+        raise FieldError(
+            "study.n_trials",
+            f"is {spec.study.n_trials}, but the [transfer] grid has "
+            f"{trials} trials and more would be random mixes; remove n_trials",
         )
 
 
@@ -247,9 +279,27 @@ def check_grid(space: Iterable[ParamSpec], sampler: str) -> None:
                 )
 
 
-def check_search(*, space: bool, ablation: bool, enqueue: bool, scaling: bool = False) -> None:
-    """What to search comes from ``[space]`` (with ``[[enqueue]]``), from ``[ablation]`` or from
-    ``[scaling]``."""
+def check_search(
+    *, space: bool, ablation: bool, enqueue: bool, scaling: bool = False, transfer: bool = False
+) -> None:
+    """What to search comes from ``[space]`` (with ``[[enqueue]]``), from ``[ablation]``, from
+    ``[scaling]`` or from ``[transfer]``."""
+    if transfer and (space or ablation or scaling or enqueue):
+        other = next(
+            name
+            for name, given in (
+                ("[space]", space),
+                ("[ablation]", ablation),
+                ("[scaling]", scaling),
+                ("[[enqueue]]", enqueue),
+            )
+            if given
+        )
+        raise FieldError(
+            "transfer",
+            f"[transfer] and {other} cannot be combined; a transfer "
+            f"study's trials are its grid of widths and learning rates: remove one of them",
+        )
     if scaling and (space or ablation):
         other = "[space]" if space else "[ablation]"
         raise FieldError(
@@ -275,9 +325,9 @@ def check_search(*, space: bool, ablation: bool, enqueue: bool, scaling: bool = 
             "[[enqueue]] and [ablation] cannot be combined; the "
             "ablation runs its baseline first: remove [[enqueue]]",
         )
-    if not space and not ablation and not enqueue and not scaling:
+    if not space and not ablation and not enqueue and not scaling and not transfer:
         raise FieldError(
             "space",
             "nothing to search: add [space.<field>] tables, an "
-            "[ablation], a [scaling] grid, or [[enqueue]] configs",
+            "[ablation], a [scaling] grid, a [transfer] grid, or [[enqueue]] configs",
         )

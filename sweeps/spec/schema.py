@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from lm.config import TrainConfig, default_of
+from lm.config import PARAMETRIZATIONS, TrainConfig, default_of
 from sweeps.spec.engine import ENGINE_KEYS
 from sweeps.spec.engine import ENGINE_NAMES as ENGINES
 from sweeps.spec.limits import CollapseLimits, DivergenceLimits, Limits
@@ -211,7 +211,7 @@ def limits_schema() -> dict[str, Any]:
 
 
 def design_schemas() -> dict[str, Any]:
-    """The ``[ablation]`` and ``[scaling]`` tables (``sweeps.spec.designs``)."""
+    """The ``[ablation]``, ``[scaling]`` and ``[transfer]`` tables (``sweeps.spec.designs``)."""
     return {
         "ablation": {
             "type": "object",
@@ -229,6 +229,42 @@ def design_schemas() -> dict[str, Any]:
                 "budgets": {"type": "array", "items": {"type": "number"}},
                 "sizes": {"type": "array", "items": {"type": "object"}},
                 "seeds": {"type": "array", "items": {"type": "integer"}},
+            },
+        },
+        "transfer": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["widths", "lrs"],
+            "properties": {
+                "widths": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1},
+                    "minItems": 2,
+                    "description": "Widths (d_model), increasing; heads scaled to keep d_head.",
+                },
+                "lrs": {
+                    "type": "array",
+                    "items": {"type": "number", "exclusiveMinimum": 0},
+                    "minItems": 3,
+                    "description": "The learning-rate grid, increasing (octaves suit the fit).",
+                },
+                "parametrizations": {
+                    "type": "array",
+                    "items": {"enum": list(PARAMETRIZATIONS)},
+                    "default": list(PARAMETRIZATIONS),
+                },
+                "seeds": {"type": "array", "items": {"type": "integer"}},
+                "d_head": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "The head width every width keeps [default: fixed "
+                    "d_model / n_heads].",
+                },
+                "base_width": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "µP's base width [default: the narrowest width].",
+                },
             },
         },
     }

@@ -7,8 +7,8 @@ the enclosing table in front (``limits.max_retries``). Rules between sections (a
 needs a finite space, an ablation excludes ``[space]``) are ``StudySpec``'s, written in
 ``sweeps.spec.rules``; rules that need trial configs built are the reader's
 (``sweeps.spec.checks``). Only the reader builds a ``StudySpec`` from TOML data
-(``sweeps.spec.reader.read_spec``). The two designs that enqueue a trial list, ``[ablation]``
-and ``[scaling]``, are ``sweeps.spec.designs``.
+(``sweeps.spec.reader.read_spec``). The designs that enqueue a trial list, ``[ablation]``,
+``[scaling]`` and ``[transfer]``, are ``sweeps.spec.designs``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from lm.checks import check_bool, check_choice, check_int, check_number, check_s
 from lm.config import check_cooldown_fraction, with_default_vocab
 from lm.errors import FieldError, SweepsError
 from sweeps.conditions import Condition, parse_condition
-from sweeps.spec.designs import Ablation, Scaling
+from sweeps.spec.designs import Ablation, Scaling, Transfer
 from sweeps.spec.halving import RUNG_FIELDS
 from sweeps.spec.limits import Limits
 from sweeps.spec.rules import check_spec
@@ -523,6 +523,7 @@ class StudySpec:
     ablation: Ablation | None = None
     source: Path | None = None
     scaling: Scaling | None = None
+    transfer: Transfer | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -537,10 +538,12 @@ class StudySpec:
         return self.study.name
 
     @property
-    def design(self) -> Ablation | Scaling | None:
-        """The enqueued trial list, when the spec has one: ``[ablation]`` or ``[scaling]``. Both
-        give ``param_names``, ``choices(name)`` and ``expand()``."""
-        return self.ablation if self.ablation is not None else self.scaling
+    def design(self) -> Ablation | Scaling | Transfer | None:
+        """The enqueued trial list, when the spec has one: ``[ablation]``, ``[scaling]`` or
+        ``[transfer]``. Each gives ``param_names``, ``choices(name)`` and ``expand()``."""
+        if self.ablation is not None:
+            return self.ablation
+        return self.scaling if self.scaling is not None else self.transfer
 
     @property
     def param_names(self) -> list[str]:

@@ -31,6 +31,7 @@ from sweeps.charts import (
     scaling,
     settled,
     timeline,
+    transfer,
     vocab,
 )
 from tests.sweeps import report_kinds
@@ -163,6 +164,13 @@ CASES: dict[
             ),
         ),
         lambda: study([_done(0)]),
+    ),
+    transfer.chart: (
+        lambda: study(
+            [_done(i, parametrization="sp", d_model=32, lr=2.0**-i) for i in range(3)],
+            spec={"transfer": {"widths": [32, 64], "lrs": [0.25, 0.5, 1.0]}},
+        ),
+        lambda: study([_done(0, parametrization="sp", d_model=32, lr=0.01)]),
     ),
     timeline.chart: (
         lambda: study([_done(0, started_at=1.7e9, placed_on="cpu 0")]),
