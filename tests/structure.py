@@ -42,6 +42,8 @@ ANALYSIS_WING = frozenset(
         "sweeps.scaling",
         "sweeps.stats",
         "sweeps.confirm",
+        "sweeps.loss_fit",
+        "sweeps.predict",
     }
 )
 #: What both wings stand on: the database, the trial record, the spec, text and the console.
