@@ -6,7 +6,9 @@ engines as ``sweeps run`` (``sweeps.pipeline``), and says whether the measured v
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,6 +74,10 @@ def predict(
     if held is not None:
         pr.check_same_budget(held, budget, name)
         prediction = held
+        outcome = pr.verdict(held, results.load(url, name).trials)
+        if outcome["measured"] is not None:  # trained already: report, train nothing
+            _show(prediction, outcome, as_json)
+            return
     else:
         data = results.load(url, study)
         prediction = pr.predict(data, study, budget, n_boot=bootstrap).as_dict()
@@ -79,7 +85,9 @@ def predict(
         _show(prediction, None, as_json)
         return
     args = (engine, address, runs_dir, launcher, heartbeat, grace)
-    prediction = _run_verification(url, study, prediction, args)
+    # With --json, stdout is the JSON alone: the run's board and summary go to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        prediction = _run_verification(url, study, prediction, args)
     outcome = pr.verdict(prediction, results.load(url, name).trials)
     _show(prediction, outcome, as_json)
 
