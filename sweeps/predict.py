@@ -209,6 +209,8 @@ def verify_spec(stored: dict[str, Any], prediction: dict[str, Any]) -> StudySpec
     if data["scaling"].get("seeds"):
         scaling["seeds"] = [prediction["seed"]]
     data["scaling"] = scaling
+    # The cell's size sets every size field (a source's sizes may leave some to [fixed]).
+    data["fixed"] = {k: v for k, v in data.get("fixed", {}).items() if k not in SIZE_FIELDS}
     study = dict(data.get("study", {}))
     for key in ("n_trials", "timeout"):
         study.pop(key, None)

@@ -5,6 +5,7 @@ the trial trained through the run pipeline, a rerun that reads both and trains n
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from sweeps import record as rc
 from sweeps import results
 from sweeps.space import distributions, trial_config
 from sweeps.spec import FLOPS_BUDGET, budget_tokens, read_spec
-from tests.sweeps.helpers import spec_dict, study_trials, sweeps_run
+from tests.sweeps.helpers import spec_dict, study_trials, sweeps_popen, sweeps_run, wait_for
 
 SIZES = [
     {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 64},
@@ -93,6 +94,26 @@ def test_the_candidates_continue_the_largest_size(corpus: Path) -> None:
         assert size["d_model"] == 16 * size["n_heads"] and size["d_ff"] == 4 * size["d_model"]
         assert size["n_layers"] == max(1, round(size["d_model"] / 48))
     assert beyond[-1]["d_model"] == pr.MAX_WIDTH_FACTOR * 48
+
+
+def test_the_verification_spec_is_the_source_with_one_cell(corpus: Path) -> None:
+    """Sizes that leave n_heads and d_ff to [fixed]: the cell sets them, the rest is kept."""
+    data = scaling_dict("iso", corpus)
+    data["scaling"]["sizes"] = [{"d_model": d, "n_layers": 1} for d in (16, 32, 64)]
+    data["fixed"].update(n_heads=2, d_ff=128)
+    data["scaling"]["seeds"] = [3, 4]
+    source = read_spec(data)
+    size = pr.candidates(source)[-1]
+    assert size == {"d_model": 1024, "n_layers": 16, "n_heads": 32, "d_ff": 2048}
+    prediction = {"study": "iso", "budget": 4e12, "size": size, "seed": 3}
+    spec = pr.verify_spec(source.to_dict(), prediction)
+    [point] = spec.initial_trials()
+    assert spec.name == "iso-verify" and spec.study.n_trials == 1
+    assert point[FLOPS_BUDGET] == 4e12 and point["seed"] == 3
+    cfg = trial_config(spec, point)
+    assert {k: getattr(cfg, k) for k in size} == size
+    assert point["max_tokens"] == budget_tokens(cfg, 4e12)
+    assert (cfg.lr, cfg.tokenizer, cfg.vocab_size) == (3e-2, "word", 300)
 
 
 def test_the_prediction_is_the_best_candidate_at_the_budget(fabricated: str, corpus: Path) -> None:
@@ -199,3 +220,39 @@ def test_verify_stores_the_prediction_first_then_trains_it(fabricated: str, tmp_
         "predict", "iso", "--budget", "6e9", "--storage", fabricated, "--verify", cwd=tmp_path
     )
     assert other.returncode == 2 and "verifies the prediction at 5e+09 FLOPs" in other.stderr
+
+
+@pytest.mark.study
+def test_a_verification_stopped_mid_run_keeps_its_prediction(
+    fabricated: str, tmp_path: Path
+) -> None:
+    """Ctrl-C while the trial trains: the prediction is already stored; the resumed run trains
+    the re-queued trial against that same prediction, not a new one."""
+    args = ("predict", "iso", "--budget", "2e10", "--storage", fabricated, "--verify")
+    proc = sweeps_popen(*args, "--bootstrap", "10", cwd=tmp_path)
+    try:
+        wait_for(
+            lambda: any(
+                t.state == optuna.trial.TrialState.RUNNING
+                for t in study_trials(fabricated, "iso-verify")
+            ),
+            120,
+            "the verification trial to start",
+        )
+        held = optuna.load_study(study_name="iso-verify", storage=fabricated).user_attrs
+        prediction = held[rc.STUDY_PREDICTION]
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130
+    stopped, *requeued = study_trials(fabricated, "iso-verify")
+    assert rc.TrialRecord.from_trial(stopped).outcome == "interrupted" and len(requeued) == 1
+    assert prediction["made_at"] < rc.TrialRecord.from_trial(stopped).started_at
+    again = sweeps_run(*args, "--json", "--bootstrap", "10", cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    verdict = json.loads(again.stdout)
+    assert verdict["prediction"] == prediction and verdict["measured"] is not None
+    assert verdict["made_before_run"] is True and verdict["trial"] == requeued[0].number
