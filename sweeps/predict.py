@@ -166,7 +166,9 @@ def predict(data: Any, name: str, budget: float, *, seed: int = 0, n_boot: int =
             f"the best size is the widest considered (d_model {size['d_model']}); "
             "the optimum may lie beyond it"
         )
-    n_6nd, d_6nd = fit.law.optimal_6nd(budget)
+    notes += _extrapolation(data, n, tokens)
+    law = fit.law
+    n_6nd, d_6nd = law.optimal_6nd(budget) if law.alpha > 0 and law.beta > 0 else (None, None)
     values = {
         "study": name,
         "budget": float(budget),
@@ -192,6 +194,18 @@ def predict(data: Any, name: str, budget: float, *, seed: int = 0, n_boot: int =
         "notes": notes,
     }
     return Prediction(values)
+
+
+def _extrapolation(data: Any, n: int, tokens: int) -> list[str]:
+    """How far beyond the trained sizes and tokens the prediction reaches."""
+    trained = data.trials
+    most_n, most_d = (np.nanmax(_numbers(trained, c), initial=np.nan) for c in (SIZE, TOKENS))
+    out = []
+    if n > most_n:
+        out.append(f"N is {n / most_n:.2g}x the largest trained size ({most_n:,.0f})")
+    if tokens > most_d:
+        out.append(f"D is {tokens / most_d:.2g}x the most tokens trained ({most_d:,.0f})")
+    return out
 
 
 def _first_seed(spec: StudySpec) -> int:

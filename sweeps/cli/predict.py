@@ -159,8 +159,9 @@ def lines(p: dict[str, Any], outcome: dict[str, Any] | None = None) -> list[str]
         f"  predicted {p['metric']} {p['predicted']:.4f}   {pct} interval of the fit "
         f"{p['interval'][0]:.4f} to {p['interval'][1]:.4f}; of one run "
         f"{p['run_interval'][0]:.4f} to {p['run_interval'][1]:.4f}",
-        f"  under C = 6 N D instead: N_opt = {p['n_6nd']:.3g}, D_opt = {p['d_6nd']:.3g}",
     ]
+    if p["n_6nd"] is not None:
+        out.append(f"  under C = 6 N D instead: N_opt = {p['n_6nd']:.3g}, D_opt = {p['d_6nd']:.3g}")
     out += [f"  note: {n}" for n in p["notes"]]
     if outcome is None:
         return out

@@ -136,6 +136,10 @@ def test_the_prediction_is_the_best_candidate_at_the_budget(fabricated: str, cor
     # interval covers it is the fit's test, test_loss_fit.py; 12 points make narrow intervals).
     assert abs(p["predicted"] / float(LAW(p["n"], p["tokens"])) - 1) < 0.05
     assert set(p["intervals"]) == set(lf.PARAMETERS) and p["n_trials"] == 12
+    trained = results.load(fabricated, "iso").trials
+    for column, key, start in [("tokens_seen", "tokens", "D is"), (pr.SIZE, "n", "N is")]:
+        beyond = p[key] > trained[column].max()
+        assert beyond == any(note.startswith(start) for note in p["notes"]), p["notes"]
 
 
 def test_the_cli_prints_the_prediction(fabricated: str, tmp_path: Path) -> None:
