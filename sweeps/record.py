@@ -482,3 +482,5 @@ STUDY_CALIBRATION = "calibration_factor"
 STUDY_CONFIRMS = "confirms"
 #: The trials carried into the study (``sweeps run --from``): {"study": ..., "trials": ...}.
 STUDY_CARRIED = "sweeps_carried_from"
+#: A verification study's prediction (``sweeps predict --verify``), written before its trial runs.
+STUDY_PREDICTION = "prediction"

@@ -43,6 +43,8 @@ ANALYSIS_WING = frozenset(
         "sweeps.stats",
         "sweeps.confirm",
         "sweeps.transfer",
+        "sweeps.loss_fit",
+        "sweeps.predict",
     }
 )
 #: What both wings stand on: the database, the trial record, the spec, text and the console.
