@@ -7,6 +7,7 @@ options and calling one function of a non-CLI module.
 - ``lifecycle``: delete, copy, rename (the service is ``sweeps.lifecycle``);
 - ``effects``: effects, confirm (the statistics are ``sweeps.effects``);
 - ``transfer``: transfer coord (the coordinate check is ``lm.coord``);
+- ``table``: table export (the tabulated benchmark the replay engine reads, ``sweeps.table``);
 - ``options``: options shared by several commands, defined once.
 
 Heavy imports (torch, the training loop, Optuna, plotly) happen inside the commands that need
@@ -28,7 +29,18 @@ from typing import Annotated
 import typer
 
 from lm.errors import SweepsError
-from sweeps.cli import data, effects, lifecycle, memory, report, slurm, study, train, transfer
+from sweeps.cli import (
+    data,
+    effects,
+    lifecycle,
+    memory,
+    report,
+    slurm,
+    study,
+    table,
+    train,
+    transfer,
+)
 from sweeps.console import console, err_console, write_line
 from sweeps.text import elide
 
@@ -43,7 +55,7 @@ app = typer.Typer(
     # ".[ray]" in a help string, and rich panels print "<bool>" for flags, which take no value.
     rich_markup_mode=None,
 )
-for _group in (data, train, memory, study, slurm, lifecycle, report, effects, transfer):
+for _group in (data, train, memory, study, slurm, lifecycle, report, effects, transfer, table):
     app.add_typer(_group.app)
 
 _state = {"debug": False}
