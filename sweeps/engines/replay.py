@@ -217,6 +217,7 @@ class Replay:
         self.queue: list[tuple[float, int, Running]] = []
         self.order = itertools.count()
         self.result = wk.WorkerResult()
+        self.left: int | None = None  # trials the budget has room for (``claim``)
         self.ticked = time.monotonic()
 
     def run(self) -> wk.WorkerResult:
@@ -250,11 +251,17 @@ class Replay:
         return timeout is None or self.clock < timeout
 
     def claim(self) -> optuna.Trial | None:
-        """The next trial of the budget (``workers.budget_state``), or None when it is full."""
-        study = self.ctx.study
-        if not wk.budget_state(study.get_trials(deepcopy=False), self.n_trials).can_ask:
+        """The next trial of the budget, or None when it is full: counted once from the study
+        (``workers.budget_state``), then by the asks (a replay is the study's one process, so
+        nothing else asks; each ask takes a queued trial first, else adds one)."""
+        if self.left is None:
+            state = wk.budget_state(self.ctx.study.get_trials(deepcopy=False), self.n_trials)
+            waiting = sum(t.state.name == "WAITING" for t in state.in_budget)
+            self.left = max(0, self.n_trials - len(state.counted)) + waiting
+        if self.left <= 0:
             return None
-        return study.ask()
+        self.left -= 1
+        return self.ctx.study.ask()
 
     def start(self, trial: optuna.Trial) -> int:
         """Begin ``trial`` at the clock's time; 1 when it holds a worker, 0 when it ended at
