@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from lm import outcomes
 from lm.config import TrainConfig
 from lm.errors import SweepsError
-from sweeps import plan
+from sweeps import optuna_compat, plan, records
 from sweeps import record as rc
 from sweeps import table as tb
 from sweeps import workers as wk
@@ -91,8 +91,16 @@ class ReplayEngine:
         return tb.read(self.table)
 
     def check(self, spec: StudySpec, cap: int | None) -> None:
-        """The table is readable and trained what the spec's [fixed] says."""
-        check_fixed(spec, self.load())
+        """The table is readable, trained what the spec's [fixed] says, and holds cooldown
+        reads when the spec's halving reads its rungs after a cooldown."""
+        table = self.load()
+        check_fixed(spec, table)
+        if spec.study.pruner.read == "cooldown" and not any(t.reads for t in table.trials):
+            raise SweepsError(
+                f"{spec.source or 'the spec'} reads its rungs after a cooldown (pruner.read = "
+                f'"cooldown"), but {table.source} holds no cooldown reads; export a study run '
+                'with cooldown_reads at the rungs, or read them as they are (read = "loss")'
+            )
 
     def describe(self, spec: StudySpec, cap: int | None, n_trials: int) -> plan.Placement:
         table = self.load()
@@ -269,6 +277,10 @@ class Replay:
         ctx = self.ctx
         rec = rc.TrialRecord(host=ctx.host, pid=os.getpid(), started_at=time.time())
         rec.replayed = self.source
+        # Its owner, as a real run's (``runner.run_trial``): a claimer elsewhere leaves it be.
+        records.record_host(
+            ctx.storage, self.spec.name, trial.number, optuna_compat.trial_id(trial), host=ctx.host
+        )
         params = suggest(trial, self.spec)
         rec.sampled = dict(params)
         try:

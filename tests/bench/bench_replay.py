@@ -10,8 +10,10 @@ the wall seconds of the replay alone (the study's creation excluded) and per tri
 
     python tests/bench/bench_replay.py [--trials 100] [--workers 2] [--evals 9] [--points 400]
 
-Measured on the project's 2-core machine with other work running: see the report of the run in
-``studies/README.md`` (tables).
+Measured on the project's 2-core machine with other work running (its load average in brackets):
+100 trials in 4.4 s [5.4] and 12.9 to 13.7 s [7.0]. A profile puts most of it in Optuna's
+storage: reading the trials (the sampler, the pruner, the copy check, the calibration) and
+writing each user attribute of a trial's record one by one.
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ def made(
     data: dict[str, Any],
     curves: dict[float, list[float]],
     walls: dict[float, float] | None = None,
+    reads: dict[float, dict[int, float]] | None = None,
 ) -> list[tb.TableTrial]:
     """A table of ``curves`` (val_bpb at each evaluation, one every ``eval_every_tokens``) for
-    the points ``lr`` of ``data``'s space, each ``walls[lr]`` seconds long (default 10)."""
+    the points ``lr`` of ``data``'s space, each ``walls[lr]`` seconds long (default 10), with a
+    cooldown read of val_bpb ``reads[lr][tokens]`` at those tokens (as the evaluation there)."""
     spec = read_spec(data)
     out = []
     for number, (lr, curve) in enumerate(curves.items()):
@@ -58,6 +60,11 @@ def made(
             }
             for i, v in enumerate(curve)
         ]
+        at = {e["tokens"]: e["elapsed_s"] for e in evals}
+        read_rows = [
+            {"read": "cooldown", "tokens": t, "val_bpb": v, "elapsed_s": at[t]}
+            for t, v in ((reads or {}).get(lr) or {}).items()
+        ]
         out.append(
             tb.TableTrial(
                 study="made",
@@ -71,6 +78,7 @@ def made(
                 config=cfg.to_dict(),
                 record={"wall_s": wall, "val_bpb": curve[-1], "val_loss": curve[-1] * 0.7},
                 evals=evals,
+                reads=read_rows,
             )
         )
     return out
@@ -197,3 +205,32 @@ def test_the_simulated_clock_orders_the_tells_with_two_workers(
     assert proc.returncode == 0, proc.stderr
     trials = optuna.load_study(study_name="clock1", storage=url).get_trials()
     assert [t.number for t in sorted(trials, key=lambda t: t.datetime_complete)] == [0, 1, 2, 3]
+
+
+def test_halving_reads_its_rungs_from_the_tables_cooldown_reads(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """``read = "cooldown"``: the rung is judged on the read, not on the evaluation there. Trial 1
+    evaluates best at the rung but its read is the worst of the two ranked: it is pruned at the
+    read, before its evaluation there is stored; trial 2's read is the best: it goes on."""
+    pruner = {"name": "successive_halving", "min_tokens": 2048, "min_trials": 1, "read": "cooldown"}
+    data = spec_data(corpus, "halving", pruner=pruner, sampler="random", n_trials=3)
+    data["fixed"].update(lr_schedule="wsd", max_tokens=6144, eval_every_tokens=2048)
+    order = [1e-3, 3e-3, 1e-2]
+    data["enqueue"] = [{"lr": lr} for lr in order]
+    curves = {1e-3: [2.6, 2.5, 2.4], 3e-3: [2.3, 2.2, 2.1], 1e-2: [2.7, 2.5, 2.3]}
+    reads = {1e-3: {2048: 2.5}, 3e-3: {2048: 2.9}, 1e-2: {2048: 2.4}}
+    table = write_table(tmp_path, data, made(corpus, data, curves, reads=reads))
+    proc, url = replay(tmp_path, data, table)
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(study_name="halving", storage=url)
+    ended = {t.params["lr"]: rc.TrialRecord.from_trial(t) for t in study.get_trials()}
+    assert [ended[lr].outcome for lr in order] == ["complete", "pruned", "complete"]
+    assert ended[3e-3].rungs == {"2048": [2.9]} and "2.9" in (ended[3e-3].reason or "")
+    evals = records.read_evals(sa.create_engine(url), "halving")
+    assert sorted({e["trial_number"] for e in evals}) == [0, 2]  # 1 stopped at its read
+    # no reads in the table: the spec's cooldown rungs cannot be read, said before it starts
+    bare = write_table(tmp_path, data, made(corpus, data, curves))
+    again = {**data, "study": {**data["study"], "name": "bare"}}
+    proc, _ = replay(tmp_path, again, bare)
+    assert_user_error(proc, 'pruner.read = "cooldown"', "holds no cooldown reads")
