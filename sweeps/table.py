@@ -10,9 +10,10 @@ divergence verdict reads it):
   holds, and for each the spec's sections that define its grid (``GRID_KEYS``: the study (its
   sampler and objectives), the space, the fixed values, the corpus and the limits it ran under);
 - then one line per finished trial (COMPLETE or PRUNED: a FAIL is the environment's and is run
-  again): its study and number, its point (``params``: the seed among them when searched) and
-  ``seed`` (the one it trained with), its outcome and reason, its objective ``values`` (complete
-  only), the config it trained (``config``), its measured record (``RECORD_KEYS``: wall and
+  again; a copy of a repeated point is left out, its source stands for it): its study and
+  number, its point (``params``: the seed among them when searched) and ``seed`` (the one it
+  trained with), its outcome and reason, its objective ``values`` (complete only), the config
+  it trained (``config``), its measured record (``RECORD_KEYS``: wall and
   training seconds, peak memory, FLOPs, ...), every evaluation (``evals``: each
   ``metrics.jsonl`` row as stored in ``sweeps_evals``, samples and the top-tokens table left
   out; ``elapsed_s`` is its seconds), and its cooldown reads (``reads``: the rows with
@@ -121,7 +122,10 @@ class Table:
     source: str = "the table"
 
     def __post_init__(self) -> None:
-        self.by_point = {point_key(t.params): t for t in self.trials}
+        # A point held twice (two studies of one grid): the first trial holding it stands.
+        self.by_point: dict[tuple[tuple[str, str], ...], TableTrial] = {}
+        for t in self.trials:
+            self.by_point.setdefault(point_key(t.params), t)
 
     def grid(self, study: str | None = None) -> dict[str, Any]:
         """The grid fields of ``study`` (default: the first study of the table)."""
@@ -236,6 +240,8 @@ def study_trials(url: str, name: str) -> tuple[dict[str, Any], list[TableTrial],
         if t.state.name not in FINISHED_STATES:
             continue
         rec = rc.TrialRecord.from_trial(t)
+        if rec.copy_of is not None:  # a repeated point's copy: its source is the table's line
+            continue
         reads = cooldown_reads(rec.run_dir)
         no_reads += reads is None
         config = dict(rec.config or {})

@@ -139,14 +139,14 @@ def check_fixed(spec: StudySpec, table: tb.Table) -> None:
 
 def ordered_rows(entry: tb.TableTrial) -> list[dict[str, Any]]:
     """A trial's evaluations and cooldown reads in the order its child wrote them: by their
-    seconds, a read before the evaluation at its tokens (it is taken at the step boundary, the
-    evaluation after it)."""
+    seconds (a read's are after the evaluation at its tokens: the child evaluates, then
+    branches), an evaluation first where they tie."""
     rows = [*entry.reads, *entry.evals]
 
     def when(row: Mapping[str, Any]) -> tuple[float, int, int]:
         elapsed = row.get("elapsed_s")
         seconds = float(elapsed) if isinstance(elapsed, (int, float)) else 0.0
-        return (seconds, int(row.get("tokens") or 0), 0 if row.get("read") else 1)
+        return (seconds, int(row.get("tokens") or 0), 1 if row.get("read") else 0)
 
     return sorted(rows, key=when)
 

@@ -5,6 +5,8 @@ curves whose pruning and order are known; a table exported from real trials is
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from lm.errors import SweepsError
 from sweeps import record as rc
 from sweeps import records
 from sweeps import table as tb
@@ -43,7 +46,8 @@ def made(
 ) -> list[tb.TableTrial]:
     """A table of ``curves`` (val_bpb at each evaluation, one every ``eval_every_tokens``) for
     the points ``lr`` of ``data``'s space, each ``walls[lr]`` seconds long (default 10), with a
-    cooldown read of val_bpb ``reads[lr][tokens]`` at those tokens (as the evaluation there)."""
+    cooldown read of val_bpb ``reads[lr][tokens]`` at those tokens, written just after the
+    evaluation there (as a child writes them)."""
     spec = read_spec(data)
     out = []
     for number, (lr, curve) in enumerate(curves.items()):
@@ -62,7 +66,7 @@ def made(
         ]
         at = {e["tokens"]: e["elapsed_s"] for e in evals}
         read_rows = [
-            {"read": "cooldown", "tokens": t, "val_bpb": v, "elapsed_s": at[t]}
+            {"read": "cooldown", "tokens": t, "val_bpb": v, "elapsed_s": at[t] + 0.01}
             for t, v in ((reads or {}).get(lr) or {}).items()
         ]
         out.append(
@@ -212,7 +216,8 @@ def test_halving_reads_its_rungs_from_the_tables_cooldown_reads(
 ) -> None:
     """``read = "cooldown"``: the rung is judged on the read, not on the evaluation there. Trial 1
     evaluates best at the rung but its read is the worst of the two ranked: it is pruned at the
-    read, before its evaluation there is stored; trial 2's read is the best: it goes on."""
+    read (after its evaluation there, as a child writes them); trial 2's read is the best: it
+    goes on."""
     pruner = {"name": "successive_halving", "min_tokens": 2048, "min_trials": 1, "read": "cooldown"}
     data = spec_data(corpus, "halving", pruner=pruner, sampler="random", n_trials=3)
     data["fixed"].update(lr_schedule="wsd", max_tokens=6144, eval_every_tokens=2048)
@@ -228,9 +233,24 @@ def test_halving_reads_its_rungs_from_the_tables_cooldown_reads(
     assert [ended[lr].outcome for lr in order] == ["complete", "pruned", "complete"]
     assert ended[3e-3].rungs == {"2048": [2.9]} and "2.9" in (ended[3e-3].reason or "")
     evals = records.read_evals(sa.create_engine(url), "halving")
-    assert sorted({e["trial_number"] for e in evals}) == [0, 2]  # 1 stopped at its read
+    stored = [sum(e["trial_number"] == n for e in evals) for n in range(3)]
+    assert stored == [3, 1, 3]  # trial 1 stopped at its read, after its first evaluation
     # no reads in the table: the spec's cooldown rungs cannot be read, said before it starts
     bare = write_table(tmp_path, data, made(corpus, data, curves))
     again = {**data, "study": {**data["study"], "name": "bare"}}
     proc, _ = replay(tmp_path, again, bare)
     assert_user_error(proc, 'pruner.read = "cooldown"', "holds no cooldown reads")
+
+
+def test_a_file_that_is_no_table_of_this_version_is_one_line(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_text("not gzip")
+    with pytest.raises(SweepsError, match=r"^--table .*plain.jsonl.gz: cannot read it"):
+        tb.read(plain)
+    old = tb.write(tmp_path / "old.jsonl.gz", {"studies": []}, [])
+    lines = gzip.decompress(old.read_bytes()).decode().splitlines()
+    header = {**json.loads(lines[0]), "version": tb.VERSION + 1}
+    old.write_bytes(gzip.compress((json.dumps(header) + "\n").encode()))
+    with pytest.raises(SweepsError, match=f"format version {tb.VERSION + 1}, this sweeps reads"):
+        tb.read(old)
+    assert tb.read(tb.write(tmp_path / "empty.jsonl.gz", {"studies": []}, [])).trials == []
