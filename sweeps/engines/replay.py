@@ -226,18 +226,29 @@ class Replay:
         self.order = itertools.count()
         self.result = wk.WorkerResult()
         self.left: int | None = None  # trials the budget has room for (``claim``)
+        self.running: dict[int, Running] = {}  # by trial number: each holds a worker
         self.ticked = time.monotonic()
 
     def run(self) -> wk.WorkerResult:
-        busy = 0
+        try:
+            self.loop()
+        except BaseException:
+            self.interrupt("the replay stopped on an error before it finished")
+            raise
+        self.interrupt("stopped by the user (Ctrl-C or SIGTERM) before it finished")
+        return self.result
+
+    def loop(self) -> None:
+        """Start trials while a worker is free, then take the earliest event: a row judged, or
+        a trial's end told (which frees its worker)."""
         while not self.ctx.stop.stop.is_set():
-            while busy < self.n_workers and self.may_ask():
+            while len(self.running) < self.n_workers and self.may_ask():
                 trial = self.claim()
                 if trial is None:
                     break
-                busy += self.start(trial)
+                self.start(trial)
             if not self.queue:
-                break
+                return
             when, _, running = heapq.heappop(self.queue)
             self.clock = when
             if running.index < len(running.rows) and running.verdict is None:
@@ -245,14 +256,20 @@ class Replay:
             done = running.index >= len(running.rows) and when >= running.next_time()
             if running.stopped() or done:
                 self.end(running)
-                busy -= 1
             else:  # its next row, or its end once they are read
                 heapq.heappush(self.queue, (running.next_time(), next(self.order), running))
             self.tick()
-        for _, _, running in self.queue:  # a stop: what runs is interrupted, and re-queued
-            self.told(finish(self.ctx, running.trial, outcomes.INTERRUPTED, "replay stopped"))
-            wk.requeue_interrupted(self.ctx.study, running.trial.number, None)
-        return self.result
+
+    def interrupt(self, reason: str) -> None:
+        """End the trials still running (a stop, an error) as ``interrupted``, re-queued as a
+        worker re-queues them (``workers.worker_loop``)."""
+        for running in list(self.running.values()):
+            self.running.pop(running.trial.number, None)
+            with contextlib.suppress(Exception):  # the error being raised is the one to see
+                self.told(finish(self.ctx, running.trial, outcomes.INTERRUPTED, reason))
+                wk.requeue_interrupted(
+                    self.ctx.study, running.trial.number, self.spec.limits.max_retries
+                )
 
     def may_ask(self) -> bool:
         timeout = self.spec.study.timeout
@@ -271,9 +288,8 @@ class Replay:
         self.left -= 1
         return self.ctx.study.ask()
 
-    def start(self, trial: optuna.Trial) -> int:
-        """Begin ``trial`` at the clock's time; 1 when it holds a worker, 0 when it ended at
-        once (a copy, a trial without rows)."""
+    def start(self, trial: optuna.Trial) -> None:
+        """Begin ``trial`` at the clock's time (a copy of a repeated point ends at once)."""
         ctx = self.ctx
         rec = rc.TrialRecord(host=ctx.host, pid=os.getpid(), started_at=time.time())
         rec.replayed = self.source
@@ -292,7 +308,7 @@ class Replay:
         earlier = duplicate_of(ctx.study, trial.number, params)
         if earlier is not None:
             self.told(copied(ctx, trial, REPLAY_DEVICE, params, cfg, earlier, rec))
-            return 0
+            return
         rec.config = dict(entry.config)
         ctx.event(
             "start",
@@ -305,11 +321,12 @@ class Replay:
         run.judge.start(cfg)
         rows = ordered_rows(entry)
         running = Running(trial, entry, run, self.clock, rows, row_seconds(entry, rows), rec)
+        self.running[trial.number] = running
         heapq.heappush(self.queue, (running.next_time(), next(self.order), running))
-        return 1
 
     def end(self, running: Running) -> None:
         """Tell the trial as a real run would have ended it (``Monitor.ending``'s rule)."""
+        self.running.pop(running.trial.number, None)
         entry, verdict, rec = running.entry, running.verdict, running.rec
         stopped = running.stopped()
         if stopped and verdict is not None:

@@ -112,14 +112,15 @@ def test_a_point_the_table_does_not_hold_is_one_line_naming_the_nearest(
     data = spec_data(corpus, "missing")
     held = {lr: [3.0, 2.9] for lr in LRS if lr != 3e-2}
     table = write_table(tmp_path, data, made(corpus, data, held))
-    proc, url = replay(tmp_path, data, table)
+    proc, url = replay(tmp_path, data, table, "--max-concurrent", "2")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]  # after "created study ..."
     assert line.startswith("error: the point lr=0.03 is not in --table "), line
     assert "; the nearest it holds is lr=0.01: replay a spec whose space" in line
-    [crashed] = [t for t in optuna.load_study(study_name="missing", storage=url).get_trials()
-                 if t.state == optuna.trial.TrialState.FAIL]  # fmt: skip
+    trials = optuna.load_study(study_name="missing", storage=url).get_trials()
+    [crashed] = [t for t in trials if rc.TrialRecord.from_trial(t).outcome == "crashed"]
     assert crashed.params == {"lr": 3e-2}  # told, not left running
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
 def test_a_table_of_another_grid_is_refused(tmp_path: Path, corpus: Path) -> None:
