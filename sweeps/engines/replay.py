@@ -24,6 +24,7 @@ Not replayed: memory planning and admission (the table's outcome stands: a point
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import os
@@ -84,6 +85,11 @@ class ReplayEngine:
         return cls(options.table)
 
     def load(self) -> tb.Table:
+        """The table, read once (the checks, the dry run and the run all ask for it)."""
+        return self.loaded
+
+    @functools.cached_property
+    def loaded(self) -> tb.Table:
         if self.table is None:
             raise SweepsError(
                 "--engine replay needs --table FILE (a table written by `sweeps table export`)"
