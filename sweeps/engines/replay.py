@@ -18,7 +18,9 @@ which the pruners see the others' values, follows the simulated clock, as a real
 the wall clock. ``wall_s`` of a replayed trial is its simulated seconds; the study's ``timeout``
 is on that clock. A repeated point is copied as a real run copies it (``runner.copied``: 0 s).
 Not replayed: memory planning and admission (the table's outcome stands: a point recorded
-``predicted_oom`` is one here, at 0 s), and retries of the environment's failures.
+``predicted_oom`` is one here, at 0 s), and retries of the environment's failures; the seconds
+of a table's cooldown reads are in its rows' times whether the replayed pruner reads them or
+not. A study with trained trials is never replayed into (``Replay.check_study``).
 """
 
 from __future__ import annotations
@@ -236,6 +238,7 @@ class Replay:
         self.ticked = time.monotonic()
 
     def run(self) -> wk.WorkerResult:
+        self.check_study()
         try:
             self.loop()
         except BaseException:
@@ -243,6 +246,17 @@ class Replay:
             raise
         self.interrupt("stopped by the user (Ctrl-C or SIGTERM) before it finished")
         return self.result
+
+    def check_study(self) -> None:
+        """A study with trained trials is not replayed into: its values would mix a real run's
+        with a replay's (carried trials, ``sweeps run --from``, inform the sampler only)."""
+        for t in self.ctx.study.get_trials(deepcopy=False):
+            rec = rc.TrialRecord.from_trial(t)
+            if rec.outcome is not None and rec.replayed is None and rec.carried_from is None:
+                raise SweepsError(
+                    f"study {self.spec.name!r} holds trials that were trained (trial "
+                    f"{t.number}); replay into a new study: another [study] name or --storage"
+                )
 
     def loop(self) -> None:
         """Start trials while a worker is free, then take the earliest event: a row judged, or
@@ -272,7 +286,9 @@ class Replay:
         for running in list(self.running.values()):
             self.running.pop(running.trial.number, None)
             with contextlib.suppress(Exception):  # the error being raised is the one to see
-                self.told(finish(self.ctx, running.trial, outcomes.INTERRUPTED, reason))
+                self.told(
+                    finish(self.ctx, running.trial, outcomes.INTERRUPTED, reason, running.rec)
+                )
                 wk.requeue_interrupted(
                     self.ctx.study, running.trial.number, self.spec.limits.max_retries
                 )

@@ -84,3 +84,10 @@ def test_a_study_replayed_from_its_table_gets_the_recorded_values(
         assert t.intermediate_values == source.intermediate_values
     best = optuna.load_study(study_name="table_grid_small", storage=real).best_value
     assert study.best_value == best
+    # a replay never runs into the study that trained: the two would mix
+    mixed = sweeps_here(
+        "run", str(tmp_path / "grid.toml"), "--engine", "replay", "--table", str(out),
+        "--storage", real,
+    )  # fmt: skip
+    assert mixed.returncode == 2, mixed.stderr
+    assert "holds trials that were trained" in " ".join(mixed.stderr.split())
