@@ -8,7 +8,8 @@ every run needs before a study is created or joined, in one order, and the job t
 2. what the engine needs of the host or cluster (``Engine.check``: this host's devices for the
    local engine, Ray's import, the Slurm partition and a node that holds one task);
 3. the runs dir (writable), the corpus (prepared when the spec says how, else there) and that
-   every ``seq_len`` the spec can ask for fits it (``prepare``).
+   every ``seq_len`` the spec can ask for fits it (``prepare``; not for the replay engine,
+   whose trials are read from a table: ``trains``).
 
 Then the command opens its study and hands the engine a ``Job`` (``job``); the CLI shows it on
 the board (``sweeps.cli.progress.drive``). The dry run (``dry_run``) asks the same engine where
@@ -27,6 +28,7 @@ from sweeps import engines, plan
 from sweeps import study as service
 from sweeps.console import err_console, progress_bar
 from sweeps.engines import Engine, EngineOptions, Job
+from sweeps.engines.replay import ReplayEngine
 from sweeps.heartbeats import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 from sweeps.spec.engine import engine_name
 
@@ -68,8 +70,15 @@ def prepare(spec: StudySpec, engine: Engine, args: RunArgs) -> None:
     service.check_n_trials(spec, args.n_trials)
     engine.check(spec, args.cap)
     service.check_runs_dir(args.runs_dir)
-    ensure_corpus(spec)
-    service.check_corpus_fits(spec)
+    if trains(engine):
+        ensure_corpus(spec)
+        service.check_corpus_fits(spec)
+
+
+def trains(engine: Engine) -> bool:
+    """Whether ``engine``'s trials train (the replay engine's are read from a table: no corpus
+    is needed, nor prepared)."""
+    return not isinstance(engine, ReplayEngine)
 
 
 def ensure_corpus(spec: StudySpec) -> None:
@@ -113,7 +122,8 @@ def dry_run(
     """The plan of ``sweeps run --dry-run``: the checks that need nothing written (the spec's
     ``--n-trials``, the corpus where it is known), then where ``engine`` would put the trials."""
     service.check_n_trials(spec, args.n_trials)
-    service.check_corpus_fits(spec)
+    if trains(engine):
+        service.check_corpus_fits(spec)
     n = args.n_trials if args.n_trials is not None else spec.study.n_trials
     placement = engine.describe(spec, args.cap, n)
     return plan.dry_run(

@@ -206,6 +206,9 @@ class TrialRecord:
     copy_of: int | None = None
     #: ``STUDY#N``: the trial it was carried from (``sweeps run --from``).
     carried_from: str | None = None
+    #: The table it was replayed from (``sweeps run --engine replay``): no child trained it, its
+    #: evaluations and seconds are the table's, judged as a real run's.
+    replayed: str | None = None
     #: The source trials a confirmation trial repeats: ``STUDY#N, STUDY#M`` (``sweeps confirm``).
     confirms: str | None = None
 

@@ -184,7 +184,7 @@ class TrialReport:
     environment: bool = False
 
 
-class _TrialRun:
+class TrialRun:
     """The state of one trial while its child runs."""
 
     def __init__(self, ctx: RunnerContext, device: WorkerDevice, trial: optuna.Trial) -> None:
@@ -328,7 +328,7 @@ def run_trial(
     rec.sampled = dict(params)
     earlier = duplicate_of(ctx.study, trial.number, params)
     if earlier is not None:
-        return _copied(ctx, trial, device, params, cfg, earlier, rec)
+        return copied(ctx, trial, device, params, cfg, earlier, rec)
     rec.budget_unit = cfg.budget_unit()
     if FLOPS_BUDGET in params:  # an IsoFLOP cell ([scaling]): the budget its fit groups it by
         rec.flops_budget = float(params[FLOPS_BUDGET])
@@ -447,7 +447,7 @@ def _launch(
 ) -> TrialReport:
     """Launch an admitted trial's child (and its fitted retry), classify the ending, tell."""
     spec = ctx.spec
-    run = _TrialRun(ctx, device, trial)
+    run = TrialRun(ctx, device, trial)
     # Absolute: the child, the fork server and a report elsewhere all read it.
     run_dir = Path(os.path.abspath(ctx.study_dir / "trials" / str(trial.number)))
     rec.run_dir = str(run_dir)
@@ -532,7 +532,7 @@ def duplicate_of(
     return None
 
 
-def _copied(
+def copied(
     ctx: RunnerContext,
     trial: optuna.Trial,
     device: WorkerDevice,
@@ -565,7 +565,7 @@ def _copied(
 
 
 def _attempts(
-    run: _TrialRun,
+    run: TrialRun,
     cfg: TrainConfig,
     run_dir: Path,
     predicted: int,

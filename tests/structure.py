@@ -62,6 +62,7 @@ FOUNDATION = frozenset(
         "sweeps.console",
         "sweeps.plain",
         "sweeps.sql",
+        "sweeps.table",
     }
 )
 #: The entry points, above both wings.

@@ -8,6 +8,7 @@ options and calling one function of a non-CLI module.
 - ``effects``: effects, confirm (the statistics are ``sweeps.effects``);
 - ``predict``: predict, with --verify (the fit is ``sweeps.loss_fit``, the rest ``sweeps.predict``);
 - ``transfer``: transfer coord (the coordinate check is ``lm.coord``);
+- ``table``: table export (the tabulated benchmark the replay engine reads, ``sweeps.table``);
 - ``options``: options shared by several commands, defined once.
 
 Heavy imports (torch, the training loop, Optuna, plotly) happen inside the commands that need
@@ -38,6 +39,7 @@ from sweeps.cli import (
     report,
     slurm,
     study,
+    table,
     train,
     transfer,
 )
@@ -55,7 +57,19 @@ app = typer.Typer(
     # ".[ray]" in a help string, and rich panels print "<bool>" for flags, which take no value.
     rich_markup_mode=None,
 )
-for _group in (data, train, memory, study, slurm, lifecycle, report, effects, predict, transfer):
+for _group in (
+    data,
+    train,
+    memory,
+    study,
+    slurm,
+    lifecycle,
+    report,
+    effects,
+    predict,
+    transfer,
+    table,
+):
     app.add_typer(_group.app)
 
 _state = {"debug": False}

@@ -202,9 +202,18 @@ EngineOption = Annotated[
         "--engine",
         help="local (this machine: trials admitted to its "
         "GPUs or CPU by predicted memory), ray (a Ray "
-        "cluster; pip install -e '.[ray]') or slurm (a "
-        "job array of workers) [default: the spec's "
+        "cluster; pip install -e '.[ray]'), slurm (a "
+        "job array of workers) or replay (no training: "
+        "trials read from --table on a simulated clock) [default: the spec's "
         "engine name, else local].",
+    ),
+]
+TableOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--table",
+        help="With --engine replay: the table of recorded trials to replay (`sweeps table "
+        "export`) [default: none].",
     ),
 ]
 AddressOption = Annotated[

@@ -25,6 +25,7 @@ from sweeps.cli.options import (
     MaxConcurrentOption,
     RunsDirOption,
     StorageOption,
+    TableOption,
     WorkersOption,
     refuse_existing,
     warn,
@@ -105,6 +106,7 @@ def run(
     max_concurrent: MaxConcurrentOption = None,
     engine: EngineOption = None,
     address: AddressOption = None,
+    table: TableOption = None,
     workers: WorkersOption = None,
     dry_run: Annotated[
         bool,
@@ -151,7 +153,7 @@ def run(
     slurm_values = slurm_cli.cli_values(
         partition, time_limit, jobs, gpus_per_job, account, qos, sbatch_arg
     )
-    name, chosen = pipeline.engine_for(engine, spec, EngineOptions(address, slurm_values))
+    name, chosen = pipeline.engine_for(engine, spec, EngineOptions(address, slurm_values, table))
     service.check_n_trials(spec, n_trials)
     url = resolve_storage_url(storage, spec.study.storage)
     normalize_url(url)  # the URL's form, before any work
@@ -169,7 +171,8 @@ def run(
         highlight=False,
         markup=False,
     )
-    _say_arms(spec)
+    if pipeline.trains(chosen):  # a replay measures no vocabulary: it trains nothing
+        _say_arms(spec)
     drive(chosen, pipeline.job(spec, st, study, url, args))
 
 

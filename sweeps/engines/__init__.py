@@ -10,6 +10,8 @@ share are ``sweeps.admission``; the run pipeline that calls them is ``sweeps.pip
   the same prediction, so Ray places and packs trials across the nodes of a cluster.
 - ``slurm``: a job array of ``sweeps worker`` tasks whose ``--mem``, ``--cpus-per-task`` and
   GPUs come from the same prediction (the largest point that fits).
+- ``replay`` (``--table FILE``): no trial trains; each is read from a table of recorded trials
+  (``sweeps.table``) and judged as a real run judges it, on a simulated clock.
 
 Adding an engine: a module here with a class that implements ``Engine`` and ``from_options``,
 its name in ``sweeps.spec.engine.ENGINE_NAMES`` and its class in ``ENGINES``.
@@ -21,12 +23,13 @@ from lm.errors import SweepsError
 from sweeps.engines.base import Engine, EngineOptions, Hooks, Job
 from sweeps.engines.local import LocalEngine
 from sweeps.engines.ray import RayEngine
+from sweeps.engines.replay import ReplayEngine
 from sweeps.engines.slurm import SlurmEngine
 from sweeps.spec.engine import ENGINE_NAMES
 
 #: The engines by name, in the spec's order (``sweeps.spec.engine.ENGINE_NAMES``).
-ENGINES: dict[str, type[LocalEngine] | type[RayEngine] | type[SlurmEngine]] = dict(
-    zip(ENGINE_NAMES, (LocalEngine, RayEngine, SlurmEngine), strict=True)
+ENGINES: dict[str, type[LocalEngine] | type[RayEngine] | type[SlurmEngine] | type[ReplayEngine]] = (
+    dict(zip(ENGINE_NAMES, (LocalEngine, RayEngine, SlurmEngine, ReplayEngine), strict=True))
 )
 
 __all__ = ["ENGINES", "Engine", "EngineOptions", "Hooks", "Job", "make"]
@@ -38,6 +41,8 @@ def make(name: str, options: EngineOptions | None = None) -> Engine:
     options = options or EngineOptions()
     if name not in ENGINES:
         raise SweepsError(f"--engine must be one of {', '.join(ENGINES)}, got {name!r}")
+    if options.table is not None and name != "replay":
+        raise SweepsError("--table is the replay engine's table; add --engine replay")
     if options.address is not None and name != "ray":
         raise SweepsError("--address is the Ray cluster's address; add --engine ray")
     given = [k for k, v in options.slurm.items() if v not in (None, ())]

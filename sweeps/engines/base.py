@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class EngineOptions:
     """The engine options of a command line: Ray's ``--address``, the Slurm flags given
-    (``sweeps.cli.slurm.cli_values``: None where not given)."""
+    (``sweeps.cli.slurm.cli_values``: None where not given), the replay's ``--table``."""
 
     address: str | None = None
     slurm: Mapping[str, Any] = field(default_factory=dict)
+    table: Path | None = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 #: The engines a spec or ``--engine`` may name, the default first.
-ENGINE_NAMES = ("local", "ray", "slurm")
+ENGINE_NAMES = ("local", "ray", "slurm", "replay")
 DEFAULT_ENGINE = ENGINE_NAMES[0]
 #: Keys of a spec's ``[engine]`` table: ``name`` picks the engine when ``--engine`` is not given,
 #: the others are the Slurm engine's options (the flags of the same names).

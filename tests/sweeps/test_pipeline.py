@@ -57,7 +57,7 @@ def test_run_and_confirm_check_the_engine_alike(tmp_path: Path, corpus: Path) ->
     spec = tmp_path / "fresh.toml"
     spec.write_text(toml_text(source_spec(corpus, "fresh")))
     for bad, says in (
-        (["--engine", "nope"], "--engine must be one of local, ray, slurm, got 'nope'"),
+        (["--engine", "nope"], "--engine must be one of local, ray, slurm, replay, got 'nope'"),
         (["--partition", "p"], "--partition is an option of the Slurm engine; add --engine slurm"),
         (["--address", "a"], "--address is the Ray cluster's address; add --engine ray"),
     ):

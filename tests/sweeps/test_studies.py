@@ -103,9 +103,9 @@ def test_every_study_passes_the_dry_run(path: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     spec = load_spec(path, check_paths=False)
     # The plan: the trial count, and the predicted memory of the largest point.
-    trials = re.search(r"^\s*trials\s+(\d+)\s*$", out, re.MULTILINE)
+    trials = re.search(r"^\s*trials\s+([\d,]+)\s*$", out, re.MULTILINE)
     assert trials is not None, out
-    assert int(trials.group(1)) == spec.study.n_trials
+    assert int(trials.group(1).replace(",", "")) == spec.study.n_trials
     assert re.search(rf"predicted peak\s+{SIZE}", out), out
     assert re.search(r"against the budget\s+(fits|fitted|predicted_oom)", out), out
     # A dry run writes nothing: no database, no runs, no prepared corpus.
