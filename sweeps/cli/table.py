@@ -41,4 +41,5 @@ def export(
         f"wrote {out}: {written} trials of {', '.join(studies)}{note}",
         highlight=False,
         markup=False,
+        soft_wrap=True,  # a path is never broken across lines
     )
