@@ -18,6 +18,7 @@ import socket
 import threading
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import optuna
 import sqlalchemy as sa
@@ -133,20 +134,27 @@ def fail_stale_trials(study: optuna.Study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
+def _running_with_owners(
+    storage: RDBStorage, study: StudyRef, host: str | None = None
+) -> tuple[dict[int, FrozenTrial], list[dict[str, Any]]]:
+    """``study``'s RUNNING trials by storage id, and the owner rows (``sweeps_trial_hosts``)
+    recorded for them (only ``host``'s when given)."""
+    study_name = study if isinstance(study, str) else study.study_name
+    study_id = storage.get_study_id_from_name(study_name)
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    if not running:
+        return {}, []
+    by_id = {optuna_compat.trial_id(t): t for t in running}
+    return by_id, records.read_hosts(storage, study_name, host=host, trial_ids=by_id)
+
+
 def stale_local_trials(
     storage: RDBStorage, study: StudyRef, host: str | None = None
 ) -> list[FrozenTrial]:
     """RUNNING trials of ``study`` owned (per ``sweeps_trial_hosts``) by a process of ``host``
     (default: this machine) that no longer exists: safe to fail at once, without waiting for the
     heartbeat grace period. Trials of other hosts are left to their heartbeats."""
-    host = host or socket.gethostname()
-    study_name = study if isinstance(study, str) else study.study_name
-    study_id = storage.get_study_id_from_name(study_name)
-    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    if not running:
-        return []
-    by_id = {optuna_compat.trial_id(t): t for t in running}
-    owners = records.read_hosts(storage, study_name, host=host, trial_ids=by_id)
+    by_id, owners = _running_with_owners(storage, study, host or socket.gethostname())
     return [by_id[o["trial_id"]] for o in owners if not pid_alive(o["pid"], o["started_at"])]
 
 
@@ -158,13 +166,8 @@ def unowned_running_trials(storage: RDBStorage, study: StudyRef) -> list[FrozenT
     this it stays RUNNING for ever and a resumed study waits on it. Only a claimer holding the
     study's claim lock across processes (``sweeps.claims``) may fail them: then no live claimer
     is inside that window."""
-    study_name = study if isinstance(study, str) else study.study_name
-    study_id = storage.get_study_id_from_name(study_name)
-    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    if not running:
-        return []
-    by_id = {optuna_compat.trial_id(t): t for t in running}
-    owned = {o["trial_id"] for o in records.read_hosts(storage, study_name, trial_ids=by_id)}
+    by_id, owners = _running_with_owners(storage, study)
+    owned = {o["trial_id"] for o in owners}
     return [t for i, t in by_id.items() if i not in owned]
 
 
